@@ -1,0 +1,331 @@
+"""Flavor assignment: for each pod set, a flavor per resource group, with quota and nodes.
+
+Kueue's ``flavorassigner`` with gang placement folded in. For every pod set
+and every resource group covering what it requests, the ClusterQueue's
+flavors are tried in order:
+
+1. the flavor's labels and taints must suit the pod set (else NoMatchingFlavor);
+2. for each requested resource, ``val`` = what earlier pod sets took from this
+   flavor-resource + this pod set's total; ``val > potentialAvailable`` can
+   never fit (ExceedsMaxQuota), ``val > available`` does not fit now
+   (InsufficientQuota), otherwise it fits with the borrowing height of the
+   queue;
+3. in the group that places the pod set (the one covering GPUs, else the
+   first), the placement policy must find nodes for every task.
+
+The search stops at the first flavor that fits without borrowing, or that fits
+by borrowing when ``whenCanBorrow`` is ``MayStopSearch`` (the default);
+otherwise the best flavor seen wins (lowest borrowing height, then order).
+Preemption candidates are not searched here: a flavor that would need
+preemption counts as not fitting, and ``whenCanPreempt`` has nothing to act on
+until a preemption policy is configured.
+
+Every attempt is recorded, so the pending reason is built from data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from phalanx.engine.cache import ClusterCache, ClusterQueueInfo, GroupInfo
+from phalanx.engine.capacity import NodeSlot
+from phalanx.engine.placement import NodeFilter, Overlay, PlacementPolicy, PlacementResult
+from phalanx.engine.quota import (
+    FlavorResource,
+    Shortage,
+    available,
+    find_shortage,
+    potential_available,
+)
+from phalanx.engine.shapes import JobShape, PodSetShape
+from phalanx.model import GPU, ResourceFlavor, Toleration, WhenCanBorrow, tolerates
+
+__all__ = ["Assignment", "FlavorAssigner", "FlavorAttempt", "PodSetResult"]
+
+FIT = "fit"
+NO_MATCH = "no_match"
+MAX_QUOTA = "max_quota"
+QUOTA = "quota"
+PLACEMENT = "placement"
+UNDECLARED = "undeclared"
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorAttempt:
+    """One flavor tried for one resource group of one pod set, and how it went."""
+
+    flavor: str
+    outcome: str
+    resource: str = ""
+    needed: int = 0
+    available: int = 0
+    shortage: Shortage | None = None
+    max_units: int = 0
+    borrow: int = 0
+
+
+@dataclass(slots=True)
+class PodSetResult:
+    shape: PodSetShape
+    flavors: dict[str, str] = field(default_factory=dict)
+    nodes: tuple[tuple[NodeSlot, int], ...] = ()
+    attempts: list[FlavorAttempt] = field(default_factory=list)
+    ok: bool = True
+
+
+@dataclass(slots=True)
+class Assignment:
+    ok: bool
+    pod_sets: list[PodSetResult]
+    usage: dict[FlavorResource, int]
+    borrow: int
+    generation: int
+
+    @property
+    def failed(self) -> PodSetResult | None:
+        for result in self.pod_sets:
+            if not result.ok:
+                return result
+        return None
+
+
+def _flavor_matches(pod_set: PodSetShape, flavor: ResourceFlavor) -> bool:
+    labels = flavor.node_labels
+    for key, value in pod_set.node_selector:
+        if key in labels and labels[key] != value:
+            return False
+    if flavor.node_taints:
+        tolerations = (*pod_set.tolerations, *flavor.tolerations)
+        if not tolerates(tolerations, flavor.node_taints):
+            return False
+    return True
+
+
+def _node_filter(
+    pod_set: PodSetShape,
+    flavor: ResourceFlavor,
+    tainted: bool,
+    other_flavors: tuple[ResourceFlavor, ...],
+) -> NodeFilter | None:
+    selector = pod_set.node_selector
+    tolerations: tuple[Toleration, ...] = (*pod_set.tolerations, *flavor.tolerations)
+    extra = tuple(f for f in other_flavors if f.node_labels)
+    if not selector and not tainted and not extra:
+        return None
+
+    def accept(slot: NodeSlot) -> bool:
+        node = slot.node
+        labels = node.labels
+        for key, value in selector:
+            if labels.get(key) != value:
+                return False
+        if node.taints and not tolerates(tolerations, node.taints):
+            return False
+        return all(f.selects(node) for f in extra)
+
+    return accept
+
+
+class FlavorAssigner:
+    """Assigns flavors and nodes to a job in one ClusterQueue, against the cache."""
+
+    def __init__(
+        self, cache: ClusterCache, placement: PlacementPolicy, ignore_undeclared: bool
+    ) -> None:
+        self.cache = cache
+        self.placement = placement
+        self.ignore_undeclared = ignore_undeclared
+        self.generation = 0
+        """Bumped on every allocation: an assignment from an older generation is re-checked."""
+        self._failed: dict[tuple[PodSetShape, str, tuple[str, ...]], PlacementResult] = {}
+
+    def new_cycle(self) -> None:
+        # Within a cycle capacity only shrinks, so a placement that failed stays failed.
+        self._failed.clear()
+
+    def assign(self, shape: JobShape, cq: ClusterQueueInfo) -> Assignment:
+        usage: dict[FlavorResource, int] = {}
+        overlay: Overlay = {}
+        results: list[PodSetResult] = []
+        borrow = 0
+        ok = True
+        for pod_set in shape.pod_sets:
+            result = self._assign_pod_set(pod_set, cq, usage, overlay)
+            results.append(result)
+            if not result.ok:
+                ok = False
+                break
+            for attempt in result.attempts:
+                if attempt.outcome == FIT and attempt.flavor in result.flavors.values():
+                    borrow = max(borrow, attempt.borrow)
+        return Assignment(ok, results, usage, borrow, self.generation)
+
+    def _groups(
+        self, pod_set: PodSetShape, cq: ClusterQueueInfo, result: PodSetResult
+    ) -> list[GroupInfo] | None:
+        groups: list[GroupInfo] = []
+        for resource, amount in pod_set.requests:
+            if amount <= 0:
+                continue
+            group = cq.group_for.get(resource)
+            if group is None:
+                if self.ignore_undeclared:
+                    continue
+                result.attempts.append(FlavorAttempt("", UNDECLARED, resource))
+                return None
+            if group not in groups:
+                groups.append(group)
+        return groups
+
+    def _assign_pod_set(
+        self,
+        pod_set: PodSetShape,
+        cq: ClusterQueueInfo,
+        usage: dict[FlavorResource, int],
+        overlay: Overlay,
+    ) -> PodSetResult:
+        result = PodSetResult(pod_set)
+        groups = self._groups(pod_set, cq, result)
+        if groups is None:
+            result.ok = False
+            return result
+        placing = next((g for g in groups if GPU in g.covered), groups[0] if groups else None)
+        chosen_flavors: list[ResourceFlavor] = []
+        # Non-placing groups first: their flavors' labels constrain the placing one's nodes.
+        ordered = [g for g in groups if g is not placing] + ([placing] if placing else [])
+        for group in ordered:
+            picked = self._pick_flavor(
+                pod_set, cq, group, group is placing, usage, overlay, chosen_flavors, result
+            )
+            if picked is None:
+                result.ok = False
+                return result
+            flavor_name, placement = picked
+            chosen_flavors.append(self.cache.flavors[flavor_name])
+            for resource in group.covered:
+                total = pod_set.total(resource)
+                if total:
+                    fr = (flavor_name, resource)
+                    usage[fr] = usage.get(fr, 0) + total
+                    result.flavors[resource] = flavor_name
+            if placement is not None:
+                result.nodes = placement
+                unit = pod_set.unit_request()
+                for slot, units in placement:
+                    extra = overlay.setdefault(slot, {})
+                    amounts = dict(slot.capacity) if pod_set.exclusive else unit
+                    for resource, amount in amounts.items():
+                        extra[resource] = extra.get(resource, 0) + amount * (
+                            1 if pod_set.exclusive else units
+                        )
+        if placing is None:
+            # Nothing requested that has quota: still needs a node to run on.
+            result.ok = False
+            result.attempts.append(FlavorAttempt("", UNDECLARED, "", 0))
+        return result
+
+    def _pick_flavor(
+        self,
+        pod_set: PodSetShape,
+        cq: ClusterQueueInfo,
+        group: GroupInfo,
+        places: bool,
+        usage: dict[FlavorResource, int],
+        overlay: Overlay,
+        chosen: list[ResourceFlavor],
+        result: PodSetResult,
+    ) -> tuple[str, tuple[tuple[NodeSlot, int], ...] | None] | None:
+        node = cq.node
+        try_next_on_borrow = (
+            cq.model.flavor_fungibility.when_can_borrow is WhenCanBorrow.TRY_NEXT_FLAVOR
+        )
+        best: tuple[int, str, tuple[tuple[NodeSlot, int], ...] | None] | None = None
+        requested = [(r, pod_set.total(r)) for r in group.covered if pod_set.total(r) > 0]
+        for flavor_name in group.flavors:
+            flavor = self.cache.flavors[flavor_name]
+            if not _flavor_matches(pod_set, flavor):
+                result.attempts.append(FlavorAttempt(flavor_name, NO_MATCH))
+                continue
+            attempt: FlavorAttempt | None = None
+            borrow = 0
+            for resource, total in requested:
+                fr = (flavor_name, resource)
+                val = usage.get(fr, 0) + total
+                if val > potential_available(node, fr):
+                    attempt = FlavorAttempt(
+                        flavor_name, MAX_QUOTA, resource, val, potential_available(node, fr)
+                    )
+                    break
+                free = max(0, available(node, fr))
+                if val > free:
+                    attempt = FlavorAttempt(
+                        flavor_name, QUOTA, resource, val, free, find_shortage(node, fr, val)
+                    )
+                    break
+                borrow = max(borrow, node.borrowing_height(fr, val))
+            if attempt is not None:
+                result.attempts.append(attempt)
+                continue
+            placement: tuple[tuple[NodeSlot, int], ...] | None = None
+            if places:
+                placed = self._place(pod_set, flavor, chosen, overlay)
+                if not placed.ok:
+                    result.attempts.append(
+                        FlavorAttempt(flavor_name, PLACEMENT, max_units=placed.max_units)
+                    )
+                    continue
+                placement = placed.nodes
+            result.attempts.append(FlavorAttempt(flavor_name, FIT, borrow=borrow))
+            if borrow == 0 or not try_next_on_borrow:
+                return flavor_name, placement
+            if best is None or borrow < best[0]:
+                best = (borrow, flavor_name, placement)
+        if best is not None:
+            return best[1], best[2]
+        return None
+
+    def _place(
+        self,
+        pod_set: PodSetShape,
+        flavor: ResourceFlavor,
+        chosen: list[ResourceFlavor],
+        overlay: Overlay,
+    ) -> PlacementResult:
+        index = self.cache.flavor_nodes[flavor.name]
+        memo_key = (pod_set, flavor.name, tuple(f.name for f in chosen))
+        if not overlay:
+            failed = self._failed.get(memo_key)
+            if failed is not None:
+                return failed
+        node_filter = _node_filter(pod_set, flavor, index.tainted > 0, tuple(chosen))
+        placed = self.placement.place(pod_set, index, node_filter, overlay)
+        if not placed.ok and not overlay:
+            self._failed[memo_key] = placed
+        return placed
+
+    def still_fits(self, assignment: Assignment, cq: ClusterQueueInfo) -> bool:
+        """Whether an assignment made earlier in this cycle still holds after other admissions."""
+        if assignment.generation == self.generation:
+            return True
+        node = cq.node
+        for fr, amount in assignment.usage.items():
+            if amount > available(node, fr):
+                return False
+        overlay: Overlay = {}
+        for result in assignment.pod_sets:
+            shape = result.shape
+            unit = shape.unit_request()
+            for slot, units in result.nodes:
+                if not slot.schedulable:
+                    return False
+                if shape.exclusive:
+                    if not slot.idle or slot in overlay:
+                        return False
+                    overlay[slot] = dict(slot.capacity)
+                    continue
+                if slot.fit_units(unit, overlay.get(slot)) < units:
+                    return False
+                extra = overlay.setdefault(slot, {})
+                for resource, amount in unit.items():
+                    extra[resource] = extra.get(resource, 0) + amount * units
+        return True

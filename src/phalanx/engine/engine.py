@@ -1,0 +1,586 @@
+"""The admission engine: a deterministic state machine, ``apply(event)`` and ``cycle(now)``.
+
+Everything the engine knows arrives through :meth:`Engine.apply`; everything
+it decides leaves :meth:`Engine.cycle` as a list of decisions. It reads no
+clock, does no I/O and keeps no globals, so the live control plane and the
+simulator drive the same code, and the same events in the same order give the
+same decisions.
+
+A cycle runs rounds in the manner of Kueue's scheduler: take the head of
+every ClusterQueue that is neither stopped nor blocked, assign flavors and
+nodes to each against the current state, order the entries (non-borrowing
+first, then priority, then submit time, then id) and process them in that
+order, re-checking an entry when an earlier one of the round took capacity.
+Admitted heads are replaced by the next job of their queue in the next round;
+a head that does not fit parks its shape (BestEffortFIFO) or its queue
+(StrictFIFO). Rounds repeat until no queue has a head, so one cycle admits
+everything that fits, not one job per queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from phalanx.engine.assigner import Assignment, FlavorAssigner
+from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
+from phalanx.engine.config import EngineConfig, Policies
+from phalanx.engine.decisions import (
+    Admit,
+    Decision,
+    Evict,
+    NodeAssignment,
+    Pending,
+    PodSetAssignment,
+)
+from phalanx.engine.events import (
+    Cancel,
+    Delete,
+    Event,
+    Finish,
+    Requeue,
+    Submit,
+    TenantUsage,
+    Upsert,
+)
+from phalanx.engine.explain import reason_for_failure, strict_fifo_reason, waiting_reason
+from phalanx.engine.ordering import JobFacts, PriorityContext, TenantShare
+from phalanx.engine.placement import unit_amounts
+from phalanx.engine.queues import ClusterQueueQueue, QueueManager, ShapeQueue
+from phalanx.engine.reasons import Reason, ReasonCode
+from phalanx.engine.shapes import ShapeInterner
+from phalanx.engine.state import Admission, JobRecord
+from phalanx.model import (
+    ClusterQueue,
+    Cohort,
+    Job,
+    LocalQueue,
+    Node,
+    NodeState,
+    PriorityClass,
+    QueueingStrategy,
+    ResourceFlavor,
+    StopPolicy,
+    Tenant,
+    Topology,
+)
+
+__all__ = ["Engine"]
+
+
+Entry = tuple[int, tuple[float, float, int], JobRecord, ShapeQueue, Assignment]
+"""A head in a round: ``(borrowing height, sort key, job, its shape queue, assignment)``."""
+
+
+def _local_queue_key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+class Engine:
+    """Quotas, cohorts, gang placement and ordering; pure and incremental."""
+
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        self.config = config or EngineConfig()
+        self.policies = Policies.for_config(self.config)
+        self.cache = ClusterCache()
+        self.queues = QueueManager()
+        self.assigner = FlavorAssigner(
+            self.cache, self.policies.placement, self.config.ignore_undeclared_resources
+        )
+        self._shapes = ShapeInterner()
+        self._objects: dict[tuple[str, str], Any] = {}
+        self.jobs: dict[int, JobRecord] = {}
+        self._waiting: dict[int, JobRecord] = {}
+        self._pending_by_tenant: dict[str, dict[int, JobRecord]] = {}
+        self._admitted_by_cq: dict[str, dict[int, JobRecord]] = {}
+        self._shares: dict[str, TenantShare] = {}
+        self._prio_time: float | None = None
+        self._prio_dirty = False
+        self._outbox: list[Decision] = []
+        self._drain: dict[str, None] = {}
+        self.stats = {"rounds": 0, "heads": 0}
+
+    # ------------------------------------------------------------------ events
+
+    def apply(self, event: Event) -> None:
+        """Take one event into the engine's state."""
+        if isinstance(event, Submit):
+            self._submit(event.job)
+        elif isinstance(event, Finish):
+            self._finish(event.job_id)
+        elif isinstance(event, Cancel):
+            rec = self.jobs.get(event.job_id)
+            if rec is not None and rec.admission is None:
+                self._forget_pending(rec)
+                del self.jobs[rec.id]
+        elif isinstance(event, Requeue):
+            self._requeue(event.job_id)
+        elif isinstance(event, TenantUsage):
+            old = self._shares.get(event.tenant)
+            allocation = event.allocation
+            if allocation is None:
+                allocation = old.allocation if old else self._tenant_allocation(event.tenant)
+            self._shares[event.tenant] = TenantShare(event.usage, allocation)
+            self._reprioritize(self._pending_by_tenant.get(event.tenant, {}).values())
+        elif isinstance(event, Upsert):
+            self._upsert(event.obj)
+        elif isinstance(event, Delete):
+            self._delete(event.kind, event.name)
+        else:  # pragma: no cover - exhaustive over Event
+            raise TypeError(f"not an engine event: {event!r}")
+
+    def apply_all(self, events: Iterable[Event]) -> None:
+        for event in events:
+            self.apply(event)
+
+    def _tenant_allocation(self, tenant: str) -> float:
+        model = self.cache.tenants.get(tenant)
+        return model.allocation if model is not None else 1.0
+
+    def _upsert(self, obj: Any) -> None:
+        cache, queues = self.cache, self.queues
+        if isinstance(obj, Node):
+            self._objects[("Node", obj.name)] = obj
+            cache.upsert_node(obj)
+            self._prio_dirty = True
+            queues.wake_all()
+        elif isinstance(obj, ResourceFlavor):
+            self._objects[("ResourceFlavor", obj.name)] = obj
+            cache.upsert_flavor(obj)
+            self._quota_changed()
+        elif isinstance(obj, Topology):
+            self._objects[("Topology", obj.name)] = obj
+            cache.topologies[obj.name] = obj
+        elif isinstance(obj, Cohort):
+            self._objects[("Cohort", obj.name)] = obj
+            cache.cohorts[obj.name] = obj
+            self._quota_changed()
+        elif isinstance(obj, ClusterQueue):
+            self._objects[("ClusterQueue", obj.name)] = obj
+            cache.upsert_cluster_queue(obj)
+            queues.queue(obj.name, obj.queueing_strategy is QueueingStrategy.STRICT_FIFO)
+            if obj.stop_policy is StopPolicy.HOLD_AND_DRAIN:
+                self._drain[obj.name] = None
+            self._quota_changed()
+            self._resolve_waiting()
+        elif isinstance(obj, LocalQueue):
+            key = _local_queue_key(obj.namespace, obj.name)
+            self._objects[("LocalQueue", key)] = obj
+            cache.local_queues[key] = obj
+            self._local_queue_changed(key)
+        elif isinstance(obj, Tenant):
+            self._objects[("Tenant", obj.name)] = obj
+            cache.tenants[obj.name] = obj
+            old = self._shares.get(obj.name)
+            self._shares[obj.name] = TenantShare(old.usage if old else 0.0, obj.allocation)
+            self._reprioritize(self._pending_by_tenant.get(obj.name, {}).values())
+        elif isinstance(obj, PriorityClass):
+            self._objects[("PriorityClass", obj.name)] = obj
+            cache.priority_classes[obj.name] = obj
+            self._prio_dirty = True
+        else:
+            raise TypeError(f"cannot upsert {type(obj).__name__}")
+
+    def _delete(self, kind: str, name: str) -> None:
+        cache = self.cache
+        self._objects.pop((kind, name), None)
+        if kind == "Node":
+            cache.delete_node(name)
+            self._prio_dirty = True
+        elif kind == "ResourceFlavor":
+            cache.delete_flavor(name)
+            self._quota_changed()
+        elif kind == "Topology":
+            cache.topologies.pop(name, None)
+        elif kind == "Cohort":
+            cache.cohorts.pop(name, None)
+            self._quota_changed()
+        elif kind == "ClusterQueue":
+            cache.delete_cluster_queue(name)
+            cqq = self.queues.queues.get(name)
+            if cqq is not None:
+                for sq in list(cqq.shapes.values()):
+                    for rec in list(sq.members.values()):
+                        self.queues.remove(rec)
+                        self._wait(rec, self._resolve(rec)[2])
+            self._quota_changed()
+        elif kind == "LocalQueue":
+            cache.local_queues.pop(name, None)
+            self._local_queue_changed(name)
+        elif kind == "Tenant":
+            cache.tenants.pop(name, None)
+        elif kind == "PriorityClass":
+            cache.priority_classes.pop(name, None)
+            self._prio_dirty = True
+        else:
+            raise ValueError(f"unknown kind {kind!r}")
+
+    def _quota_changed(self) -> None:
+        self.cache.rebuild_quota()
+        for name, cqq in self.queues.queues.items():
+            info = self.cache.cluster_queues.get(name)
+            cqq.stopped = self.cache.stop_reason(info) if info is not None else None
+        self.queues.wake_all()
+
+    # ------------------------------------------------------------------ jobs
+
+    def _resolve(self, rec: JobRecord) -> tuple[str | None, str | None, Reason | None]:
+        job = rec.job
+        cache = self.cache
+        lq_key: str | None = None
+        if job.cluster_queue:
+            cq_name = job.cluster_queue
+        else:
+            assert job.queue is not None
+            lq_key = _local_queue_key(job.tenant, job.queue)
+            lq = cache.local_queues.get(lq_key)
+            if lq is None:
+                return (
+                    None,
+                    lq_key,
+                    waiting_reason(
+                        ReasonCode.LOCAL_QUEUE_NOT_FOUND,
+                        f"LocalQueue {job.queue} doesn't exist in namespace {job.tenant}",
+                        localQueue=lq_key,
+                    ),
+                )
+            if lq.stop_policy is not StopPolicy.NONE:
+                return (
+                    None,
+                    lq_key,
+                    waiting_reason(
+                        ReasonCode.STOPPED,
+                        f"LocalQueue {lq_key} is stopped (stopPolicy {lq.stop_policy})",
+                        localQueue=lq_key,
+                    ),
+                )
+            cq_name = lq.cluster_queue
+        if cq_name not in cache.cluster_queues:
+            return (
+                None,
+                lq_key,
+                waiting_reason(
+                    ReasonCode.CLUSTER_QUEUE_NOT_FOUND,
+                    f"ClusterQueue {cq_name} doesn't exist",
+                    clusterQueue=cq_name,
+                ),
+            )
+        return cq_name, lq_key, None
+
+    def _submit(self, job: Job) -> None:
+        if job.id in self.jobs:
+            raise ValueError(f"job {job.id} was already submitted")
+        value = job.priority
+        if value is None:
+            pc = self.cache.priority_classes.get(job.priority_class or "")
+            value = pc.value if pc is not None else 0
+        facts = JobFacts(job.id, job.tenant, job.submit_time, value, job.gpus)
+        rec = JobRecord(job=job, shape=self._shapes.job(job), facts=facts)
+        self.jobs[job.id] = rec
+        self._pending_by_tenant.setdefault(job.tenant, {})[job.id] = rec
+        self._set_priority(rec, self._context(job.submit_time))
+        self._enqueue(rec)
+
+    def _enqueue(self, rec: JobRecord) -> None:
+        cq_name, lq_key, problem = self._resolve(rec)
+        rec.local_queue = lq_key
+        if problem is not None:
+            self._wait(rec, problem)
+            return
+        assert cq_name is not None
+        rec.cluster_queue = cq_name
+        rec.waiting = None
+        self._waiting.pop(rec.id, None)
+        info = self.cache.cluster_queues[cq_name]
+        cqq = self.queues.queue(
+            cq_name, info.model.queueing_strategy is QueueingStrategy.STRICT_FIFO
+        )
+        cqq.stopped = self.cache.stop_reason(info)
+        self.queues.push(rec, cqq)
+
+    def _wait(self, rec: JobRecord, reason: Reason | None) -> None:
+        if reason is None:
+            self._enqueue(rec)
+            return
+        rec.cluster_queue = None
+        rec.waiting = reason
+        self._waiting[rec.id] = rec
+        self._emit_reason(rec, reason, self._outbox)
+
+    def _resolve_waiting(self) -> None:
+        for rec in list(self._waiting.values()):
+            if self._resolve(rec)[2] is None:
+                self._enqueue(rec)
+
+    def _local_queue_changed(self, key: str) -> None:
+        lq = self.cache.local_queues.get(key)
+        if lq is not None and lq.stop_policy is StopPolicy.HOLD_AND_DRAIN:
+            self._drain["lq:" + key] = None
+        for cqq in self.queues.queues.values():
+            for sq in list(cqq.shapes.values()):
+                for rec in list(sq.members.values()):
+                    if rec.local_queue == key:
+                        self.queues.remove(rec)
+                        self._wait(rec, self._resolve(rec)[2])
+        self._resolve_waiting()
+
+    def _forget_pending(self, rec: JobRecord) -> None:
+        self.queues.remove(rec)
+        self._waiting.pop(rec.id, None)
+        tenant_jobs = self._pending_by_tenant.get(rec.job.tenant)
+        if tenant_jobs is not None:
+            tenant_jobs.pop(rec.id, None)
+
+    def _finish(self, job_id: int) -> None:
+        rec = self.jobs.pop(job_id, None)
+        if rec is None:
+            return
+        if rec.admission is None:
+            self._forget_pending(rec)
+        else:
+            self._release(rec)
+
+    def _requeue(self, job_id: int) -> None:
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.admission is None:
+            return
+        self._release(rec)
+        rec.reason = None
+        self._pending_by_tenant.setdefault(rec.job.tenant, {})[rec.id] = rec
+        self._set_priority(rec, self._context(rec.job.submit_time))
+        self._enqueue(rec)
+
+    def _release(self, rec: JobRecord) -> None:
+        admission = rec.admission
+        assert admission is not None
+        rec.admission = None
+        self._admitted_by_cq.get(admission.cluster_queue, {}).pop(rec.id, None)
+        info = self.cache.cluster_queues.get(admission.cluster_queue)
+        keys: list[str] = []
+        if info is not None and info.node is admission.quota_node:
+            node = info.node
+            for fr, amount in admission.usage.items():
+                node.remove_usage(fr, amount)
+            keys.append(info.root_key)
+        nodes = self.cache.nodes
+        for slot, amounts, exclusive in admission.allocations:
+            slot.release(amounts)
+            slot.jobs.pop(rec.id, None)
+            if exclusive:
+                slot.exclusive_jobs -= 1
+            if nodes.get(slot.name) is slot:
+                self.cache.reindex(slot)
+                keys.extend("flavor:" + index.name for index in slot.flavors)
+        self.queues.wake_keys(list(dict.fromkeys(keys)))
+
+    # ------------------------------------------------------------------ priority
+
+    def _context(self, now: float) -> PriorityContext:
+        when = self._prio_time if self._prio_time is not None else now
+        return PriorityContext(
+            now=when,
+            cluster_gpus=self.cache.cluster_gpus,
+            max_priority_value=self.cache.max_priority_value,
+            shares=self._shares,
+        )
+
+    def _set_priority(self, rec: JobRecord, ctx: PriorityContext) -> None:
+        rec.priority = self.policies.ordering.priority(rec.facts, ctx)
+        rec.key = (-rec.priority, rec.facts.submit_time, rec.facts.id)
+
+    def _reprioritize(self, recs: Iterable[JobRecord]) -> None:
+        ctx = self._context(0.0)
+        for rec in list(recs):
+            old = rec.key
+            self._set_priority(rec, ctx)
+            sq = rec.queue
+            if sq is None or rec.key == old:
+                continue
+            was_head = sq.peek() is rec
+            sq.push(rec)
+            cqq = sq.cq
+            if was_head or sq.peek() is rec:
+                cqq.offer(sq)
+            if cqq.parked and cqq.blocked_by is not None:
+                self.queues.wake([cqq])
+
+    def _refresh_priorities(self, now: float) -> None:
+        due = self.policies.ordering.time_dependent and (
+            self._prio_time is None or now - self._prio_time >= self.config.priority_calc_period_s
+        )
+        if not (due or self._prio_dirty):
+            return
+        if due or self._prio_time is None:
+            self._prio_time = now
+        ctx = self._context(now)
+        for tenant_jobs in self._pending_by_tenant.values():
+            for rec in tenant_jobs.values():
+                self._set_priority(rec, ctx)
+        self.queues.rebuild()
+        self.queues.wake(
+            [cqq for cqq in self.queues.queues.values() if cqq.parked and cqq.blocked_by]
+        )
+        for cqq in self.queues.queues.values():
+            self.queues.mark_candidate(cqq)
+        self._prio_dirty = False
+
+    # ------------------------------------------------------------------ cycle
+
+    def cycle(self, now: float) -> list[Decision]:
+        """Admit everything that fits now; say why the rest waits."""
+        out: list[Decision] = self._outbox
+        self._outbox = []
+        self._refresh_priorities(now)
+        self._evict_drained(out)
+        assigner = self.assigner
+        assigner.new_cycle()
+        queues = self.queues
+        cache = self.cache
+        while True:
+            heads = queues.heads()
+            if not heads:
+                break
+            self.stats["rounds"] += 1
+            self.stats["heads"] += len(heads)
+            entries: list[
+                tuple[int, tuple[float, float, int], JobRecord, ShapeQueue, Assignment]
+            ] = []
+            for rec, sq, cqq in heads:
+                info = cache.cluster_queues[cqq.name]
+                entries.append((0, rec.key, rec, sq, assigner.assign(rec.shape, info)))
+            entries = [(a.borrow if a.ok else 0, k, r, s, a) for _, k, r, s, a in entries]
+            entries.sort(key=lambda e: (e[0], e[1]))
+            for _, _, rec, sq, assignment in entries:
+                info = cache.cluster_queues[sq.cq.name]
+                if assignment.ok and not assigner.still_fits(assignment, info):
+                    assignment = assigner.assign(rec.shape, info)
+                if assignment.ok:
+                    out.append(self._admit(rec, info, assignment))
+                else:
+                    self._park(rec, sq, info, assignment, out)
+        return out
+
+    def _admit(self, rec: JobRecord, info: ClusterQueueInfo, assignment: Assignment) -> Admit:
+        node = info.node
+        for fr, amount in assignment.usage.items():
+            node.add_usage(fr, amount)
+        allocations = []
+        pod_sets = []
+        for result in assignment.pod_sets:
+            shape = result.shape
+            placed = []
+            for slot, units in result.nodes:
+                amounts = unit_amounts(shape, slot)
+                if not shape.exclusive:
+                    amounts = {r: a * units for r, a in amounts.items()}
+                else:
+                    slot.exclusive_jobs += 1
+                slot.allocate(amounts)
+                slot.jobs[rec.id] = None
+                self.cache.reindex(slot)
+                allocations.append((slot, amounts, shape.exclusive))
+                placed.append(NodeAssignment(slot.name, units * shape.unit_size))
+            pod_sets.append(
+                PodSetAssignment(shape.name, tuple(sorted(result.flavors.items())), tuple(placed))
+            )
+        self.assigner.generation += 1
+        decision = Admit(
+            job_id=rec.id,
+            cluster_queue=info.name,
+            pod_sets=tuple(pod_sets),
+            borrowing=assignment.borrow > 0,
+            priority=rec.priority,
+        )
+        self._forget_pending(rec)
+        rec.admission = Admission(info.name, node, dict(assignment.usage), allocations, decision)
+        rec.reason = None
+        self._admitted_by_cq.setdefault(info.name, {})[rec.id] = rec
+        return decision
+
+    def _park(
+        self,
+        rec: JobRecord,
+        sq: ShapeQueue,
+        info: ClusterQueueInfo,
+        assignment: Assignment,
+        out: list[Decision],
+    ) -> None:
+        failed = assignment.failed
+        assert failed is not None
+        reason, keys = reason_for_failure(info.name, failed)
+        park_keys = tuple(info.root_key if k == "quota" else k for k in keys)
+        cqq = sq.cq
+        if cqq.strict:
+            cqq.blocked_by = rec
+            self.queues.parked.park(cqq, reason, park_keys)
+        else:
+            self.queues.parked.park(sq, reason, park_keys)
+        self._emit_reason(rec, reason, out)
+
+    def _emit_reason(self, rec: JobRecord, reason: Reason, out: list[Decision]) -> None:
+        if rec.reason != reason:
+            rec.reason = reason
+            out.append(Pending(rec.id, reason))
+
+    def _evict_drained(self, out: list[Decision]) -> None:
+        if not self._drain:
+            return
+        for key in list(self._drain):
+            if key.startswith("lq:"):
+                lq = self.cache.local_queues.get(key[3:])
+                active = lq is not None and lq.stop_policy is StopPolicy.HOLD_AND_DRAIN
+                victims = [
+                    r
+                    for jobs in self._admitted_by_cq.values()
+                    for r in jobs.values()
+                    if r.local_queue == key[3:]
+                ]
+            else:
+                info = self.cache.cluster_queues.get(key)
+                active = info is not None and info.model.stop_policy is StopPolicy.HOLD_AND_DRAIN
+                victims = list(self._admitted_by_cq.get(key, {}).values())
+            del self._drain[key]
+            if not active:
+                continue
+            for rec in victims:
+                if rec.admission is not None and not rec.admission.evicting:
+                    rec.admission.evicting = True
+                    out.append(Evict(rec.id, "ClusterQueueStopped"))
+
+    # ------------------------------------------------------------------ queries
+
+    def explain(self, job_id: int) -> Reason | None:
+        """Why a pending job waits (None for an admitted or unknown job)."""
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.admission is not None:
+            return None
+        if rec.waiting is not None:
+            return rec.waiting
+        sq = rec.queue
+        assert sq is not None
+        cqq: ClusterQueueQueue = sq.cq
+        if cqq.stopped is not None:
+            return cqq.stopped
+        if cqq.parked and cqq.blocked_by is not None:
+            if cqq.blocked_by is rec:
+                return cqq.park_reason
+            return strict_fifo_reason(cqq.name, cqq.blocked_by.id)
+        if sq.parked and sq.park_reason is not None:
+            return sq.park_reason
+        if rec.reason is not None:
+            return rec.reason
+        return Reason(
+            ReasonCode.PRIORITY,
+            f"waiting for higher-priority jobs in ClusterQueue {cqq.name}",
+            {"clusterQueue": cqq.name},
+        )
+
+    def node_state(self, name: str) -> NodeState | None:
+        slot = self.cache.nodes.get(name)
+        return slot.state() if slot is not None else None
+
+    def pending_count(self) -> int:
+        return sum(len(jobs) for jobs in self._pending_by_tenant.values())
+
+    def admitted_count(self) -> int:
+        return sum(len(jobs) for jobs in self._admitted_by_cq.values())

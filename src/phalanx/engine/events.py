@@ -1,0 +1,106 @@
+"""Events: everything the engine knows arrives as one of these.
+
+Objects are upserted (created or replaced) and deleted by name; jobs are
+submitted, cancelled, finished and requeued by id. Usage figures for the
+fair-share priority come in as :class:`TenantUsage`. Events carry no wall
+clock: times inside them are the caller's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from phalanx.model import (
+    ClusterQueue,
+    Cohort,
+    Job,
+    JobState,
+    LocalQueue,
+    Node,
+    PriorityClass,
+    ResourceFlavor,
+    Tenant,
+    Topology,
+)
+
+__all__ = [
+    "Cancel",
+    "Delete",
+    "Event",
+    "Finish",
+    "ObjectKind",
+    "Requeue",
+    "Submit",
+    "TenantUsage",
+    "Upsert",
+]
+
+ConfigObject = (
+    Node | ResourceFlavor | Topology | Cohort | ClusterQueue | LocalQueue | Tenant | PriorityClass
+)
+ObjectKind = Literal[
+    "Node",
+    "ResourceFlavor",
+    "Topology",
+    "Cohort",
+    "ClusterQueue",
+    "LocalQueue",
+    "Tenant",
+    "PriorityClass",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Upsert:
+    """Create or replace a configuration object (a Node, a flavor, a queue, ...)."""
+
+    obj: ConfigObject
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """Remove a configuration object. LocalQueues are named ``namespace/name``."""
+
+    kind: ObjectKind
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    job: Job
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Withdraw a pending job. An admitted job releases its quota on :class:`Finish`."""
+
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """An admitted job ended (or a pending one was removed): its quota and nodes are free."""
+
+    job_id: int
+    state: JobState = JobState.COMPLETED
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """An admitted job was evicted and goes back to pending, keeping its id."""
+
+    job_id: int
+    reason: str = "Requeued"
+
+
+@dataclass(frozen=True, slots=True)
+class TenantUsage:
+    """A tenant's decayed GPU-hours ``usage`` (U) and optionally a new ``allocation`` (L)."""
+
+    tenant: str
+    usage: float
+    allocation: float | None = None
+
+
+Event = Upsert | Delete | Submit | Cancel | Finish | Requeue | TenantUsage

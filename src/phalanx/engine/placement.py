@@ -1,0 +1,163 @@
+"""Gang placement: every task of a pod set on concrete nodes, or nothing.
+
+Placement is a policy object behind :class:`PlacementPolicy`, so a
+topology-aware policy can replace the default. The engine supplies the
+flavor's node index, a node filter (schedulability, node selector, taints,
+the labels of the other flavors assigned to the pod set) and an *overlay* of
+what earlier pod sets of the same job have already tentatively taken.
+
+:class:`BestFit`, the default, places a pod set on the fewest nodes with the
+tightest fit:
+
+* one unit per node (``tasksPerNode`` or ``exclusive``): walk the buckets from
+  the smallest free amount that holds a unit upwards and take the first nodes
+  that fit, so large free nodes are kept for large jobs;
+* otherwise: if the rest fits on one node, take the tightest such node; if
+  not, take the node with the most room and repeat. For a single resource
+  this finds a placement whenever one exists.
+
+Before any node is touched, an upper bound computed from the bucket sizes
+rejects gangs that cannot fit, in O(buckets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from phalanx.engine.capacity import FlavorNodes, NodeSlot
+from phalanx.engine.shapes import PodSetShape
+
+__all__ = ["BestFit", "NodeFilter", "Overlay", "PlacementPolicy", "PlacementResult"]
+
+NodeFilter = Callable[[NodeSlot], bool]
+Overlay = dict[NodeSlot, dict[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementResult:
+    """``nodes`` is ``((slot, units), ...)`` on success; ``max_units`` bounds what fits."""
+
+    nodes: tuple[tuple[NodeSlot, int], ...] | None
+    max_units: int
+
+    @property
+    def ok(self) -> bool:
+        return self.nodes is not None
+
+
+class PlacementPolicy(Protocol):
+    """Chooses nodes for one pod set in one flavor."""
+
+    name: str
+
+    def place(
+        self,
+        pod_set: PodSetShape,
+        nodes: FlavorNodes,
+        node_filter: NodeFilter | None,
+        overlay: Overlay,
+    ) -> PlacementResult: ...
+
+
+def unit_amounts(pod_set: PodSetShape, slot: NodeSlot) -> dict[str, int]:
+    """What one unit of ``pod_set`` takes from ``slot`` (the whole node when exclusive)."""
+    if pod_set.exclusive:
+        return dict(slot.capacity)
+    return pod_set.unit_request()
+
+
+class BestFit:
+    """Fewest nodes, tightest fit."""
+
+    name = "best-fit"
+
+    def place(
+        self,
+        pod_set: PodSetShape,
+        nodes: FlavorNodes,
+        node_filter: NodeFilter | None,
+        overlay: Overlay,
+    ) -> PlacementResult:
+        unit = pod_set.unit_request()
+        units = pod_set.units
+        per_unit = unit.get(nodes.primary, 0) // nodes.scale if unit else 0
+        if nodes.scale > 1 and unit.get(nodes.primary, 0) % nodes.scale:
+            per_unit += 1
+        one_per_node = pod_set.one_unit_per_node
+        bound = nodes.upper_bound_units(per_unit, one_per_node)
+        if bound < units:
+            return PlacementResult(None, bound)
+        if one_per_node:
+            return self._spread(pod_set, unit, units, per_unit, nodes, node_filter, overlay)
+        return self._pack(unit, units, per_unit, nodes, node_filter, overlay)
+
+    @staticmethod
+    def _fits(
+        slot: NodeSlot,
+        unit: dict[str, int],
+        node_filter: NodeFilter | None,
+        overlay: Overlay,
+    ) -> int:
+        if node_filter is not None and not node_filter(slot):
+            return 0
+        return slot.fit_units(unit, overlay.get(slot))
+
+    def _spread(
+        self,
+        pod_set: PodSetShape,
+        unit: dict[str, int],
+        units: int,
+        per_unit: int,
+        nodes: FlavorNodes,
+        node_filter: NodeFilter | None,
+        overlay: Overlay,
+    ) -> PlacementResult:
+        chosen: list[tuple[NodeSlot, int]] = []
+        exclusive = pod_set.exclusive
+        for slot in nodes.candidates_ascending(per_unit):
+            if exclusive and (not slot.idle or slot in overlay):
+                continue
+            if self._fits(slot, unit, node_filter, overlay):
+                chosen.append((slot, 1))
+                if len(chosen) == units:
+                    return PlacementResult(tuple(chosen), units)
+        return PlacementResult(None, len(chosen))
+
+    def _pack(
+        self,
+        unit: dict[str, int],
+        units: int,
+        per_unit: int,
+        nodes: FlavorNodes,
+        node_filter: NodeFilter | None,
+        overlay: Overlay,
+    ) -> PlacementResult:
+        keys = nodes.sorted_keys()
+        top = keys[-1] if keys else 0
+        chosen: list[tuple[NodeSlot, int]] = []
+        taken: set[NodeSlot] = set()
+        remaining = units
+        largest = nodes.candidates_descending(max(per_unit, 0))
+        while remaining > 0:
+            if per_unit == 0 or remaining * per_unit <= top:
+                for slot in nodes.candidates_ascending(remaining * per_unit):
+                    if slot not in taken and self._fits(slot, unit, node_filter, overlay) >= (
+                        remaining
+                    ):
+                        chosen.append((slot, remaining))
+                        return PlacementResult(tuple(chosen), units)
+            for slot in largest:
+                if slot in taken:
+                    continue
+                n = self._fits(slot, unit, node_filter, overlay)
+                if n:
+                    take = min(n, remaining)
+                    chosen.append((slot, take))
+                    taken.add(slot)
+                    remaining -= take
+                    break
+            else:
+                return PlacementResult(None, units - remaining)
+        return PlacementResult(tuple(chosen), units)

@@ -1,0 +1,256 @@
+"""The pending side: per-ClusterQueue heaps of jobs, split by shape, and parking.
+
+Each ClusterQueue has a :class:`ClusterQueueQueue`; inside it one
+:class:`ShapeQueue` (a heap ordered by priority, submit time, id) per job
+shape, and a small heap of the shape queues' heads, so the queue's head is
+found in O(log shapes).
+
+A head that does not fit is *parked* until something that could change the
+answer happens (Kueue's inadmissible workloads):
+
+* BestEffortFIFO parks the head's whole shape queue: every job of that shape
+  would get the same answer, and jobs of other shapes go ahead.
+* StrictFIFO parks the whole ClusterQueue behind its head; a newly submitted
+  job that sorts before the blocked head unblocks it.
+
+The :class:`ParkIndex` records what wakes each parked item: quota released in
+its cohort tree (by root name), node capacity released in a flavor, or any
+configuration change. Waking is O(items woken); nothing is ever rescanned.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from phalanx.engine.reasons import Reason
+from phalanx.engine.shapes import JobShape
+
+if TYPE_CHECKING:
+    from phalanx.engine.state import JobRecord
+
+__all__ = ["ClusterQueueQueue", "ParkIndex", "QueueManager", "ShapeQueue", "SortKey"]
+
+SortKey = tuple[float, float, int]
+"""``(-priority, submit_time, id)``: smaller sorts first."""
+
+
+class _Parkable:
+    parked: bool
+    park_reason: Reason | None
+    park_keys: tuple[str, ...]
+    token: int
+
+
+@dataclass(eq=False)
+class ShapeQueue(_Parkable):
+    cq: ClusterQueueQueue
+    shape: JobShape
+    token: int
+    heap: list[tuple[float, float, int, JobRecord]] = field(default_factory=list)
+    members: dict[int, JobRecord] = field(default_factory=dict)
+    parked: bool = False
+    park_reason: Reason | None = None
+    park_keys: tuple[str, ...] = ()
+
+    def peek(self) -> JobRecord | None:
+        heap, members = self.heap, self.members
+        while heap:
+            k0, k1, jid, rec = heap[0]
+            if members.get(jid) is rec and rec.key == (k0, k1, jid):
+                return rec
+            heapq.heappop(heap)
+        return None
+
+    def push(self, rec: JobRecord) -> None:
+        self.members[rec.id] = rec
+        k0, k1, jid = rec.key
+        heapq.heappush(self.heap, (k0, k1, jid, rec))
+
+    def rebuild(self) -> None:
+        self.heap = [(*rec.key, rec) for rec in self.members.values()]
+        heapq.heapify(self.heap)
+
+
+@dataclass(eq=False)
+class ClusterQueueQueue(_Parkable):
+    name: str
+    strict: bool
+    token: int
+    shapes: dict[JobShape, ShapeQueue] = field(default_factory=dict)
+    heads: list[tuple[float, float, int, ShapeQueue]] = field(default_factory=list)
+    pending: int = 0
+    stopped: Reason | None = None
+    parked: bool = False
+    park_reason: Reason | None = None
+    park_keys: tuple[str, ...] = ()
+    blocked_by: JobRecord | None = None
+
+    def offer(self, sq: ShapeQueue) -> None:
+        """Make ``sq``'s current head visible in the heap of heads."""
+        rec = sq.peek()
+        if rec is not None and not sq.parked:
+            k0, k1, jid = rec.key
+            heapq.heappush(self.heads, (k0, k1, jid, sq))
+
+    def head(self) -> tuple[JobRecord, ShapeQueue] | None:
+        heads = self.heads
+        while heads:
+            k0, k1, jid, sq = heads[0]
+            if not sq.parked:
+                rec = sq.peek()
+                if rec is not None and rec.key == (k0, k1, jid):
+                    return rec, sq
+            heapq.heappop(heads)
+        return None
+
+    def rebuild(self) -> None:
+        self.heads = []
+        for sq in self.shapes.values():
+            sq.rebuild()
+            self.offer(sq)
+
+
+class ParkIndex:
+    """Parked items by what wakes them: ``root:<cohort-or-cq>`` or ``flavor:<name>``."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, dict[int, _Parkable]] = {}
+        self._all: dict[int, _Parkable] = {}
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def park(self, item: _Parkable, reason: Reason, keys: tuple[str, ...]) -> None:
+        item.parked, item.park_reason, item.park_keys = True, reason, keys
+        self._all[item.token] = item
+        for key in keys:
+            self._by_key.setdefault(key, {})[item.token] = item
+
+    def unpark(self, item: _Parkable) -> None:
+        if not item.parked:
+            return
+        item.parked = False
+        self._all.pop(item.token, None)
+        for key in item.park_keys:
+            bucket = self._by_key.get(key)
+            if bucket is not None:
+                bucket.pop(item.token, None)
+                if not bucket:
+                    del self._by_key[key]
+        item.park_keys = ()
+
+    def take(self, keys: list[str]) -> list[_Parkable]:
+        """Unpark and return everything parked under any of ``keys``."""
+        woken: dict[int, _Parkable] = {}
+        for key in keys:
+            bucket = self._by_key.get(key)
+            if bucket:
+                woken.update(bucket)
+        items = list(woken.values())
+        for item in items:
+            self.unpark(item)
+        return items
+
+    def take_all(self) -> list[_Parkable]:
+        items = list(self._all.values())
+        for item in items:
+            self.unpark(item)
+        return items
+
+    def items(self) -> list[_Parkable]:
+        return list(self._all.values())
+
+
+class QueueManager:
+    """All pending jobs that have a ClusterQueue, and which queues may have a head."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, ClusterQueueQueue] = {}
+        self.parked = ParkIndex()
+        self._candidates: dict[str, ClusterQueueQueue] = {}
+        self._tokens = 0
+
+    def _token(self) -> int:
+        self._tokens += 1
+        return self._tokens
+
+    def queue(self, name: str, strict: bool) -> ClusterQueueQueue:
+        cqq = self.queues.get(name)
+        if cqq is None:
+            cqq = self.queues[name] = ClusterQueueQueue(name, strict, self._token())
+        elif cqq.strict != strict:
+            cqq.strict = strict
+            self.wake([cqq, *cqq.shapes.values()])
+        return cqq
+
+    def push(self, rec: JobRecord, cqq: ClusterQueueQueue) -> None:
+        sq = cqq.shapes.get(rec.shape)
+        if sq is None:
+            sq = cqq.shapes[rec.shape] = ShapeQueue(cqq, rec.shape, self._token())
+        before = sq.peek()
+        sq.push(rec)
+        rec.queue = sq
+        cqq.pending += 1
+        if before is None or rec.key < before.key:
+            cqq.offer(sq)
+        if cqq.parked and cqq.blocked_by is not None and rec.key < cqq.blocked_by.key:
+            self.wake([cqq])
+        self._candidates[cqq.name] = cqq
+
+    def remove(self, rec: JobRecord) -> None:
+        sq = rec.queue
+        if sq is None:
+            return
+        was_head = sq.peek() is rec
+        del sq.members[rec.id]
+        rec.queue = None
+        cqq = sq.cq
+        cqq.pending -= 1
+        if was_head:
+            cqq.offer(sq)
+        if cqq.blocked_by is rec:
+            self.wake([cqq])
+        if not sq.members:
+            if sq.parked:
+                self.parked.unpark(sq)
+            del cqq.shapes[sq.shape]
+
+    def wake(self, items: list[_Parkable]) -> None:
+        for item in items:
+            self.parked.unpark(item)
+            if isinstance(item, ShapeQueue):
+                item.cq.offer(item)
+                self._candidates[item.cq.name] = item.cq
+            elif isinstance(item, ClusterQueueQueue):
+                item.blocked_by = None
+                self._candidates[item.name] = item
+
+    def wake_keys(self, keys: list[str]) -> None:
+        self.wake(self.parked.take(keys))
+
+    def wake_all(self) -> None:
+        self.wake(self.parked.take_all())
+        self._candidates.update(self.queues)
+
+    def mark_candidate(self, cqq: ClusterQueueQueue) -> None:
+        self._candidates[cqq.name] = cqq
+
+    def heads(self) -> list[tuple[JobRecord, ShapeQueue, ClusterQueueQueue]]:
+        """One head per ClusterQueue that is neither stopped nor blocked."""
+        out: list[tuple[JobRecord, ShapeQueue, ClusterQueueQueue]] = []
+        drop: list[str] = []
+        for name, cqq in self._candidates.items():
+            found = None if (cqq.parked or cqq.stopped) else cqq.head()
+            if found is None:
+                drop.append(name)
+            else:
+                out.append((found[0], found[1], cqq))
+        for name in drop:
+            del self._candidates[name]
+        return out
+
+    def rebuild(self) -> None:
+        for cqq in self.queues.values():
+            cqq.rebuild()

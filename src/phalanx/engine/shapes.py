@@ -1,0 +1,84 @@
+"""Job shapes: the part of a job that decides whether it fits.
+
+Two jobs with the same shape in the same ClusterQueue get the same answer from
+quota and placement, so the queue manager keeps one sub-queue per shape and a
+shape that does not fit is set aside as a whole (Kueue's scheduling-equivalence
+hashing, without the per-job bookkeeping). Shapes are interned: equal shapes
+are the same object, which also keeps 100k pending jobs small in memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from phalanx.model import Job, PodSet, Toleration
+
+__all__ = ["JobShape", "PodSetShape", "ShapeInterner"]
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetShape:
+    """``count`` tasks of one request vector, with their node constraints."""
+
+    name: str
+    count: int
+    requests: tuple[tuple[str, int], ...]
+    node_selector: tuple[tuple[str, str], ...]
+    tolerations: tuple[Toleration, ...]
+    tasks_per_node: int | None
+    exclusive: bool
+
+    @property
+    def units(self) -> int:
+        """Placement units: groups of ``tasks_per_node`` tasks, or single tasks."""
+        return self.count // self.tasks_per_node if self.tasks_per_node else self.count
+
+    @property
+    def unit_size(self) -> int:
+        return self.tasks_per_node or 1
+
+    @property
+    def one_unit_per_node(self) -> bool:
+        return self.tasks_per_node is not None or self.exclusive
+
+    def request(self, resource: str) -> int:
+        for name, amount in self.requests:
+            if name == resource:
+                return amount
+        return 0
+
+    def total(self, resource: str) -> int:
+        return self.count * self.request(resource)
+
+    def unit_request(self) -> dict[str, int]:
+        size = self.unit_size
+        return {name: amount * size for name, amount in self.requests if amount}
+
+
+@dataclass(frozen=True, slots=True)
+class JobShape:
+    pod_sets: tuple[PodSetShape, ...]
+
+
+class ShapeInterner:
+    """Maps pod sets and jobs to shared shape objects."""
+
+    def __init__(self) -> None:
+        self._pod_sets: dict[PodSetShape, PodSetShape] = {}
+        self._jobs: dict[JobShape, JobShape] = {}
+
+    def pod_set(self, pod_set: PodSet) -> PodSetShape:
+        shape = PodSetShape(
+            name=pod_set.name,
+            count=pod_set.count,
+            requests=tuple(sorted((k, v) for k, v in pod_set.requests.items())),
+            node_selector=tuple(sorted(pod_set.node_selector.items())),
+            tolerations=tuple(pod_set.tolerations),
+            tasks_per_node=pod_set.tasks_per_node,
+            exclusive=pod_set.exclusive,
+        )
+        return self._pod_sets.setdefault(shape, shape)
+
+    def job(self, job: Job) -> JobShape:
+        shape = JobShape(tuple(self.pod_set(p) for p in job.pod_sets))
+        return self._jobs.setdefault(shape, shape)

@@ -1,0 +1,54 @@
+"""The engine's record of one job: where it waits or what it holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from phalanx.engine.ordering import JobFacts
+from phalanx.engine.quota import FlavorResource
+from phalanx.engine.reasons import Reason
+from phalanx.engine.shapes import JobShape
+from phalanx.model import Job
+
+if TYPE_CHECKING:
+    from phalanx.engine.capacity import NodeSlot
+    from phalanx.engine.decisions import Admit
+    from phalanx.engine.queues import ShapeQueue, SortKey
+    from phalanx.engine.quota import QuotaNode
+
+__all__ = ["Admission", "JobRecord"]
+
+
+@dataclass(eq=False, slots=True)
+class Admission:
+    """What an admitted job holds: quota in its ClusterQueue and capacity on nodes."""
+
+    cluster_queue: str
+    quota_node: QuotaNode
+    usage: dict[FlavorResource, int]
+    allocations: list[tuple[NodeSlot, dict[str, int], bool]]
+    """``(node, amounts taken, exclusive)``."""
+    decision: Admit
+    evicting: bool = False
+
+
+@dataclass(eq=False, slots=True)
+class JobRecord:
+    job: Job
+    shape: JobShape
+    facts: JobFacts
+    cluster_queue: str | None = None
+    local_queue: str | None = None
+    priority: float = 0.0
+    key: SortKey = (0.0, 0.0, 0)
+    queue: ShapeQueue | None = None
+    admission: Admission | None = None
+    reason: Reason | None = None
+    waiting: Reason | None = None
+    """Why the job has no ClusterQueue queue to wait in (queue missing, LocalQueue stopped)."""
+    flags: set[str] = field(default_factory=set)
+
+    @property
+    def id(self) -> int:
+        return self.facts.id

@@ -1,0 +1,72 @@
+"""The phalanx vocabulary: nodes, flavors, cohorts, queues, tenants, jobs and quantities.
+
+Everything here is a frozen pydantic v2 model whose wire names follow Kueue's
+v1beta2 spelling; quantities are exact integers (milli-cores, bytes, devices).
+"""
+
+from phalanx.model.flavor import HOSTNAME_LABEL, ResourceFlavor, Topology, TopologyLevel
+from phalanx.model.job import Job, JobState, PodSet
+from phalanx.model.node import AdminState, Node, NodeState, Taint, Toleration, tolerates
+from phalanx.model.quantity import (
+    CPU,
+    GPU,
+    MEMORY,
+    QuantityError,
+    format_quantity,
+    parse_quantity,
+)
+from phalanx.model.queue import (
+    BorrowWithinCohort,
+    ClusterQueue,
+    ClusterQueuePreemption,
+    Cohort,
+    FairSharing,
+    FlavorFungibility,
+    FungibilityPreference,
+    LocalQueue,
+    QueueingStrategy,
+    StopPolicy,
+    WhenCanBorrow,
+    WhenCanPreempt,
+)
+from phalanx.model.resources import FlavorQuotas, ResourceGroup, ResourceQuota
+from phalanx.model.tenant import PriorityClass, Tenant
+
+__all__ = [
+    "CPU",
+    "GPU",
+    "HOSTNAME_LABEL",
+    "MEMORY",
+    "AdminState",
+    "BorrowWithinCohort",
+    "ClusterQueue",
+    "ClusterQueuePreemption",
+    "Cohort",
+    "FairSharing",
+    "FlavorFungibility",
+    "FlavorQuotas",
+    "FungibilityPreference",
+    "Job",
+    "JobState",
+    "LocalQueue",
+    "Node",
+    "NodeState",
+    "PodSet",
+    "PriorityClass",
+    "QuantityError",
+    "QueueingStrategy",
+    "ResourceFlavor",
+    "ResourceGroup",
+    "ResourceQuota",
+    "StopPolicy",
+    "Taint",
+    "Tenant",
+    "Toleration",
+    "Topology",
+    "TopologyLevel",
+    "WhenCanBorrow",
+    "WhenCanPreempt",
+    "format_quantity",
+    "parse_quantity",
+    "tolerates",
+]

@@ -1,0 +1,133 @@
+"""Jobs: gangs of one or more pod sets, each ``count`` tasks with per-task requests."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from phalanx.model.base import PhalanxModel
+from phalanx.model.node import Toleration
+from phalanx.model.quantity import GPU
+from phalanx.model.resources import ResourceList, parse_resources
+
+__all__ = ["Job", "JobState", "PodSet"]
+
+
+class JobState(StrEnum):
+    """Job lifecycle; the Slurm code of each state is :attr:`code`."""
+
+    PENDING = "PENDING"
+    ADMITTED = "ADMITTED"
+    RUNNING = "RUNNING"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    PREEMPTED = "PREEMPTED"
+    NODE_FAIL = "NODE_FAIL"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+
+    @property
+    def code(self) -> str:
+        return _SLURM_CODES[self]
+
+    @property
+    def finished(self) -> bool:
+        return self in _FINISHED
+
+
+_SLURM_CODES = {
+    JobState.PENDING: "PD",
+    JobState.ADMITTED: "CF",
+    JobState.RUNNING: "R",
+    JobState.COMPLETING: "CG",
+    JobState.COMPLETED: "CD",
+    JobState.FAILED: "F",
+    JobState.CANCELLED: "CA",
+    JobState.TIMEOUT: "TO",
+    JobState.PREEMPTED: "PR",
+    JobState.NODE_FAIL: "NF",
+    JobState.OUT_OF_MEMORY: "OOM",
+}
+_FINISHED = frozenset(
+    {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.PREEMPTED,
+        JobState.NODE_FAIL,
+        JobState.OUT_OF_MEMORY,
+    }
+)
+
+
+class PodSet(PhalanxModel):
+    """``count`` identical tasks, each requesting ``requests``.
+
+    ``tasksPerNode`` places tasks in groups of exactly that many per node (Slurm's
+    ``--nodes N --ntasks-per-node K``); ``exclusive`` gives every node used the
+    whole node (Slurm's ``--exclusive``).
+    """
+
+    name: str = Field(default="main", min_length=1)
+    count: int = Field(default=1, ge=1)
+    requests: ResourceList = Field(default_factory=dict)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    tasks_per_node: int | None = Field(default=None, ge=1)
+    exclusive: bool = False
+
+    @field_validator("requests", mode="before")
+    @classmethod
+    def _parse_requests(cls, value: Any) -> dict[str, int]:
+        return parse_resources(value)
+
+    @model_validator(mode="after")
+    def _tasks_per_node_divides(self) -> PodSet:
+        if self.tasks_per_node is not None and self.count % self.tasks_per_node:
+            raise ValueError(
+                f"count ({self.count}) must be a multiple of tasksPerNode ({self.tasks_per_node})"
+            )
+        return self
+
+    def total(self, resource: str) -> int:
+        return self.count * self.requests.get(resource, 0)
+
+
+class Job(PhalanxModel):
+    """A gang: every task of every pod set is placed, or none is.
+
+    A job reaches a ClusterQueue through its LocalQueue (``queue`` in the
+    ``tenant`` namespace) or directly (``clusterQueue``, Slurm's partition).
+    Times are seconds since the Unix epoch.
+    """
+
+    id: int = Field(ge=0)
+    name: str = ""
+    tenant: str = Field(default="default", min_length=1)
+    user: str = ""
+    queue: str | None = None
+    cluster_queue: str | None = None
+    priority_class: str | None = None
+    priority: int | None = None
+    pod_sets: list[PodSet] = Field(min_length=1, max_length=18)
+    submit_time: float = 0.0
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _valid(self) -> Job:
+        names = [p.name for p in self.pod_sets]
+        if len(set(names)) != len(names):
+            raise ValueError("podSets: names must be unique")
+        if self.queue is None and self.cluster_queue is None:
+            raise ValueError("a job needs a queue (LocalQueue) or a clusterQueue")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        """Total GPUs over every pod set."""
+        return sum(p.total(GPU) for p in self.pod_sets)

@@ -1,0 +1,85 @@
+"""Nodes, their taints, and the tolerations that let tasks land on them."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from phalanx.model.base import PhalanxModel
+from phalanx.model.resources import ResourceList, parse_resources
+
+__all__ = ["AdminState", "Node", "NodeState", "Taint", "Toleration", "tolerates"]
+
+
+class AdminState(StrEnum):
+    """What an operator has said about a node (Slurm's resume / drain / down)."""
+
+    UP = "up"
+    DRAIN = "drain"
+    DOWN = "down"
+
+
+class NodeState(StrEnum):
+    """A node's state as sinfo shows it: derived from allocations and AdminState."""
+
+    IDLE = "idle"
+    MIXED = "mixed"
+    ALLOCATED = "allocated"
+    DRAIN = "drain"
+    DOWN = "down"
+
+
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class Taint(PhalanxModel):
+    """A Kubernetes node taint."""
+
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: TaintEffect = "NoSchedule"
+
+
+class Toleration(PhalanxModel):
+    """A Kubernetes toleration (``Equal`` or ``Exists``)."""
+
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: TaintEffect | Literal[""] = ""
+    toleration_seconds: int | None = None
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+def tolerates(tolerations: list[Toleration] | tuple[Toleration, ...], taints: list[Taint]) -> bool:
+    """True when every NoSchedule/NoExecute taint is tolerated (PreferNoSchedule is ignored)."""
+    return all(
+        taint.effect == "PreferNoSchedule" or any(t.tolerates(taint) for t in tolerations)
+        for taint in taints
+    )
+
+
+class Node(PhalanxModel):
+    """A machine (or a virtual node) with labels, taints and a capacity."""
+
+    name: str = Field(min_length=1)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+    capacity: ResourceList = Field(default_factory=dict)
+    state: AdminState = AdminState.UP
+    reason: str = ""
+
+    @field_validator("capacity", mode="before")
+    @classmethod
+    def _parse_capacity(cls, value: Any) -> dict[str, int]:
+        return parse_resources(value)

@@ -1,0 +1,124 @@
+"""Kubernetes resource quantities parsed to exact integers.
+
+Quota arithmetic never touches floats. A quantity string such as ``8``,
+``96``, ``500m``, ``1000Gi``, ``1.5Ti`` or ``2e3`` is parsed with
+:class:`fractions.Fraction` and converted to an integer in the resource's
+*base unit*:
+
+* ``cpu`` is counted in milli-cores (``"2"`` -> ``2000``, ``"500m"`` -> ``500``);
+* every other resource (``memory`` in bytes, ``nvidia.com/gpu`` in devices,
+  any extended resource) is counted in whole units.
+
+Like Kubernetes' ``Quantity.Value()``, a fractional amount of a whole-unit
+resource is rounded *up* (``"0.5"`` bytes is one byte); a fractional number of
+milli-cores is rounded up as ``MilliValue()`` does.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+__all__ = [
+    "CPU",
+    "GPU",
+    "MEMORY",
+    "QuantityError",
+    "format_quantity",
+    "is_milli_resource",
+    "parse_quantity",
+]
+
+CPU = "cpu"
+MEMORY = "memory"
+GPU = "nvidia.com/gpu"
+
+_MILLI_RESOURCES = frozenset({CPU})
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+}
+_QUANTITY_RE = re.compile(
+    r"^(?P<sign>[+-]?)(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exp>[+-]?[0-9]+))?$"
+)
+
+
+class QuantityError(ValueError):
+    """A string that is not a Kubernetes quantity, or a negative one."""
+
+
+def is_milli_resource(resource: str) -> bool:
+    """True for resources counted in milli-units (``cpu``)."""
+    return resource in _MILLI_RESOURCES
+
+
+def _ceil(value: Fraction) -> int:
+    return -((-value.numerator) // value.denominator)
+
+
+def parse_quantity(value: str | int, resource: str) -> int:
+    """Parse ``value`` into the integer base unit of ``resource``.
+
+    >>> parse_quantity("500m", "cpu")
+    500
+    >>> parse_quantity("1.5Ti", "memory")
+    1649267441664
+    >>> parse_quantity(8, "nvidia.com/gpu")
+    8
+    """
+    if isinstance(value, bool):
+        raise QuantityError(f"expected a quantity such as 8, 500m or 16Gi, got {value!r}")
+    if isinstance(value, int):
+        amount = Fraction(value)
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise QuantityError(f"expected a finite quantity, got {value!r}")
+        amount = Fraction(repr(value))
+    elif isinstance(value, str):
+        match = _QUANTITY_RE.match(value.strip())
+        if match is None:
+            raise QuantityError(
+                f"expected a quantity such as 8, 500m, 16Gi or 1.5Ti, got {value!r}"
+            )
+        amount = Fraction(match["num"])
+        suffix, exp = match["suffix"], match["exp"]
+        if exp is not None:
+            amount *= Fraction(10) ** int(exp)
+        elif suffix in _BINARY:
+            amount *= _BINARY[suffix]
+        else:
+            amount *= _DECIMAL[suffix or ""]
+        if match["sign"] == "-":
+            amount = -amount
+    else:
+        raise QuantityError(f"expected a quantity such as 8, 500m or 16Gi, got {value!r}")
+    if amount < 0:
+        raise QuantityError(f"expected a non-negative quantity, got {value!r}")
+    if is_milli_resource(resource):
+        amount *= 1000
+    return _ceil(amount)
+
+
+def format_quantity(amount: int, resource: str) -> str:
+    """Render an integer base-unit amount back into Kubernetes notation."""
+    if is_milli_resource(resource):
+        if amount % 1000 == 0:
+            return str(amount // 1000)
+        return f"{amount}m"
+    if amount != 0:
+        for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+            unit = _BINARY[suffix]
+            if amount % unit == 0:
+                return f"{amount // unit}{suffix}"
+    return str(amount)

@@ -1,0 +1,26 @@
+"""Tenants (fair-share entities, Slurm accounts / Kubernetes namespaces) and PriorityClasses."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from phalanx.model.base import PhalanxModel
+
+__all__ = ["PriorityClass", "Tenant"]
+
+
+class Tenant(PhalanxModel):
+    """A fair-share entity. ``allocation`` is its share L in the priority formula."""
+
+    name: str = Field(min_length=1)
+    parent: str | None = None
+    allocation: float = Field(default=1.0, ge=0)
+    users: list[str] = Field(default_factory=list)
+
+
+class PriorityClass(PhalanxModel):
+    """Kueue's WorkloadPriorityClass, Slurm's QOS: an integer priority value."""
+
+    name: str = Field(min_length=1)
+    value: int = Field(ge=-(2**31), le=2**31 - 1)
+    description: str = Field(default="", max_length=2048)
