@@ -32,9 +32,7 @@ from phalanx.engine.capacity import NodeSlot
 from phalanx.engine.placement import NodeFilter, Overlay, PlacementPolicy, PlacementResult
 from phalanx.engine.quota import (
     FlavorResource,
-    Shortage,
     available,
-    find_shortage,
     potential_available,
 )
 from phalanx.engine.shapes import JobShape, PodSetShape
@@ -59,7 +57,6 @@ class FlavorAttempt:
     resource: str = ""
     needed: int = 0
     available: int = 0
-    shortage: Shortage | None = None
     max_units: int = 0
     borrow: int = 0
 
@@ -138,12 +135,31 @@ class FlavorAssigner:
         self.generation = 0
         """Bumped on every allocation: an assignment from an older generation is re-checked."""
         self._failed: dict[tuple[PodSetShape, str, tuple[str, ...]], PlacementResult] = {}
+        self._shared: dict[tuple[object, ...], Assignment] = {}
+        self._requested: dict[tuple[PodSetShape, GroupInfo], list[tuple[str, int]]] = {}
 
     def new_cycle(self) -> None:
         # Within a cycle capacity only shrinks, so a placement that failed stays failed.
         self._failed.clear()
+        self._shared.clear()
 
     def assign(self, shape: JobShape, cq: ClusterQueueInfo) -> Assignment:
+        """Flavors and nodes for ``shape`` in ``cq``, or the record of why there are none."""
+        node = cq.node
+        if not node.simple:
+            return self._assign(shape, cq)
+        # Without limits every queue of a tree sees the same quota, so until the next
+        # allocation a failure in one queue is the failure in any queue of that tree.
+        key = (node.top, shape, cq.groups, cq.model.flavor_fungibility)
+        shared = self._shared.get(key)
+        if shared is not None and shared.generation == self.generation:
+            return shared
+        result = self._assign(shape, cq)
+        if not result.ok:
+            self._shared[key] = result
+        return result
+
+    def _assign(self, shape: JobShape, cq: ClusterQueueInfo) -> Assignment:
         usage: dict[FlavorResource, int] = {}
         overlay: Overlay = {}
         results: list[PodSetResult] = []
@@ -240,29 +256,35 @@ class FlavorAssigner:
             cq.model.flavor_fungibility.when_can_borrow is WhenCanBorrow.TRY_NEXT_FLAVOR
         )
         best: tuple[int, str, tuple[tuple[NodeSlot, int], ...] | None] | None = None
-        requested = [(r, pod_set.total(r)) for r in group.covered if pod_set.total(r) > 0]
+        requested = self._requested.get((pod_set, group))
+        if requested is None:
+            # GPUs first: the scarcest resource fails fastest and is the one worth naming.
+            requested = sorted(
+                ((r, pod_set.total(r)) for r in group.covered if pod_set.total(r) > 0),
+                key=lambda item: item[0] != GPU,
+            )
+            self._requested[(pod_set, group)] = requested
+        top = node.top if node.simple else None
         for flavor_name in group.flavors:
             flavor = self.cache.flavors[flavor_name]
             if not _flavor_matches(pod_set, flavor):
                 result.attempts.append(FlavorAttempt(flavor_name, NO_MATCH))
                 continue
             attempt: FlavorAttempt | None = None
-            borrow = 0
             for resource, total in requested:
                 fr = (flavor_name, resource)
                 val = usage.get(fr, 0) + total
-                if val > potential_available(node, fr):
-                    attempt = FlavorAttempt(
-                        flavor_name, MAX_QUOTA, resource, val, potential_available(node, fr)
-                    )
-                    break
-                free = max(0, available(node, fr))
+                if top is not None:
+                    free = top.subtree.get(fr, 0) - top.usage.get(fr, 0)
+                else:
+                    free = available(node, fr)
                 if val > free:
-                    attempt = FlavorAttempt(
-                        flavor_name, QUOTA, resource, val, free, find_shortage(node, fr, val)
-                    )
+                    most = top.subtree.get(fr, 0) if top else potential_available(node, fr)
+                    if val > most:
+                        attempt = FlavorAttempt(flavor_name, MAX_QUOTA, resource, val, most)
+                    else:
+                        attempt = FlavorAttempt(flavor_name, QUOTA, resource, val, max(0, free))
                     break
-                borrow = max(borrow, node.borrowing_height(fr, val))
             if attempt is not None:
                 result.attempts.append(attempt)
                 continue
@@ -275,6 +297,10 @@ class FlavorAssigner:
                     )
                     continue
                 placement = placed.nodes
+            borrow = 0
+            for resource, total in requested:
+                fr = (flavor_name, resource)
+                borrow = max(borrow, node.borrowing_height(fr, usage.get(fr, 0) + total))
             result.attempts.append(FlavorAttempt(flavor_name, FIT, borrow=borrow))
             if borrow == 0 or not try_next_on_borrow:
                 return flavor_name, placement

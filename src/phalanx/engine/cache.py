@@ -240,6 +240,9 @@ class ClusterCache:
         for info in self.cluster_queues.values():
             if info.node.parent is None:
                 info.node.rebuild()
+            chain = [info.node, *info.node.ancestors()]
+            info.node.top = chain[-1]
+            info.node.simple = not any(n.borrowing_limit or n.lending_limit for n in chain)
 
     def stop_reason(self, info: ClusterQueueInfo) -> Reason | None:
         if info.inactive is not None:

@@ -19,7 +19,7 @@ everything that fits, not one job per queue.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from phalanx.engine.assigner import Assignment, FlavorAssigner
@@ -43,7 +43,13 @@ from phalanx.engine.events import (
     TenantUsage,
     Upsert,
 )
-from phalanx.engine.explain import reason_for_failure, strict_fifo_reason, waiting_reason
+from phalanx.engine.explain import (
+    reason_for_failure,
+    signature,
+    strict_fifo_reason,
+    waiting_reason,
+    wake_conditions,
+)
 from phalanx.engine.ordering import JobFacts, PriorityContext, TenantShare
 from phalanx.engine.placement import unit_amounts
 from phalanx.engine.queues import ClusterQueueQueue, QueueManager, ShapeQueue
@@ -70,6 +76,13 @@ __all__ = ["Engine"]
 
 Entry = tuple[int, tuple[float, float, int], JobRecord, ShapeQueue, Assignment]
 """A head in a round: ``(borrowing height, sort key, job, its shape queue, assignment)``."""
+
+
+Probe = Callable[[str, int], None]
+
+
+def _entry_order(entry: Entry) -> tuple[int, tuple[float, float, int]]:
+    return entry[0], entry[1]
 
 
 def _local_queue_key(namespace: str, name: str) -> str:
@@ -219,7 +232,13 @@ class Engine:
         self.cache.rebuild_quota()
         for name, cqq in self.queues.queues.items():
             info = self.cache.cluster_queues.get(name)
-            cqq.stopped = self.cache.stop_reason(info) if info is not None else None
+            stopped = self.cache.stop_reason(info) if info is not None else None
+            if stopped is not None and stopped != cqq.stopped:
+                # Jobs of a stopped or inactive queue are never heads: say why here.
+                members = [rec for sq in cqq.shapes.values() for rec in sq.members.values()]
+                for rec in sorted(members, key=lambda r: r.key):
+                    self._emit_reason(rec, stopped, self._outbox)
+            cqq.stopped = stopped
         self.queues.wake_all()
 
     # ------------------------------------------------------------------ jobs
@@ -297,6 +316,8 @@ class Engine:
         )
         cqq.stopped = self.cache.stop_reason(info)
         self.queues.push(rec, cqq)
+        if cqq.stopped is not None:
+            self._emit_reason(rec, cqq.stopped, self._outbox)
 
     def _wait(self, rec: JobRecord, reason: Reason | None) -> None:
         if reason is None:
@@ -309,8 +330,12 @@ class Engine:
 
     def _resolve_waiting(self) -> None:
         for rec in list(self._waiting.values()):
-            if self._resolve(rec)[2] is None:
+            problem = self._resolve(rec)[2]
+            if problem is None:
                 self._enqueue(rec)
+            elif problem != rec.waiting:
+                # Still waiting, for another reason (the LocalQueue now exists, its CQ doesn't).
+                self._wait(rec, problem)
 
     def _local_queue_changed(self, key: str) -> None:
         lq = self.cache.local_queues.get(key)
@@ -357,11 +382,12 @@ class Engine:
         self._admitted_by_cq.get(admission.cluster_queue, {}).pop(rec.id, None)
         info = self.cache.cluster_queues.get(admission.cluster_queue)
         keys: list[str] = []
+        root = ""
         if info is not None and info.node is admission.quota_node:
             node = info.node
             for fr, amount in admission.usage.items():
                 node.remove_usage(fr, amount)
-            keys.append(info.root_key)
+            root = info.root_key
         nodes = self.cache.nodes
         for slot, amounts, exclusive in admission.allocations:
             slot.release(amounts)
@@ -371,7 +397,7 @@ class Engine:
             if nodes.get(slot.name) is slot:
                 self.cache.reindex(slot)
                 keys.extend("flavor:" + index.name for index in slot.flavors)
-        self.queues.wake_keys(list(dict.fromkeys(keys)))
+        self.queues.release(root, admission.usage if root else {}, list(dict.fromkeys(keys)))
 
     # ------------------------------------------------------------------ priority
 
@@ -426,8 +452,14 @@ class Engine:
 
     # ------------------------------------------------------------------ cycle
 
-    def cycle(self, now: float) -> list[Decision]:
-        """Admit everything that fits now; say why the rest waits."""
+    def cycle(self, now: float, probe: Probe | None = None) -> list[Decision]:
+        """Admit everything that fits now; say why the rest waits.
+
+        ``probe``, if given, is called with ``("round", -1)`` when a round starts and
+        ``("nominated", job_id)`` / ``("decided", job_id)`` after each head is assigned
+        and after it is admitted or parked, so a caller can time single decisions.
+        It observes only: decisions never depend on it.
+        """
         out: list[Decision] = self._outbox
         self._outbox = []
         self._refresh_priorities(now)
@@ -442,14 +474,15 @@ class Engine:
                 break
             self.stats["rounds"] += 1
             self.stats["heads"] += len(heads)
-            entries: list[
-                tuple[int, tuple[float, float, int], JobRecord, ShapeQueue, Assignment]
-            ] = []
+            if probe is not None:
+                probe("round", -1)
+            entries: list[Entry] = []
             for rec, sq, cqq in heads:
-                info = cache.cluster_queues[cqq.name]
-                entries.append((0, rec.key, rec, sq, assigner.assign(rec.shape, info)))
-            entries = [(a.borrow if a.ok else 0, k, r, s, a) for _, k, r, s, a in entries]
-            entries.sort(key=lambda e: (e[0], e[1]))
+                a = assigner.assign(rec.shape, cache.cluster_queues[cqq.name])
+                entries.append((a.borrow if a.ok else 0, rec.key, rec, sq, a))
+                if probe is not None:
+                    probe("nominated", rec.id)
+            entries.sort(key=_entry_order)
             for _, _, rec, sq, assignment in entries:
                 info = cache.cluster_queues[sq.cq.name]
                 if assignment.ok and not assigner.still_fits(assignment, info):
@@ -458,6 +491,8 @@ class Engine:
                     out.append(self._admit(rec, info, assignment))
                 else:
                     self._park(rec, sq, info, assignment, out)
+                if probe is not None:
+                    probe("decided", rec.id)
         return out
 
     def _admit(self, rec: JobRecord, info: ClusterQueueInfo, assignment: Assignment) -> Admit:
@@ -507,14 +542,22 @@ class Engine:
     ) -> None:
         failed = assignment.failed
         assert failed is not None
-        reason, keys = reason_for_failure(info.name, failed)
-        park_keys = tuple(info.root_key if k == "quota" else k for k in keys)
+        sig = signature(failed)
+        if rec.reason_sig is not None and rec.reason_sig[0] == sig:
+            reason = rec.reason_sig[1]
+        else:
+            reason = reason_for_failure(info.name, info.node, failed)
+            rec.reason_sig = (sig, reason)
+        shortages, keys = wake_conditions(failed)
+        parked = self.queues.parked
+        root = info.root_key
+        conditions = tuple((root, fr, parked.total(root, fr) + short) for fr, short in shortages)
         cqq = sq.cq
         if cqq.strict:
             cqq.blocked_by = rec
-            self.queues.parked.park(cqq, reason, park_keys)
+            parked.park(cqq, reason, keys, conditions)
         else:
-            self.queues.parked.park(sq, reason, park_keys)
+            parked.park(sq, reason, keys, conditions)
         self._emit_reason(rec, reason, out)
 
     def _emit_reason(self, rec: JobRecord, reason: Reason, out: list[Decision]) -> None:

@@ -1,4 +1,9 @@
-"""Pending reasons built from the record of a failed assignment."""
+"""Pending reasons built from the record of a failed assignment.
+
+Building a sentence costs more than deciding, so the engine first compares a
+failure's :func:`signature` with the job's previous one and only builds a new
+:class:`Reason` when something a reader would see has changed.
+"""
 
 from __future__ import annotations
 
@@ -11,20 +16,31 @@ from phalanx.engine.assigner import (
     FlavorAttempt,
     PodSetResult,
 )
+from phalanx.engine.quota import FlavorResource, QuotaNode, Shortage, binding_limit
 from phalanx.engine.reasons import Reason, ReasonCode
 from phalanx.model import format_quantity
 
-__all__ = ["reason_for_failure", "strict_fifo_reason", "waiting_reason"]
+__all__ = [
+    "reason_for_failure",
+    "signature",
+    "strict_fifo_reason",
+    "waiting_reason",
+    "wake_conditions",
+]
 
 
 def _amount(resource: str, amount: int) -> str:
     return f"{format_quantity(amount, resource)} {resource}"
 
 
-def _describe(attempt: FlavorAttempt, pod_set: PodSetResult) -> str:
+def _shortage(node: QuotaNode, attempt: FlavorAttempt) -> Shortage:
+    where, limit = binding_limit(node, (attempt.flavor, attempt.resource))
+    return Shortage(where.name, where.kind, limit, attempt.needed - attempt.available)
+
+
+def _describe(attempt: FlavorAttempt, pod_set: PodSetResult, s: Shortage | None) -> str:
     flavor = attempt.flavor
-    if attempt.outcome == QUOTA and attempt.shortage is not None:
-        s = attempt.shortage
+    if attempt.outcome == QUOTA and s is not None:
         where = f"{s.kind} {s.node}"
         if s.limit == "borrowingLimit":
             where += " (borrowingLimit reached)"
@@ -55,30 +71,41 @@ def _describe(attempt: FlavorAttempt, pod_set: PodSetResult) -> str:
     return f"flavor {flavor}: {attempt.outcome}"
 
 
-def reason_for_failure(cluster_queue: str, pod_set: PodSetResult) -> tuple[Reason, tuple[str, ...]]:
-    """The pending reason of a pod set that got no flavor, and the park keys that can wake it.
+def signature(pod_set: PodSetResult) -> tuple[object, ...]:
+    """Everything a failure's reason is built from, as a cheap comparable value."""
+    return (
+        pod_set.shape,
+        tuple(
+            (a.flavor, a.outcome, a.resource, a.needed, a.available, a.max_units)
+            for a in pod_set.attempts
+        ),
+    )
 
-    Keys: ``quota`` when some flavor was short of quota (wakes on quota released
-    in the cohort tree) and ``flavor:<name>`` for each flavor whose nodes were
-    short (wakes on capacity released there). Neither: only a configuration
-    change can help.
-    """
+
+def reason_for_failure(cluster_queue: str, node: QuotaNode, pod_set: PodSetResult) -> Reason:
+    """The pending reason of a pod set that got no flavor in ``cluster_queue``."""
     attempts = pod_set.attempts
     outcomes = {a.outcome for a in attempts}
     if PLACEMENT in outcomes:
-        code = ReasonCode.NO_NODE_FIT
+        code, outcome = ReasonCode.NO_NODE_FIT, PLACEMENT
     elif QUOTA in outcomes:
-        code = ReasonCode.INSUFFICIENT_QUOTA
+        code, outcome = ReasonCode.INSUFFICIENT_QUOTA, QUOTA
     elif MAX_QUOTA in outcomes:
-        code = ReasonCode.EXCEEDS_MAX_QUOTA
+        code, outcome = ReasonCode.EXCEEDS_MAX_QUOTA, MAX_QUOTA
     elif UNDECLARED in outcomes:
-        code = ReasonCode.UNDECLARED_RESOURCE
+        code, outcome = ReasonCode.UNDECLARED_RESOURCE, UNDECLARED
     else:
-        code = ReasonCode.NO_MATCHING_FLAVOR
-    parts = [_describe(a, pod_set) for a in attempts]
-    message = f"couldn't assign flavors to pod set {pod_set.shape.name}: " + "; ".join(parts)
+        code, outcome = ReasonCode.NO_MATCHING_FLAVOR, NO_MATCH
+    # Where each shortage binds depends on the tree now: find it now, word it later.
+    shortages = {id(a): _shortage(node, a) for a in attempts if a.outcome == QUOTA}
+
+    def message() -> str:
+        parts = [_describe(a, pod_set, shortages.get(id(a))) for a in attempts]
+        return f"couldn't assign flavors to pod set {pod_set.shape.name}: " + "; ".join(parts)
+
+    # The details describe the attempt that gave the reason its code.
     first = next(
-        (a for a in attempts if a.outcome in (PLACEMENT, QUOTA)),
+        (a for a in attempts if a.outcome == outcome),
         attempts[0] if attempts else None,
     )
     details: dict[str, object] = {"clusterQueue": cluster_queue, "podSet": pod_set.shape.name}
@@ -86,16 +113,36 @@ def reason_for_failure(cluster_queue: str, pod_set: PodSetResult) -> tuple[Reaso
         details["flavor"] = first.flavor
         if first.resource:
             details["resource"] = first.resource
-        if first.outcome == QUOTA and first.shortage is not None:
-            details["shortBy"] = first.shortage.short_by
-            details["shortIn"] = f"{first.shortage.kind}/{first.shortage.node}"
+        if first.outcome == QUOTA:
+            s = shortages[id(first)]
+            details["shortBy"] = s.short_by
+            details["shortIn"] = f"{s.kind}/{s.node}"
         if first.outcome == PLACEMENT:
             details["maxTasks"] = first.max_units * pod_set.shape.unit_size
-    keys: list[str] = []
-    if QUOTA in outcomes:
-        keys.append("quota")
-    keys.extend(f"flavor:{a.flavor}" for a in attempts if a.outcome == PLACEMENT)
-    return Reason(code, message, details), tuple(dict.fromkeys(keys))
+    return Reason(code, message, details)
+
+
+def wake_conditions(
+    pod_set: PodSetResult,
+) -> tuple[list[tuple[FlavorResource, int]], tuple[str, ...]]:
+    """What could make a failed pod set fit, as park conditions.
+
+    * ``(flavor-resource, short_by)`` for each flavor that was short of quota:
+      its availability can only grow by quota released in the cohort tree, so
+      the pod set cannot fit that flavor before ``short_by`` has been released;
+    * ``flavor:<name>`` for each flavor whose nodes were short.
+
+    With neither, only a configuration change can help.
+    """
+    quota = [
+        ((a.flavor, a.resource), a.needed - a.available)
+        for a in pod_set.attempts
+        if a.outcome == QUOTA
+    ]
+    keys = tuple(
+        dict.fromkeys(f"flavor:{a.flavor}" for a in pod_set.attempts if a.outcome == PLACEMENT)
+    )
+    return quota, keys
 
 
 def strict_fifo_reason(cluster_queue: str, head_id: int) -> Reason:

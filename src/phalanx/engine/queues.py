@@ -24,6 +24,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from phalanx.engine.quota import FlavorResource
 from phalanx.engine.reasons import Reason
 from phalanx.engine.shapes import JobShape
 
@@ -36,10 +37,16 @@ SortKey = tuple[float, float, int]
 """``(-priority, submit_time, id)``: smaller sorts first."""
 
 
+Condition = tuple[str, FlavorResource, int]
+"""``(root key, flavor-resource, threshold)``: wake once that much has been released there."""
+
+
 class _Parkable:
     parked: bool
     park_reason: Reason | None
     park_keys: tuple[str, ...]
+    park_conditions: tuple[Condition, ...]
+    park_gen: int
     token: int
 
 
@@ -48,28 +55,34 @@ class ShapeQueue(_Parkable):
     cq: ClusterQueueQueue
     shape: JobShape
     token: int
-    heap: list[tuple[float, float, int, JobRecord]] = field(default_factory=list)
+    heap: list[tuple[float, float, int, int, JobRecord]] = field(default_factory=list)
     members: dict[int, JobRecord] = field(default_factory=dict)
     parked: bool = False
     park_reason: Reason | None = None
     park_keys: tuple[str, ...] = ()
+    park_conditions: tuple[Condition, ...] = ()
+    park_gen: int = 0
+    pushes: int = 0
 
     def peek(self) -> JobRecord | None:
         heap, members = self.heap, self.members
         while heap:
-            k0, k1, jid, rec = heap[0]
+            k0, k1, jid, _, rec = heap[0]
             if members.get(jid) is rec and rec.key == (k0, k1, jid):
                 return rec
             heapq.heappop(heap)
         return None
 
     def push(self, rec: JobRecord) -> None:
+        # A job may have stale entries with its own key (pushed again after a requeue):
+        # the push counter keeps tuples from ever comparing the records themselves.
         self.members[rec.id] = rec
         k0, k1, jid = rec.key
-        heapq.heappush(self.heap, (k0, k1, jid, rec))
+        self.pushes += 1
+        heapq.heappush(self.heap, (k0, k1, jid, self.pushes, rec))
 
     def rebuild(self) -> None:
-        self.heap = [(*rec.key, rec) for rec in self.members.values()]
+        self.heap = [(*rec.key, 0, rec) for rec in self.members.values()]
         heapq.heapify(self.heap)
 
 
@@ -79,12 +92,14 @@ class ClusterQueueQueue(_Parkable):
     strict: bool
     token: int
     shapes: dict[JobShape, ShapeQueue] = field(default_factory=dict)
-    heads: list[tuple[float, float, int, ShapeQueue]] = field(default_factory=list)
+    heads: list[tuple[float, float, int, int, ShapeQueue]] = field(default_factory=list)
     pending: int = 0
     stopped: Reason | None = None
     parked: bool = False
     park_reason: Reason | None = None
     park_keys: tuple[str, ...] = ()
+    park_conditions: tuple[Condition, ...] = ()
+    park_gen: int = 0
     blocked_by: JobRecord | None = None
 
     def offer(self, sq: ShapeQueue) -> None:
@@ -92,12 +107,12 @@ class ClusterQueueQueue(_Parkable):
         rec = sq.peek()
         if rec is not None and not sq.parked:
             k0, k1, jid = rec.key
-            heapq.heappush(self.heads, (k0, k1, jid, sq))
+            heapq.heappush(self.heads, (k0, k1, jid, sq.token, sq))
 
     def head(self) -> tuple[JobRecord, ShapeQueue] | None:
         heads = self.heads
         while heads:
-            k0, k1, jid, sq = heads[0]
+            k0, k1, jid, _, sq = heads[0]
             if not sq.parked:
                 rec = sq.peek()
                 if rec is not None and rec.key == (k0, k1, jid):
@@ -113,20 +128,51 @@ class ClusterQueueQueue(_Parkable):
 
 
 class ParkIndex:
-    """Parked items by what wakes them: ``root:<cohort-or-cq>`` or ``flavor:<name>``."""
+    """Parked items by what wakes them.
+
+    Two kinds of wake-up:
+
+    * keys (``flavor:<name>``): node capacity released in that flavor wakes
+      every item parked under the key;
+    * quota conditions: for each (root of a cohort tree, flavor-resource) the
+      index keeps the running total of quota ever released there; an item
+      short by ``s`` when the total was ``T`` is woken once the total reaches
+      ``T + s``, because its availability can grow by no more than what is
+      released in its tree. A min-heap per pair makes this O(items woken).
+
+    Items with neither wait for a configuration change (:meth:`take_all`).
+    """
 
     def __init__(self) -> None:
         self._by_key: dict[str, dict[int, _Parkable]] = {}
         self._all: dict[int, _Parkable] = {}
+        self.released: dict[tuple[str, FlavorResource], int] = {}
+        self._thresholds: dict[
+            tuple[str, FlavorResource], list[tuple[int, int, int, _Parkable]]
+        ] = {}
 
     def __len__(self) -> int:
         return len(self._all)
 
-    def park(self, item: _Parkable, reason: Reason, keys: tuple[str, ...]) -> None:
+    def park(
+        self,
+        item: _Parkable,
+        reason: Reason,
+        keys: tuple[str, ...],
+        conditions: tuple[Condition, ...] = (),
+    ) -> None:
         item.parked, item.park_reason, item.park_keys = True, reason, keys
+        item.park_conditions = conditions
+        item.park_gen += 1
         self._all[item.token] = item
         for key in keys:
             self._by_key.setdefault(key, {})[item.token] = item
+        for root, fr, threshold in conditions:
+            heap = self._thresholds.setdefault((root, fr), [])
+            heapq.heappush(heap, (threshold, item.token, item.park_gen, item))
+
+    def total(self, root: str, fr: FlavorResource) -> int:
+        return self.released.get((root, fr), 0)
 
     def unpark(self, item: _Parkable) -> None:
         if not item.parked:
@@ -140,6 +186,22 @@ class ParkIndex:
                 if not bucket:
                     del self._by_key[key]
         item.park_keys = ()
+        item.park_conditions = ()
+
+    def release(self, root: str, fr: FlavorResource, amount: int) -> list[_Parkable]:
+        """Record ``amount`` of quota released; unpark and return the items it may now fit."""
+        key = (root, fr)
+        total = self.released[key] = self.released.get(key, 0) + amount
+        heap = self._thresholds.get(key)
+        woken: list[_Parkable] = []
+        while heap and heap[0][0] <= total:
+            _, _, gen, item = heapq.heappop(heap)
+            if item.parked and item.park_gen == gen:
+                self.unpark(item)
+                woken.append(item)
+        if heap is not None and not heap:
+            del self._thresholds[key]
+        return woken
 
     def take(self, keys: list[str]) -> list[_Parkable]:
         """Unpark and return everything parked under any of ``keys``."""
@@ -157,6 +219,7 @@ class ParkIndex:
         items = list(self._all.values())
         for item in items:
             self.unpark(item)
+        self._thresholds.clear()
         return items
 
     def items(self) -> list[_Parkable]:
@@ -229,6 +292,13 @@ class QueueManager:
 
     def wake_keys(self, keys: list[str]) -> None:
         self.wake(self.parked.take(keys))
+
+    def release(self, root: str, usage: dict[FlavorResource, int], keys: list[str]) -> None:
+        """Quota freed in tree ``root``, node capacity freed under ``keys``: wake who may fit."""
+        woken = self.parked.take(keys) if keys else []
+        for fr, amount in usage.items():
+            woken.extend(self.parked.release(root, fr, amount))
+        self.wake(woken)
 
     def wake_all(self) -> None:
         self.wake(self.parked.take_all())

@@ -48,7 +48,15 @@ from dataclasses import dataclass, field
 FlavorResource = tuple[str, str]
 """``(flavor, resource)``."""
 
-__all__ = ["FlavorResource", "QuotaNode", "Shortage", "available", "potential_available"]
+__all__ = [
+    "FlavorResource",
+    "QuotaNode",
+    "Shortage",
+    "available",
+    "binding_limit",
+    "find_shortage",
+    "potential_available",
+]
 
 
 @dataclass(eq=False, slots=True)
@@ -64,6 +72,11 @@ class QuotaNode:
     lending_limit: dict[FlavorResource, int] = field(default_factory=dict)
     subtree: dict[FlavorResource, int] = field(default_factory=dict)
     usage: dict[FlavorResource, int] = field(default_factory=dict)
+    top: QuotaNode | None = None
+    """The root of this node's tree (set when the tree is built)."""
+    simple: bool = False
+    """No borrowing or lending limit on this node or above it: then ``available`` is the
+    root's ``subtree - usage`` and ``potential_available`` the root's ``subtree``."""
 
     @property
     def kind(self) -> str:
@@ -198,13 +211,12 @@ class Shortage:
     short_by: int
 
 
-def find_shortage(node: QuotaNode, fr: FlavorResource, amount: int) -> Shortage:
-    """Explain why ``amount`` of ``fr`` does not fit ``node`` (a ClusterQueue).
+def binding_limit(node: QuotaNode, fr: FlavorResource) -> tuple[QuotaNode, str]:
+    """The node whose cap binds ``node``'s availability of ``fr``, and which cap it is.
 
-    Walks the same chain as :func:`available` and reports the node whose cap is
-    the binding one: a borrowing limit on the way up, or the root's quota.
+    Walks the same chain as :func:`available`: a borrowing limit on the way up
+    that is tighter than what the parent offers, or else the root's quota.
     """
-    short_by = amount - max(0, available(node, fr))
     current = node
     while current.parent is not None:
         limit = current.borrowing_limit.get(fr)
@@ -213,7 +225,13 @@ def find_shortage(node: QuotaNode, fr: FlavorResource, amount: int) -> Shortage:
             stored = current.subtree.get(fr, 0) - local
             used_in_parent = max(0, current.usage.get(fr, 0) - local)
             if stored - used_in_parent + limit < available(current.parent, fr):
-                return Shortage(current.name, current.kind, "borrowingLimit", short_by)
+                return current, "borrowingLimit"
         current = current.parent
-    limit_name = "nominalQuota" if current.is_cluster_queue else "quota"
-    return Shortage(current.name, current.kind, limit_name, short_by)
+    return current, "nominalQuota" if current.is_cluster_queue else "quota"
+
+
+def find_shortage(node: QuotaNode, fr: FlavorResource, amount: int) -> Shortage:
+    """Explain why ``amount`` of ``fr`` does not fit ``node`` (a ClusterQueue) now."""
+    short_by = amount - max(0, available(node, fr))
+    where, limit = binding_limit(node, fr)
+    return Shortage(where.name, where.kind, limit, short_by)

@@ -6,8 +6,7 @@ placement policy tried, not strings written ad hoc.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -37,11 +36,53 @@ class ReasonCode(StrEnum):
     """The job requests a resource the ClusterQueue has no quota for."""
 
 
-@dataclass(frozen=True, slots=True)
 class Reason:
-    code: ReasonCode
-    message: str
-    details: dict[str, object] = field(default_factory=dict, compare=True, hash=False)
+    """A code, a sentence and the facts behind it.
+
+    The sentence may be given as a function: it is then written the first time
+    someone reads :attr:`message`, so a reason nobody looks at costs nothing to
+    word. Everything the function uses must already be captured in it.
+    """
+
+    __slots__ = ("_message", "_render", "code", "details")
+
+    def __init__(
+        self,
+        code: ReasonCode,
+        message: str | Callable[[], str],
+        details: Mapping[str, object] | None = None,
+    ) -> None:
+        self.code = code
+        self.details: dict[str, object] = dict(details or {})
+        self._message: str | None
+        self._render: Callable[[], str] | None
+        if isinstance(message, str):
+            self._message, self._render = message, None
+        else:
+            self._message, self._render = None, message
+
+    @property
+    def message(self) -> str:
+        if self._message is None:
+            assert self._render is not None
+            self._message, self._render = self._render(), None
+        return self._message
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Reason):
+            return NotImplemented
+        if self is other:
+            return True
+        return (
+            self.code == other.code
+            and self.details == other.details
+            and self.message == other.message
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Reason(code={self.code!r}, message={self.message!r}, details={self.details!r})"
 
     def to_dict(self) -> dict[str, object]:
         return {"code": self.code.value, "message": self.message, "details": self.details}

@@ -15,8 +15,9 @@ from phalanx.engine.config import EngineConfig
 from phalanx.engine.decisions import Admit, decision_from_dict
 from phalanx.engine.engine import Engine
 from phalanx.engine.ordering import FairShareWeights, JobFacts, TenantShare
-from phalanx.engine.queues import ClusterQueueQueue, ShapeQueue
+from phalanx.engine.queues import ClusterQueueQueue, Condition, ShapeQueue
 from phalanx.engine.reasons import reason_from_dict
+from phalanx.engine.shapes import PodSetShape
 from phalanx.engine.state import Admission, JobRecord
 from phalanx.model import (
     ClusterQueue,
@@ -46,6 +47,10 @@ _KINDS: dict[str, type[Any]] = {
 }
 
 
+def _conditions(conditions: tuple[Condition, ...]) -> list[list[object]]:
+    return [[root, f, r, t] for root, (f, r), t in conditions]
+
+
 def export_state(engine: Engine) -> dict[str, Any]:
     """The engine's state as plain data (``json.dumps`` round-trips it exactly)."""
     cfg = engine.config
@@ -54,8 +59,17 @@ def export_state(engine: Engine) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "job": rec.job.to_dict(),
             "priority": rec.priority,
+            "priority_value": rec.facts.priority_value,
             "reason": rec.reason.to_dict() if rec.reason else None,
         }
+        if rec.reason_sig is not None:
+            (shape, attempts), built = rec.reason_sig
+            assert isinstance(shape, PodSetShape)
+            entry["failure"] = {
+                "pod_set": shape.name,
+                "attempts": [list(a) for a in attempts],  # type: ignore[attr-defined]
+                "reason": built.to_dict(),
+            }
         adm = rec.admission
         if adm is not None:
             entry["admission"] = {
@@ -72,10 +86,22 @@ def export_state(engine: Engine) -> dict[str, Any]:
         if isinstance(item, ShapeQueue):
             head = item.peek()
             if head is not None:
-                parked.append({"shape_of": head.id, "reason": reason, "keys": list(item.park_keys)})
+                parked.append(
+                    {
+                        "shape_of": head.id,
+                        "reason": reason,
+                        "keys": list(item.park_keys),
+                        "conditions": _conditions(item.park_conditions),
+                    }
+                )
         elif isinstance(item, ClusterQueueQueue) and item.blocked_by is not None:
             parked.append(
-                {"blocked_by": item.blocked_by.id, "reason": reason, "keys": list(item.park_keys)}
+                {
+                    "blocked_by": item.blocked_by.id,
+                    "reason": reason,
+                    "keys": list(item.park_keys),
+                    "conditions": _conditions(item.park_conditions),
+                }
             )
     return {
         "format": FORMAT,
@@ -98,6 +124,7 @@ def export_state(engine: Engine) -> dict[str, Any]:
             }
             for name, index in engine.cache.flavor_nodes.items()
         },
+        "released": [[r, f, res, v] for (r, (f, res)), v in engine.queues.parked.released.items()],
         "outbox": [d.to_dict() for d in engine._outbox],
         "drain": list(engine._drain),
     }
@@ -125,15 +152,17 @@ def load_state(data: dict[str, Any]) -> Engine:
     cache = engine.cache
     for entry in data["jobs"]:
         job = Job.model_validate(entry["job"])
-        value = job.priority
-        if value is None:
-            pc = cache.priority_classes.get(job.priority_class or "")
-            value = pc.value if pc is not None else 0
-        facts = JobFacts(job.id, job.tenant, job.submit_time, value, job.gpus)
+        # The value is the one resolved at submission: later PriorityClass edits don't apply.
+        facts = JobFacts(job.id, job.tenant, job.submit_time, entry["priority_value"], job.gpus)
         rec = JobRecord(job=job, shape=engine._shapes.job(job), facts=facts)
         rec.priority = entry["priority"]
         rec.key = (-rec.priority, job.submit_time, job.id)
         rec.reason = reason_from_dict(entry["reason"]) if entry["reason"] else None
+        failure = entry.get("failure")
+        if failure is not None:
+            shape = next(p for p in rec.shape.pod_sets if p.name == failure["pod_set"])
+            attempts = tuple(tuple(a) for a in failure["attempts"])
+            rec.reason_sig = ((shape, attempts), reason_from_dict(failure["reason"]))
         engine.jobs[job.id] = rec
         adm = entry.get("admission")
         if adm is None:
@@ -161,19 +190,21 @@ def load_state(data: dict[str, Any]) -> Engine:
             info.name, info.node, usage, allocations, decision, bool(adm["evicting"])
         )
         engine._admitted_by_cq.setdefault(info.name, {})[job.id] = rec
+    engine.queues.parked.released = {(r, (f, res)): v for r, f, res, v in data["released"]}
     for entry in data["parked"]:
         reason = reason_from_dict(entry["reason"])
         keys = tuple(entry["keys"])
+        conditions = tuple((root, (f, r), t) for root, f, r, t in entry["conditions"])
         if "shape_of" in entry:
             sq = engine.jobs[entry["shape_of"]].queue
             assert sq is not None
-            engine.queues.parked.park(sq, reason, keys)
+            engine.queues.parked.park(sq, reason, keys, conditions)
         else:
             head = engine.jobs[entry["blocked_by"]]
             assert head.queue is not None
             cqq = head.queue.cq
             cqq.blocked_by = head
-            engine.queues.parked.park(cqq, reason, keys)
+            engine.queues.parked.park(cqq, reason, keys, conditions)
     for name, layout in data["buckets"].items():
         index = cache.flavor_nodes[name]
         index.members = {cache.nodes[n]: None for n in layout["members"]}

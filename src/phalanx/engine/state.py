@@ -45,6 +45,8 @@ class JobRecord:
     queue: ShapeQueue | None = None
     admission: Admission | None = None
     reason: Reason | None = None
+    reason_sig: tuple[tuple[object, ...], Reason] | None = None
+    """The last failure's signature and the reason built from it, reused while unchanged."""
     waiting: Reason | None = None
     """Why the job has no ClusterQueue queue to wait in (queue missing, LocalQueue stopped)."""
     flags: set[str] = field(default_factory=set)

@@ -48,6 +48,7 @@ _DECIMAL = {
     "P": Fraction(10**15),
     "E": Fraction(10**18),
 }
+_MAX_EXPONENT = 30
 _QUANTITY_RE = re.compile(
     r"^(?P<sign>[+-]?)(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
     r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exp>[+-]?[0-9]+))?$"
@@ -94,6 +95,8 @@ def parse_quantity(value: str | int, resource: str) -> int:
         amount = Fraction(match["num"])
         suffix, exp = match["suffix"], match["exp"]
         if exp is not None:
+            if abs(int(exp)) > _MAX_EXPONENT:
+                raise QuantityError(f"exponent out of range in quantity {value!r}")
             amount *= Fraction(10) ** int(exp)
         elif suffix in _BINARY:
             amount *= _BINARY[suffix]
@@ -110,13 +113,19 @@ def parse_quantity(value: str | int, resource: str) -> int:
     return _ceil(amount)
 
 
+def _is_bytes(resource: str) -> bool:
+    return resource in ("memory", "ephemeral-storage", "storage") or resource.startswith(
+        "hugepages-"
+    )
+
+
 def format_quantity(amount: int, resource: str) -> str:
     """Render an integer base-unit amount back into Kubernetes notation."""
     if is_milli_resource(resource):
         if amount % 1000 == 0:
             return str(amount // 1000)
         return f"{amount}m"
-    if amount != 0:
+    if amount != 0 and _is_bytes(resource):
         for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
             unit = _BINARY[suffix]
             if amount % unit == 0:

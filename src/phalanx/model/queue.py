@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -58,23 +59,50 @@ class FlavorFungibility(PhalanxModel):
     when_can_preempt: WhenCanPreempt = WhenCanPreempt.TRY_NEXT_FLAVOR
     preference: FungibilityPreference | None = None
 
+    @model_validator(mode="after")
+    def _preference_needs_try_next(self) -> FlavorFungibility:
+        if self.preference is not None and not (
+            self.when_can_borrow is WhenCanBorrow.TRY_NEXT_FLAVOR
+            and self.when_can_preempt is WhenCanPreempt.TRY_NEXT_FLAVOR
+        ):
+            raise ValueError(
+                "preference can only be set when both whenCanBorrow and whenCanPreempt "
+                "are TryNextFlavor"
+            )
+        return self
+
 
 class BorrowWithinCohort(PhalanxModel):
-    policy: str = "Never"
+    policy: Literal["Never", "LowerPriority"] = "Never"
     max_priority_threshold: int | None = None
 
 
 class ClusterQueuePreemption(PhalanxModel):
-    within_cluster_queue: str = "Never"
-    reclaim_within_cohort: str = "Never"
+    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "Never"
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = "Never"
     borrow_within_cohort: BorrowWithinCohort | None = None
+
+    @model_validator(mode="after")
+    def _borrow_needs_reclaim(self) -> ClusterQueuePreemption:
+        if (
+            self.reclaim_within_cohort == "Never"
+            and self.borrow_within_cohort is not None
+            and self.borrow_within_cohort.policy != "Never"
+        ):
+            raise ValueError("reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never")
+        return self
 
 
 class FairSharing(PhalanxModel):
     weight: float = Field(default=1.0, ge=0)
 
 
-def _check_groups(groups: list[ResourceGroup], has_parent: bool, parent_field: str) -> None:
+def _check_groups(
+    groups: list[ResourceGroup],
+    has_parent: bool,
+    parent_field: str,
+    lending_within_nominal: bool = False,
+) -> None:
     seen_resources: set[str] = set()
     seen_flavors: set[str] = set()
     for g, group in enumerate(groups):
@@ -91,9 +119,18 @@ def _check_groups(groups: list[ResourceGroup], has_parent: bool, parent_field: s
                     "appears in more than one group"
                 )
             seen_flavors.add(flavor.name)
-            if has_parent:
-                continue
             for r, quota in enumerate(flavor.resources):
+                if has_parent:
+                    if (
+                        lending_within_nominal
+                        and quota.lending_limit is not None
+                        and quota.lending_limit > quota.nominal_quota
+                    ):
+                        raise ValueError(
+                            f"resourceGroups[{g}].flavors[{f}].resources[{r}].lendingLimit: "
+                            "must be less than or equal to the nominalQuota"
+                        )
+                    continue
                 for attr, wire in (
                     ("borrowing_limit", "borrowingLimit"),
                     ("lending_limit", "lendingLimit"),
@@ -137,7 +174,9 @@ class ClusterQueue(PhalanxModel):
 
     @model_validator(mode="after")
     def _valid(self) -> ClusterQueue:
-        _check_groups(self.resource_groups, bool(self.cohort_name), "cohortName")
+        _check_groups(
+            self.resource_groups, bool(self.cohort_name), "cohortName", lending_within_nominal=True
+        )
         return self
 
     def flavor_names(self) -> list[str]:
