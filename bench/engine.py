@@ -62,8 +62,8 @@ comparable with a run without it.
 from __future__ import annotations
 
 import argparse
-import gc
 import cProfile
+import gc
 import json
 import math
 import platform

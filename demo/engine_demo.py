@@ -96,7 +96,9 @@ def workload(rng: random.Random) -> list[tuple[Job, float]]:
             tenant=tenant,
             queue="default",
             submit_time=float(i),
-            pod_sets=[PodSet(requests={GPU: gpus, "cpu": str(8 * gpus), "memory": f"{64 * gpus}Gi"})],
+            pod_sets=[
+                PodSet(requests={GPU: gpus, "cpu": str(8 * gpus), "memory": f"{64 * gpus}Gi"})
+            ],
         )
         jobs.append((job, rng.uniform(60, 400)))
     return jobs
@@ -145,8 +147,10 @@ def main() -> None:
         f"[bold]{done} of {len(runtimes)} jobs finished[/bold]; "
         f"{engine.pending_count()} pending, {engine.admitted_count()} admitted."
     )
-    console.print("Run the test suite with [bold]make test[/bold]; the engine benchmark with "
-                  "[bold]make bench[/bold].")
+    console.print(
+        "Run the test suite with [bold]make test[/bold]; the engine benchmark with "
+        "[bold]make bench[/bold]."
+    )
 
 
 if __name__ == "__main__":
