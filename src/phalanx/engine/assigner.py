@@ -68,6 +68,8 @@ class PodSetResult:
     nodes: tuple[tuple[NodeSlot, int], ...] = ()
     attempts: list[FlavorAttempt] = field(default_factory=list)
     ok: bool = True
+    memo: dict[str, object] = field(default_factory=dict)
+    """What the engine derives from a failure (signature, wake conditions), kept once."""
 
 
 @dataclass(slots=True)
@@ -148,11 +150,12 @@ class FlavorAssigner:
         node = cq.node
         if not node.simple:
             return self._assign(shape, cq)
-        # Without limits every queue of a tree sees the same quota, so until the next
-        # allocation a failure in one queue is the failure in any queue of that tree.
+        # Without limits every queue of a tree sees the same quota, and within a cycle
+        # quota and capacity only shrink: a failure in one queue is, for the rest of the
+        # cycle, the failure in any queue of that tree with the same flavors.
         key = (node.top, shape, cq.groups, cq.model.flavor_fungibility)
         shared = self._shared.get(key)
-        if shared is not None and shared.generation == self.generation:
+        if shared is not None:
             return shared
         result = self._assign(shape, cq)
         if not result.ok:

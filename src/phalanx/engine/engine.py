@@ -53,6 +53,7 @@ from phalanx.engine.explain import (
 from phalanx.engine.ordering import JobFacts, PriorityContext, TenantShare
 from phalanx.engine.placement import unit_amounts
 from phalanx.engine.queues import ClusterQueueQueue, QueueManager, ShapeQueue
+from phalanx.engine.quota import FlavorResource
 from phalanx.engine.reasons import Reason, ReasonCode
 from phalanx.engine.shapes import ShapeInterner
 from phalanx.engine.state import Admission, JobRecord
@@ -383,11 +384,14 @@ class Engine:
         info = self.cache.cluster_queues.get(admission.cluster_queue)
         keys: list[str] = []
         root = ""
+        levels: dict[FlavorResource, int] = {}
         if info is not None and info.node is admission.quota_node:
             node = info.node
             for fr, amount in admission.usage.items():
                 node.remove_usage(fr, amount)
             root = info.root_key
+            top = node.top or node
+            levels = {fr: top.subtree.get(fr, 0) - top.usage.get(fr, 0) for fr in admission.usage}
         nodes = self.cache.nodes
         for slot, amounts, exclusive in admission.allocations:
             slot.release(amounts)
@@ -397,7 +401,9 @@ class Engine:
             if nodes.get(slot.name) is slot:
                 self.cache.reindex(slot)
                 keys.extend("flavor:" + index.name for index in slot.flavors)
-        self.queues.release(root, admission.usage if root else {}, list(dict.fromkeys(keys)))
+        self.queues.release(
+            root, admission.usage if root else {}, levels, list(dict.fromkeys(keys))
+        )
 
     # ------------------------------------------------------------------ priority
 
@@ -542,23 +548,38 @@ class Engine:
     ) -> None:
         failed = assignment.failed
         assert failed is not None
-        sig = signature(failed)
+        memo = failed.memo
+        if not memo:
+            # A failure shared by several queues of a tree is analysed once.
+            memo["sig"] = signature(failed)
+            memo["wake"] = wake_conditions(failed)
+        sig: tuple[object, ...] = memo["sig"]  # type: ignore[assignment]
+        wake: tuple[list[tuple[FlavorResource, int, int]], tuple[str, ...]]
+        wake = memo["wake"]  # type: ignore[assignment]
+        shortages, keys = wake
         if rec.reason_sig is not None and rec.reason_sig[0] == sig:
             reason = rec.reason_sig[1]
         else:
             reason = reason_for_failure(info.name, info.node, failed)
             rec.reason_sig = (sig, reason)
-        shortages, keys = wake_conditions(failed)
         parked = self.queues.parked
         root = info.root_key
-        conditions = tuple((root, fr, parked.total(root, fr) + short) for fr, short in shortages)
+        if info.node.simple:
+            conditions = tuple(("level", root, fr, needed) for fr, needed, _ in shortages)
+        else:
+            conditions = tuple(
+                ("total", root, fr, parked.total(root, fr) + short) for fr, _, short in shortages
+            )
         cqq = sq.cq
         if cqq.strict:
             cqq.blocked_by = rec
             parked.park(cqq, reason, keys, conditions)
         else:
             parked.park(sq, reason, keys, conditions)
-        self._emit_reason(rec, reason, out)
+        # A new signature means new facts in the sentence: emit without wording it now.
+        if rec.reason is not reason:
+            rec.reason = reason
+            out.append(Pending(rec.id, reason))
 
     def _emit_reason(self, rec: JobRecord, reason: Reason, out: list[Decision]) -> None:
         if rec.reason != reason:

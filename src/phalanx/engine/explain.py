@@ -8,6 +8,7 @@ failure's :func:`signature` with the job's previous one and only builds a new
 from __future__ import annotations
 
 from phalanx.engine.assigner import (
+    FIT,
     MAX_QUOTA,
     NO_MATCH,
     PLACEMENT,
@@ -34,7 +35,12 @@ def _amount(resource: str, amount: int) -> str:
 
 
 def _shortage(node: QuotaNode, attempt: FlavorAttempt) -> Shortage:
-    where, limit = binding_limit(node, (attempt.flavor, attempt.resource))
+    if node.simple and node.top is not None:
+        # No limits on the way up: the root's quota is what binds.
+        where = node.top
+        limit = "nominalQuota" if where.is_cluster_queue else "quota"
+    else:
+        where, limit = binding_limit(node, (attempt.flavor, attempt.resource))
     return Shortage(where.name, where.kind, limit, attempt.needed - attempt.available)
 
 
@@ -100,7 +106,7 @@ def reason_for_failure(cluster_queue: str, node: QuotaNode, pod_set: PodSetResul
     shortages = {id(a): _shortage(node, a) for a in attempts if a.outcome == QUOTA}
 
     def message() -> str:
-        parts = [_describe(a, pod_set, shortages.get(id(a))) for a in attempts]
+        parts = [_describe(a, pod_set, shortages.get(id(a))) for a in attempts if a.outcome != FIT]
         return f"couldn't assign flavors to pod set {pod_set.shape.name}: " + "; ".join(parts)
 
     # The details describe the attempt that gave the reason its code.
@@ -124,18 +130,18 @@ def reason_for_failure(cluster_queue: str, node: QuotaNode, pod_set: PodSetResul
 
 def wake_conditions(
     pod_set: PodSetResult,
-) -> tuple[list[tuple[FlavorResource, int]], tuple[str, ...]]:
+) -> tuple[list[tuple[FlavorResource, int, int]], tuple[str, ...]]:
     """What could make a failed pod set fit, as park conditions.
 
-    * ``(flavor-resource, short_by)`` for each flavor that was short of quota:
-      its availability can only grow by quota released in the cohort tree, so
-      the pod set cannot fit that flavor before ``short_by`` has been released;
+    * ``(flavor-resource, needed, short_by)`` for each flavor that was short of
+      quota: it cannot fit that flavor before its availability reaches
+      ``needed``, which takes at least ``short_by`` released in its tree;
     * ``flavor:<name>`` for each flavor whose nodes were short.
 
     With neither, only a configuration change can help.
     """
     quota = [
-        ((a.flavor, a.resource), a.needed - a.available)
+        ((a.flavor, a.resource), a.needed, a.needed - a.available)
         for a in pod_set.attempts
         if a.outcome == QUOTA
     ]

@@ -37,8 +37,14 @@ SortKey = tuple[float, float, int]
 """``(-priority, submit_time, id)``: smaller sorts first."""
 
 
-Condition = tuple[str, FlavorResource, int]
-"""``(root key, flavor-resource, threshold)``: wake once that much has been released there."""
+Condition = tuple[str, str, FlavorResource, int]
+"""``(kind, root key, flavor-resource, value)``.
+
+``("level", root, fr, n)``: wake once the tree's availability of ``fr`` reaches ``n``
+(for queues without limits, whose availability is the root's);
+``("total", root, fr, n)``: wake once the running total of ``fr`` released in the tree
+reaches ``n`` (for queues with limits, whose availability can grow by no more than that).
+"""
 
 
 class _Parkable:
@@ -134,11 +140,10 @@ class ParkIndex:
 
     * keys (``flavor:<name>``): node capacity released in that flavor wakes
       every item parked under the key;
-    * quota conditions: for each (root of a cohort tree, flavor-resource) the
-      index keeps the running total of quota ever released there; an item
-      short by ``s`` when the total was ``T`` is woken once the total reaches
-      ``T + s``, because its availability can grow by no more than what is
-      released in its tree. A min-heap per pair makes this O(items woken).
+    * quota conditions (see :data:`Condition`): on every release in a tree the
+      index knows the tree's availability and the running total ever released
+      there, and pops the items whose level or total has been reached from a
+      min-heap per (kind, tree, flavor-resource): O(items woken).
 
     Items with neither wait for a configuration change (:meth:`take_all`).
     """
@@ -148,7 +153,7 @@ class ParkIndex:
         self._all: dict[int, _Parkable] = {}
         self.released: dict[tuple[str, FlavorResource], int] = {}
         self._thresholds: dict[
-            tuple[str, FlavorResource], list[tuple[int, int, int, _Parkable]]
+            tuple[str, str, FlavorResource], list[tuple[int, int, int, _Parkable]]
         ] = {}
 
     def __len__(self) -> int:
@@ -167,9 +172,9 @@ class ParkIndex:
         self._all[item.token] = item
         for key in keys:
             self._by_key.setdefault(key, {})[item.token] = item
-        for root, fr, threshold in conditions:
-            heap = self._thresholds.setdefault((root, fr), [])
-            heapq.heappush(heap, (threshold, item.token, item.park_gen, item))
+        for kind, root, fr, value in conditions:
+            heap = self._thresholds.setdefault((kind, root, fr), [])
+            heapq.heappush(heap, (value, item.token, item.park_gen, item))
 
     def total(self, root: str, fr: FlavorResource) -> int:
         return self.released.get((root, fr), 0)
@@ -188,19 +193,25 @@ class ParkIndex:
         item.park_keys = ()
         item.park_conditions = ()
 
-    def release(self, root: str, fr: FlavorResource, amount: int) -> list[_Parkable]:
-        """Record ``amount`` of quota released; unpark and return the items it may now fit."""
+    def release(self, root: str, fr: FlavorResource, amount: int, level: int) -> list[_Parkable]:
+        """``amount`` of ``fr`` released in ``root``, whose availability is now ``level``.
+
+        Unparks and returns the items that may now fit.
+        """
         key = (root, fr)
         total = self.released[key] = self.released.get(key, 0) + amount
-        heap = self._thresholds.get(key)
         woken: list[_Parkable] = []
-        while heap and heap[0][0] <= total:
-            _, _, gen, item = heapq.heappop(heap)
-            if item.parked and item.park_gen == gen:
-                self.unpark(item)
-                woken.append(item)
-        if heap is not None and not heap:
-            del self._thresholds[key]
+        for kind, reached in (("total", total), ("level", level)):
+            heap = self._thresholds.get((kind, root, fr))
+            if not heap:
+                continue
+            while heap and heap[0][0] <= reached:
+                _, _, gen, item = heapq.heappop(heap)
+                if item.parked and item.park_gen == gen:
+                    self.unpark(item)
+                    woken.append(item)
+            if not heap:
+                del self._thresholds[(kind, root, fr)]
         return woken
 
     def take(self, keys: list[str]) -> list[_Parkable]:
@@ -293,11 +304,18 @@ class QueueManager:
     def wake_keys(self, keys: list[str]) -> None:
         self.wake(self.parked.take(keys))
 
-    def release(self, root: str, usage: dict[FlavorResource, int], keys: list[str]) -> None:
-        """Quota freed in tree ``root``, node capacity freed under ``keys``: wake who may fit."""
+    def release(
+        self,
+        root: str,
+        usage: dict[FlavorResource, int],
+        levels: dict[FlavorResource, int],
+        keys: list[str],
+    ) -> None:
+        """Quota freed in tree ``root`` (``levels``: its availability now), node capacity
+        freed under ``keys``: wake who may fit."""
         woken = self.parked.take(keys) if keys else []
         for fr, amount in usage.items():
-            woken.extend(self.parked.release(root, fr, amount))
+            woken.extend(self.parked.release(root, fr, amount, levels[fr]))
         self.wake(woken)
 
     def wake_all(self) -> None:

@@ -48,7 +48,7 @@ _KINDS: dict[str, type[Any]] = {
 
 
 def _conditions(conditions: tuple[Condition, ...]) -> list[list[object]]:
-    return [[root, f, r, t] for root, (f, r), t in conditions]
+    return [[kind, root, f, r, t] for kind, root, (f, r), t in conditions]
 
 
 def export_state(engine: Engine) -> dict[str, Any]:
@@ -69,6 +69,7 @@ def export_state(engine: Engine) -> dict[str, Any]:
                 "pod_set": shape.name,
                 "attempts": [list(a) for a in attempts],  # type: ignore[attr-defined]
                 "reason": built.to_dict(),
+                "current": rec.reason is built,
             }
         adm = rec.admission
         if adm is not None:
@@ -162,7 +163,10 @@ def load_state(data: dict[str, Any]) -> Engine:
         if failure is not None:
             shape = next(p for p in rec.shape.pod_sets if p.name == failure["pod_set"])
             attempts = tuple(tuple(a) for a in failure["attempts"])
-            rec.reason_sig = ((shape, attempts), reason_from_dict(failure["reason"]))
+            built = reason_from_dict(failure["reason"])
+            rec.reason_sig = ((shape, attempts), built)
+            if failure["current"]:
+                rec.reason = built
         engine.jobs[job.id] = rec
         adm = entry.get("admission")
         if adm is None:
@@ -194,7 +198,7 @@ def load_state(data: dict[str, Any]) -> Engine:
     for entry in data["parked"]:
         reason = reason_from_dict(entry["reason"])
         keys = tuple(entry["keys"])
-        conditions = tuple((root, (f, r), t) for root, f, r, t in entry["conditions"])
+        conditions = tuple((kind, root, (f, r), t) for kind, root, f, r, t in entry["conditions"])
         if "shape_of" in entry:
             sq = engine.jobs[entry["shape_of"]].queue
             assert sq is not None
