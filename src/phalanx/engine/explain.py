@@ -102,29 +102,49 @@ def reason_for_failure(cluster_queue: str, node: QuotaNode, pod_set: PodSetResul
         code, outcome = ReasonCode.UNDECLARED_RESOURCE, UNDECLARED
     else:
         code, outcome = ReasonCode.NO_MATCHING_FLAVOR, NO_MATCH
-    # Where each shortage binds depends on the tree now: find it now, word it later.
-    shortages = {id(a): _shortage(node, a) for a in attempts if a.outcome == QUOTA}
+    # Where a shortage binds depends on the tree as it is now: under limits, find it now;
+    # without limits it is the root, whatever happens later.
+    if node.simple:
+        shortages: dict[int, Shortage] | None = None
+    else:
+        shortages = {id(a): _shortage(node, a) for a in attempts if a.outcome == QUOTA}
+
+    top = node.top if node.simple else None
+    root_name, root_kind = (top.name, top.kind) if top is not None else ("", "")
+    root_limit = "nominalQuota" if top is not None and top.is_cluster_queue else "quota"
+
+    def shortage(attempt: FlavorAttempt) -> Shortage:
+        if shortages is not None:
+            return shortages[id(attempt)]
+        return Shortage(root_name, root_kind, root_limit, attempt.needed - attempt.available)
 
     def message() -> str:
-        parts = [_describe(a, pod_set, shortages.get(id(a))) for a in attempts if a.outcome != FIT]
+        parts = [
+            _describe(a, pod_set, shortage(a) if a.outcome == QUOTA else None)
+            for a in attempts
+            if a.outcome != FIT
+        ]
         return f"couldn't assign flavors to pod set {pod_set.shape.name}: " + "; ".join(parts)
 
-    # The details describe the attempt that gave the reason its code.
-    first = next(
-        (a for a in attempts if a.outcome == outcome),
-        attempts[0] if attempts else None,
-    )
-    details: dict[str, object] = {"clusterQueue": cluster_queue, "podSet": pod_set.shape.name}
-    if first is not None:
-        details["flavor"] = first.flavor
-        if first.resource:
-            details["resource"] = first.resource
-        if first.outcome == QUOTA:
-            s = shortages[id(first)]
-            details["shortBy"] = s.short_by
-            details["shortIn"] = f"{s.kind}/{s.node}"
-        if first.outcome == PLACEMENT:
-            details["maxTasks"] = first.max_units * pod_set.shape.unit_size
+    def details() -> dict[str, object]:
+        # The details describe the attempt that gave the reason its code.
+        first = next(
+            (a for a in attempts if a.outcome == outcome),
+            attempts[0] if attempts else None,
+        )
+        facts: dict[str, object] = {"clusterQueue": cluster_queue, "podSet": pod_set.shape.name}
+        if first is not None:
+            facts["flavor"] = first.flavor
+            if first.resource:
+                facts["resource"] = first.resource
+            if first.outcome == QUOTA:
+                s = shortage(first)
+                facts["shortBy"] = s.short_by
+                facts["shortIn"] = f"{s.kind}/{s.node}"
+            if first.outcome == PLACEMENT:
+                facts["maxTasks"] = first.max_units * pod_set.shape.unit_size
+        return facts
+
     return Reason(code, message, details)
 
 

@@ -74,6 +74,7 @@ class QuotaNode:
     usage: dict[FlavorResource, int] = field(default_factory=dict)
     top: QuotaNode | None = None
     """The root of this node's tree (set when the tree is built)."""
+    cached_height: int = -1
     simple: bool = False
     """No borrowing or lending limit on this node or above it: then ``available`` is the
     root's ``subtree - usage`` and ``potential_available`` the root's ``subtree``."""
@@ -152,16 +153,28 @@ class QuotaNode:
 
     def height(self) -> int:
         """Height of a cohort's subtree; 1 for a cohort with only ClusterQueues."""
+        if self.cached_height >= 0:
+            return self.cached_height
         best = min(len(self.children), 1)
         for child in self.children:
             if not child.is_cluster_queue:
                 best = max(best, child.height() + 1)
+        self.cached_height = best
         return best
 
     def borrowing_height(self, fr: FlavorResource, amount: int) -> int:
         """Height of the lowest subtree that fits ``amount`` more of ``fr`` (0: no borrowing)."""
         if self.parent is None or not self.borrowing_with(fr, amount):
             return 0
+        if self.simple:
+            # No lending limits: nothing is private, every node sees the whole request.
+            ancestor: QuotaNode | None = self.parent
+            while ancestor is not None:
+                if ancestor.subtree.get(fr, 0) >= ancestor.usage.get(fr, 0) + amount:
+                    return ancestor.height()
+                if ancestor.parent is None:
+                    return ancestor.height()
+                ancestor = ancestor.parent
         remaining = amount - self.local_available(fr)
         node: QuotaNode | None = self.parent
         last = self.parent

@@ -39,27 +39,34 @@ class ReasonCode(StrEnum):
 class Reason:
     """A code, a sentence and the facts behind it.
 
-    The sentence may be given as a function: it is then written the first time
-    someone reads :attr:`message`, so a reason nobody looks at costs nothing to
-    word. Everything the function uses must already be captured in it.
+    The sentence and the details may be given as functions: they are then
+    worked out the first time someone reads them, so a reason nobody looks at
+    costs nothing. Everything the functions use must already be captured.
     """
 
-    __slots__ = ("_message", "_render", "code", "details")
+    __slots__ = ("_details", "_message", "_render", "code")
 
     def __init__(
         self,
         code: ReasonCode,
         message: str | Callable[[], str],
-        details: Mapping[str, object] | None = None,
+        details: Mapping[str, object] | Callable[[], dict[str, object]] | None = None,
     ) -> None:
         self.code = code
-        self.details: dict[str, object] = dict(details or {})
+        self._details: dict[str, object] | Callable[[], dict[str, object]]
+        self._details = details if callable(details) else dict(details or {})
         self._message: str | None
         self._render: Callable[[], str] | None
         if isinstance(message, str):
             self._message, self._render = message, None
         else:
             self._message, self._render = None, message
+
+    @property
+    def details(self) -> dict[str, object]:
+        if callable(self._details):
+            self._details = self._details()
+        return self._details
 
     @property
     def message(self) -> str:
