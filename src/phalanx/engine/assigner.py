@@ -139,6 +139,10 @@ class FlavorAssigner:
         self._failed: dict[tuple[PodSetShape, str, tuple[str, ...]], PlacementResult] = {}
         self._shared: dict[tuple[object, ...], Assignment] = {}
         self._requested: dict[tuple[PodSetShape, GroupInfo], list[tuple[str, int]]] = {}
+        self._plans: dict[
+            tuple[PodSetShape, tuple[GroupInfo, ...]],
+            tuple[tuple[GroupInfo, ...], GroupInfo | None, str | None],
+        ] = {}
 
     def new_cycle(self) -> None:
         # Within a cycle capacity only shrinks, so a placement that failed stays failed.
@@ -167,34 +171,42 @@ class FlavorAssigner:
         overlay: Overlay = {}
         results: list[PodSetResult] = []
         borrow = 0
-        ok = True
-        for pod_set in shape.pod_sets:
-            result = self._assign_pod_set(pod_set, cq, usage, overlay)
+        last = len(shape.pod_sets) - 1
+        for i, pod_set in enumerate(shape.pod_sets):
+            result, pod_set_borrow = self._assign_pod_set(pod_set, cq, usage, overlay, i == last)
             results.append(result)
             if not result.ok:
-                ok = False
-                break
-            for attempt in result.attempts:
-                if attempt.outcome == FIT and attempt.flavor in result.flavors.values():
-                    borrow = max(borrow, attempt.borrow)
-        return Assignment(ok, results, usage, borrow, self.generation)
+                return Assignment(False, results, usage, borrow, self.generation)
+            borrow = max(borrow, pod_set_borrow)
+        return Assignment(True, results, usage, borrow, self.generation)
 
-    def _groups(
-        self, pod_set: PodSetShape, cq: ClusterQueueInfo, result: PodSetResult
-    ) -> list[GroupInfo] | None:
+    def _plan(
+        self, pod_set: PodSetShape, cq: ClusterQueueInfo
+    ) -> tuple[tuple[GroupInfo, ...], GroupInfo | None, str | None]:
+        """The groups a pod set needs, the placing one last, or the undeclared resource."""
+        key = (pod_set, cq.groups)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
         groups: list[GroupInfo] = []
+        undeclared: str | None = None
         for resource, amount in pod_set.requests:
             if amount <= 0:
                 continue
             group = cq.group_for.get(resource)
             if group is None:
-                if self.ignore_undeclared:
-                    continue
-                result.attempts.append(FlavorAttempt("", UNDECLARED, resource))
-                return None
+                if not self.ignore_undeclared:
+                    undeclared = resource
+                    break
+                continue
             if group not in groups:
                 groups.append(group)
-        return groups
+        placing = next((g for g in groups if GPU in g.covered), groups[0] if groups else None)
+        # Non-placing groups first: their flavors' labels constrain the placing one's nodes.
+        ordered = tuple(g for g in groups if g is not placing) + ((placing,) if placing else ())
+        plan = (ordered, placing, undeclared)
+        self._plans[key] = plan
+        return plan
 
     def _assign_pod_set(
         self,
@@ -202,24 +214,30 @@ class FlavorAssigner:
         cq: ClusterQueueInfo,
         usage: dict[FlavorResource, int],
         overlay: Overlay,
-    ) -> PodSetResult:
+        last: bool,
+    ) -> tuple[PodSetResult, int]:
         result = PodSetResult(pod_set)
-        groups = self._groups(pod_set, cq, result)
-        if groups is None:
+        ordered, placing, undeclared = self._plan(pod_set, cq)
+        if undeclared is not None:
+            result.attempts.append(FlavorAttempt("", UNDECLARED, undeclared))
             result.ok = False
-            return result
-        placing = next((g for g in groups if GPU in g.covered), groups[0] if groups else None)
+            return result, 0
+        if placing is None:
+            # Nothing requested that has quota: still needs a node to run on.
+            result.attempts.append(FlavorAttempt("", UNDECLARED, "", 0))
+            result.ok = False
+            return result, 0
         chosen_flavors: list[ResourceFlavor] = []
-        # Non-placing groups first: their flavors' labels constrain the placing one's nodes.
-        ordered = [g for g in groups if g is not placing] + ([placing] if placing else [])
+        borrow = 0
         for group in ordered:
             picked = self._pick_flavor(
                 pod_set, cq, group, group is placing, usage, overlay, chosen_flavors, result
             )
             if picked is None:
                 result.ok = False
-                return result
-            flavor_name, placement = picked
+                return result, 0
+            flavor_name, placement, group_borrow = picked
+            borrow = max(borrow, group_borrow)
             chosen_flavors.append(self.cache.flavors[flavor_name])
             for resource in group.covered:
                 total = pod_set.total(resource)
@@ -229,19 +247,17 @@ class FlavorAssigner:
                     result.flavors[resource] = flavor_name
             if placement is not None:
                 result.nodes = placement
-                unit = pod_set.unit_request()
-                for slot, units in placement:
-                    extra = overlay.setdefault(slot, {})
-                    amounts = dict(slot.capacity) if pod_set.exclusive else unit
-                    for resource, amount in amounts.items():
-                        extra[resource] = extra.get(resource, 0) + amount * (
-                            1 if pod_set.exclusive else units
-                        )
-        if placing is None:
-            # Nothing requested that has quota: still needs a node to run on.
-            result.ok = False
-            result.attempts.append(FlavorAttempt("", UNDECLARED, "", 0))
-        return result
+                if not last:
+                    # Later pod sets of the job must see what this one takes.
+                    unit = pod_set.unit_request()
+                    for slot, units in placement:
+                        extra = overlay.setdefault(slot, {})
+                        amounts = dict(slot.capacity) if pod_set.exclusive else unit
+                        for resource, amount in amounts.items():
+                            extra[resource] = extra.get(resource, 0) + amount * (
+                                1 if pod_set.exclusive else units
+                            )
+        return result, borrow
 
     def _pick_flavor(
         self,
@@ -253,7 +269,7 @@ class FlavorAssigner:
         overlay: Overlay,
         chosen: list[ResourceFlavor],
         result: PodSetResult,
-    ) -> tuple[str, tuple[tuple[NodeSlot, int], ...] | None] | None:
+    ) -> tuple[str, tuple[tuple[NodeSlot, int], ...] | None, int] | None:
         node = cq.node
         try_next_on_borrow = (
             cq.model.flavor_fungibility.when_can_borrow is WhenCanBorrow.TRY_NEXT_FLAVOR
@@ -306,11 +322,11 @@ class FlavorAssigner:
                 borrow = max(borrow, node.borrowing_height(fr, usage.get(fr, 0) + total))
             result.attempts.append(FlavorAttempt(flavor_name, FIT, borrow=borrow))
             if borrow == 0 or not try_next_on_borrow:
-                return flavor_name, placement
+                return flavor_name, placement, borrow
             if best is None or borrow < best[0]:
                 best = (borrow, flavor_name, placement)
         if best is not None:
-            return best[1], best[2]
+            return best[1], best[2], best[0]
         return None
 
     def _place(

@@ -423,12 +423,14 @@ class Engine:
     def _reprioritize(self, recs: Iterable[JobRecord]) -> None:
         ctx = self._context(0.0)
         for rec in list(recs):
+            sq = rec.queue
+            # Ask before the key changes: peek() drops heap entries whose key is stale, so
+            # afterwards the old head looks like a follower and its shape is never re-offered.
+            was_head = sq is not None and sq.peek() is rec
             old = rec.key
             self._set_priority(rec, ctx)
-            sq = rec.queue
             if sq is None or rec.key == old:
                 continue
-            was_head = sq.peek() is rec
             sq.push(rec)
             cqq = sq.cq
             if was_head or sq.peek() is rec:
