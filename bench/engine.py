@@ -31,13 +31,18 @@ Metrics (times in seconds ``_s`` or milliseconds ``_ms``)
         the share of the cluster's GPUs they hold. The fill's admissions are then
         replaced by as many new Submits (untimed), so the backlog is back to
         ``--pending``.
-    ``p50_decision_ms``, ``p99_decision_ms``, ``max_decision_ms``, ``mean_decision_ms``
+    ``p50_decision_ms``, ``p99_decision_ms``, ``max_decision_ms``, ``decisions_measured``
         Phase 3, *steady state*, ``--steady-cycles`` iterations, ``now`` advancing one
-        second each: Finish one random admitted job, Submit one new job, then time one
-        ``cycle(now)``. That cycle's duration is one scheduling decision's latency: from a
-        completion that frees capacity to the admissions it allows (and the re-parking
-        of whatever it woke that still does not fit). Percentiles are over the
-        iterations; ``admissions_per_cycle_mean`` is Admits per iteration and
+        second each: Finish one random admitted job, Submit one new job, run one
+        ``cycle(now, probe)``. A decision is one head of a ClusterQueue assigned flavors
+        and nodes and then admitted or parked with its reason; the ``probe`` hook of
+        ``Engine.cycle`` marks each step, and a decision's time is its share of assigning
+        the round's heads plus its own processing. Percentiles are over all decisions.
+    ``p50_cycle_ms``, ``p99_cycle_ms``, ``max_cycle_ms``, ``mean_cycle_ms``
+        The same iterations' whole ``cycle(now)`` calls: from a completion that frees
+        capacity to every admission it allows (and the re-parking of whatever it woke
+        that still does not fit), including any priority recalculation that falls due.
+        ``admissions_per_cycle_mean`` is Admits per iteration and
         ``steady_event_apply_mean_ms`` the time to apply the two events.
     ``decisions_per_s``, ``admissions_per_s_including_events``
         Phase 4, *throughput*, 20 batches: Finish 200 random admitted jobs, Submit 200 new
@@ -53,6 +58,10 @@ Metrics (times in seconds ``_s`` or milliseconds ``_ms``)
     ``targets``, ``meets_targets``
         The goals (p99 decision latency, decisions per second, peak RSS) and whether each
         is met.
+
+Garbage collection: after start-up (and after the fill's top-up) long-lived objects
+are frozen (``gc.freeze``) and the young-generation threshold is raised, as a
+long-running service hosting the engine does; see docs/engine.md.
 
 ``--profile FILE`` writes a cProfile dump of phases 3 and 4 (``python -m pstats FILE``);
 profiling slows the engine down severalfold, so the times reported with it are not

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from phalanx.engine import (
@@ -62,6 +62,8 @@ FR = tuple[str, str]
 """``(flavor, resource)``."""
 
 POOLS = ("a", "b")
+CPU_POOL = "c"
+"""The pool of the GPU-less nodes: a flavor selecting it counts whole CPU cores."""
 ZONES = ("z1", "z2")
 TENANTS = ("t0", "t1")
 SPOT = "spot"
@@ -81,7 +83,7 @@ def flavors_st(draw: st.DrawFn) -> list[ResourceFlavor]:
     """1-3 flavors, each selecting one ``pool`` (or, sometimes, every node)."""
     out = []
     for i in range(draw(st.integers(1, 3))):
-        pool = draw(st.sampled_from((None, *POOLS)))
+        pool = draw(st.sampled_from((None, *POOLS, None, *POOLS, CPU_POOL, CPU_POOL)))
         tolerant = draw(st.integers(0, 5)) == 0
         out.append(
             ResourceFlavor(
@@ -95,7 +97,8 @@ def flavors_st(draw: st.DrawFn) -> list[ResourceFlavor]:
 
 @st.composite
 def node_st(draw: st.DrawFn, index: int) -> Node:
-    labels = {"pool": draw(st.sampled_from(POOLS))}
+    gpus = draw(st.sampled_from((8, 4, 2, 1, 6, 3, 0, 0)))
+    labels = {"pool": draw(st.sampled_from(POOLS)) if gpus else CPU_POOL}
     zone = draw(st.sampled_from((None, *ZONES)))
     if zone:
         labels["zone"] = zone
@@ -110,7 +113,7 @@ def node_st(draw: st.DrawFn, index: int) -> Node:
         labels=labels,
         taints=list(taints),
         capacity={
-            GPU: draw(st.sampled_from((8, 4, 2, 1, 6, 3))),
+            GPU: gpus,
             CPU: str(draw(st.sampled_from((4, 8, 16, 32)))),
             MEMORY: f"{draw(st.sampled_from((16, 64, 256)))}Gi",
         },
@@ -121,9 +124,9 @@ def node_st(draw: st.DrawFn, index: int) -> Node:
 @st.composite
 def _quota_st(draw: st.DrawFn, resource: str, limits: bool) -> dict[str, Any]:
     """A resource quota; with ``limits``, maybe a borrowingLimit and a lendingLimit <= nominal."""
-    unit, scale = {GPU: ("", 1), CPU: ("", 8), MEMORY: ("Gi", 64)}[resource]
+    unit, scale = {GPU: ("", 1), CPU: ("", 4), MEMORY: ("Gi", 64)}[resource]
     if resource == GPU:
-        nominal = draw(st.sampled_from((16, 8, 32, 4, 2, 0)))
+        nominal = draw(st.sampled_from((4, 8, 2, 0, 16)))
     else:
         nominal = draw(st.sampled_from((16, 32, 8, 4, 0)))
     q: dict[str, Any] = {"name": resource, "nominalQuota": f"{nominal * scale}{unit}"}
@@ -169,7 +172,7 @@ def cluster_queues_st(
 ) -> list[ClusterQueue]:
     out = []
     for i in range(draw(st.integers(1, 5))):
-        cohort = draw(st.sampled_from((None, None, "coX", *cohort_names)))
+        cohort = draw(st.sampled_from(("coX", None, *cohort_names)))
         order = draw(st.permutations(flavor_names))
         limits = cohort is not None
         if len(order) >= 2 and draw(st.integers(0, 3)) == 0:
@@ -199,17 +202,19 @@ def cluster_queues_st(
 
 @st.composite
 def pod_set_st(draw: st.DrawFn, index: int) -> PodSet:
-    count = draw(st.sampled_from((1, 2, 1, 2, 4, 6)))
+    count = draw(st.sampled_from((1, 2, 1, 2, 1, 4, 3, 6, 8)))
     requests: dict[str, Any] = {
-        GPU: draw(st.sampled_from((1, 0, 1, 2, 4, 8))),
-        CPU: draw(st.sampled_from(("500m", "1", "2", "4"))),
+        GPU: draw(st.sampled_from((1, 0, 1, 2, 0, 1, 2, 4, 8))),
+        CPU: draw(st.sampled_from(("500m", "1", "2", "1500m", "4"))),
     }
     memory = draw(st.sampled_from((None,) * 7 + ("1Gi", "8Gi", "32Gi")))
     if memory:
         requests[MEMORY] = memory
     divisors = [d for d in range(1, count + 1) if count % d == 0]
     selector = draw(
-        st.sampled_from(({},) * 5 + tuple({"zone": z} for z in ZONES) + ({"pool": POOLS[0]},))
+        st.sampled_from(
+            ({},) * 4 + tuple({"zone": z} for z in ZONES) + tuple({"pool": p} for p in POOLS)
+        )
     )
     return PodSet(
         name=f"ps{index}",
@@ -250,20 +255,31 @@ OP_KINDS = (
     ("cycle",) * 3
     + ("submit",) * 6
     + ("finish",) * 2
-    + ("finish_pending", "cancel", "cancel_admitted", "requeue", "usage")
+    + ("finish_pending", "cancel", "cancel_admitted", "requeue", "usage", "node")
 )
 
 
 @st.composite
-def op_st(draw: st.DrawFn, n_cqs: int) -> Op:
+def op_st(draw: st.DrawFn, n_cqs: int, templates: list[JobDraft]) -> Op:
     kind = draw(st.sampled_from(OP_KINDS))
     if kind == "submit":
-        return (kind, draw(job_draft_st(n_cqs)))
+        # Mostly copies of a few templates (maybe into another queue), so that jobs share
+        # shapes: shape queues, FIFO order within a shape and shared failures get exercised.
+        how = draw(st.integers(0, 5))
+        if how == 0:
+            return (kind, draw(job_draft_st(n_cqs)))
+        template = templates[draw(st.integers(0, len(templates) - 1))]
+        if how == 1:
+            template = replace(template, cq=draw(st.integers(0, n_cqs - 1)))
+        return (kind, template)
     if kind == "cycle":
         return (kind, draw(st.sampled_from((0.0, 5.0, 60.0, 400.0))))
     if kind == "usage":
         allocation = draw(st.one_of(st.none(), st.sampled_from((0.0, 0.5, 2.0))))
         return (kind, draw(st.sampled_from(TENANTS)), draw(st.integers(0, 50)) / 4, allocation)
+    if kind == "node":
+        # An operator drains, downs or resumes a node; what runs there keeps running.
+        return (kind, draw(st.integers(0, 11)), draw(st.sampled_from(tuple(AdminState))))
     return (kind, draw(st.integers(0, 63)))
 
 
@@ -303,7 +319,8 @@ def scenario_st(draw: st.DrawFn) -> Scenario:
     nodes = [draw(node_st(i)) for i in range(draw(st.integers(1, 12)))]
     cohorts = draw(cohorts_st(names))
     cqs = draw(cluster_queues_st(names, [c.name for c in cohorts]))
-    ops = draw(st.lists(op_st(len(cqs)), min_size=10, max_size=48))
+    templates = draw(st.lists(job_draft_st(len(cqs)), min_size=1, max_size=4))
+    ops = draw(st.lists(op_st(len(cqs), templates), min_size=10, max_size=48))
     return Scenario(
         preset=draw(st.sampled_from(("kueue", "phalanx"))),
         flavors=flavors,
@@ -449,6 +466,20 @@ class QuotaTree:
                 walk(key)
         return out
 
+    def available(self, key: str, fr: FR, usage: dict[str, dict[FR, int]]) -> int:
+        """How much more of ``fr`` node ``key`` may use now, given every node's usage."""
+        used = usage[key].get(fr, 0)
+        subtree = self.subtree[key].get(fr, 0)
+        parent = self.parent[key]
+        if parent is None:
+            return subtree - used
+        local = self.local[key].get(fr, 0)
+        from_parent = self.available(parent, fr, usage)
+        if fr in self.borrowing[key]:
+            in_pool = subtree - local
+            from_parent = min(from_parent, in_pool - max(0, used - local) + self.borrowing[key][fr])
+        return max(0, local - used) + from_parent
+
     def violations(self, cq_usage: dict[str, dict[FR, int]]) -> list[str]:
         usage = self.usage(cq_usage)
         bad: list[str] = []
@@ -528,6 +559,8 @@ class Checker:
             self.pending.pop(event.job_id, None)
         elif isinstance(event, Requeue) and self.admitted.pop(event.job_id, None) is not None:
             self.pending[event.job_id] = None
+        elif isinstance(event, Upsert) and isinstance(event.obj, Node):
+            self.nodes[event.obj.name] = event.obj
 
     def cluster_queue_of(self, job: Job) -> str:
         if job.cluster_queue:
@@ -700,12 +733,14 @@ class Checker:
 
     # liveness --------------------------------------------------------------
 
-    def fits_empty(self, job: Job) -> bool:
-        """A sufficient condition for the job to fit an empty cluster within nominal quota.
+    def fits_now(self, job: Job) -> bool:
+        """A sufficient condition for the job to fit the cluster as it is now.
 
         Only for single-group ClusterQueues: some flavor F holds the whole job within
-        F's nominal quota, and every pod set fits on F's eligible nodes even if each
-        earlier pod set had taken ``units`` of the best of them.
+        the queue's current availability of F (Kueue's ``available``, recomputed), and
+        every pod set fits the free capacity of F's eligible nodes even if each earlier
+        pod set of the job had taken ``units`` of the best of them. On an empty cluster
+        availability is at least the nominal quota.
         """
         cq = self.cqs[self.cluster_queue_of(job)]
         if len(cq.resource_groups) != 1:
@@ -714,20 +749,27 @@ class Checker:
         requested = [_requested(p) for p in job.pod_sets]
         if not all(req and set(req) <= set(group.covered_resources) for req in requested):
             return False
+        totals: dict[str, int] = {}
+        for pod_set, req in zip(job.pod_sets, requested, strict=True):
+            for r, a in req.items():
+                _add(totals, r, a * pod_set.count)
+        usage = self.tree.usage(self.cq_usage())
+        used, holders = self.node_usage()
         for fq in group.flavors:
-            nominal = {q.name: q.nominal_quota for q in fq.resources}
-            totals: dict[str, int] = {}
-            for pod_set, req in zip(job.pod_sets, requested, strict=True):
-                for r, a in req.items():
-                    _add(totals, r, a * pod_set.count)
-            if any(totals[r] > nominal[r] for r in totals):
+            key = "cq:" + cq.name
+            if any(totals[r] > self.tree.available(key, (fq.name, r), usage) for r in totals):
                 continue
-            if self._places_on_empty(job, self.flavors[fq.name], requested):
+            if self._places(job, self.flavors[fq.name], requested, used, holders):
                 return True
         return False
 
-    def _places_on_empty(
-        self, job: Job, flavor: ResourceFlavor, requested: list[dict[str, int]]
+    def _places(
+        self,
+        job: Job,
+        flavor: ResourceFlavor,
+        requested: list[dict[str, int]],
+        used: dict[str, dict[str, int]],
+        holders: dict[str, list[tuple[int, bool]]],
     ) -> bool:
         taken = 0
         for pod_set, req in zip(job.pod_sets, requested, strict=True):
@@ -744,7 +786,10 @@ class Checker:
                     continue
                 if not _tolerated(node.taints, [*pod_set.tolerations, *flavor.tolerations]):
                     continue
-                n = min(node.capacity.get(r, 0) // (a * size) for r, a in req.items())
+                if pod_set.exclusive and holders.get(node.name):
+                    continue
+                free = {r: node.capacity.get(r, 0) - used.get(node.name, {}).get(r, 0) for r in req}
+                n = min(free[r] // (a * size) for r, a in req.items())
                 if pod_set.exclusive or pod_set.tasks_per_node:
                     n = min(n, 1)
                 fits.append(n)
@@ -753,6 +798,31 @@ class Checker:
                 return False
             taken += units
         return True
+
+    def starving(self) -> list[int]:
+        """Pending jobs that fit now although the cycle that just ran left them pending.
+
+        A cycle admits everything that fits: in a BestEffortFIFO queue no pending job may
+        fit afterwards. In a StrictFIFO queue only the head can be admitted; with ``kueue``
+        ordering the head is the job with the lowest ``(-priority, submit time, id)``; with
+        ``phalanx`` ordering it is not known from outside, so a StrictFIFO queue only
+        starves when every one of its pending jobs fits.
+        """
+        by_cq: dict[str, list[Job]] = {}
+        for jid in self.pending:
+            job = self.jobs[jid]
+            by_cq.setdefault(self.cluster_queue_of(job), []).append(job)
+        starved: list[int] = []
+        for name, jobs in by_cq.items():
+            if self.cqs[name].queueing_strategy is QueueingStrategy.BEST_EFFORT_FIFO:
+                starved.extend(j.id for j in jobs if self.fits_now(j))
+            elif self.preset == "kueue":
+                head = min(jobs, key=lambda j: (-(j.priority or 0), j.submit_time, j.id))
+                if self.fits_now(head):
+                    starved.append(head.id)
+            elif all(self.fits_now(j) for j in jobs):
+                starved.extend(j.id for j in jobs)
+        return sorted(starved)
 
 
 # --------------------------------------------------------------------------- the driver
@@ -781,7 +851,7 @@ class Run:
     snapshot_cycle: int = 0
     zero_checks: list[str] = field(default_factory=list)
     unsound_parking: list[str] = field(default_factory=list)
-    starved: list[int] = field(default_factory=list)
+    starved: list[str] = field(default_factory=list)
 
     def apply(self, event: Event) -> None:
         self.engine.apply(event)
@@ -794,6 +864,11 @@ class Run:
         self.trace.append(("cycle", self.now))
         self.cycles.append(_dump(decisions))
         self.checker.on_decisions(decisions, self.engine)
+        starving = self.checker.starving()
+        if starving:
+            self.starved.append(f"after cycle {len(self.cycles)} at {self.now}: {starving} fit")
+        if self.checker.pending:
+            self.parking_is_sound(f"after cycle {len(self.cycles)}")
         return decisions
 
     def pick(self, ids: Iterable[int], k: int) -> int | None:
@@ -825,6 +900,9 @@ class Run:
             self.cycle(op[1])
         elif kind == "usage":
             self.apply(TenantUsage(op[1], op[2], op[3]))
+        elif kind == "node":
+            node = self.scn.nodes[op[1] % len(self.scn.nodes)]
+            self.apply(Upsert(c.nodes[node.name].model_copy(update={"state": op[2]})))
         else:
             pool = c.pending if kind in ("finish_pending", "cancel") else c.admitted
             jid = self.pick(pool, op[1])
@@ -870,7 +948,6 @@ class Run:
         if self.scn.snapshot_at == len(self.scn.ops):
             self.take_snapshot()
         self.cycle()
-        self.parking_is_sound("after the stream")
         # Everything admitted finishes: usage is back to zero.
         self.finish_all()
         self.engine_is_empty("after finishing every admitted job")
@@ -881,8 +958,6 @@ class Run:
             self.finish_all()
         else:
             raise AssertionError("the liveness loop did not settle")
-        self.parking_is_sound("after the liveness loop")
-        self.starved = self.starving_jobs()
         for jid in sorted(self.checker.pending):
             self.apply(Cancel(jid))
         self.cycle()
@@ -897,32 +972,6 @@ class Run:
         self.snapshot_step = len(self.trace)
         self.snapshot_cycle = len(self.cycles)
 
-    def starving_jobs(self) -> list[int]:
-        """Pending jobs that fit the empty cluster within nominal quota (should be none).
-
-        In a StrictFIFO queue only the head can be admitted; with ``kueue`` ordering that
-        is the job with the lowest ``(-priority, submit time, id)``. With ``phalanx``
-        ordering the head is not known from outside, so a StrictFIFO queue only starves
-        when every one of its pending jobs fits.
-        """
-        c = self.checker
-        by_cq: dict[str, list[Job]] = {}
-        for jid in c.pending:
-            job = c.jobs[jid]
-            by_cq.setdefault(c.cluster_queue_of(job), []).append(job)
-        starved: list[int] = []
-        for name, jobs in by_cq.items():
-            fitting = [j.id for j in jobs if c.fits_empty(j)]
-            if c.cqs[name].queueing_strategy is QueueingStrategy.BEST_EFFORT_FIFO:
-                starved.extend(fitting)
-            elif self.scn.preset == "kueue":
-                head = min(jobs, key=lambda j: (-(j.priority or 0), j.submit_time, j.id))
-                if head.id in fitting:
-                    starved.append(head.id)
-            elif len(fitting) == len(jobs):
-                starved.extend(fitting)
-        return sorted(starved)
-
 
 def run_scenario(scn: Scenario) -> Run:
     return Run(scn, Engine(EngineConfig(preset=scn.preset)), Checker(scn)).run()
@@ -936,6 +985,105 @@ def replay(engine: Engine, steps: Iterable[Step]) -> list[str]:
         else:
             out.append(_dump(engine.cycle(payload)))
     return out
+
+
+# --------------------------------------------------------------------------- regressions
+# Minimal scenarios of bugs these properties found, kept as explicit examples.
+
+
+def _one_group_queue(name: str, flavors: Iterable[str], gpus: int = 32) -> ClusterQueue:
+    return ClusterQueue.model_validate(
+        {
+            "name": name,
+            "resourceGroups": [
+                {
+                    "coveredResources": [GPU, CPU],
+                    "flavors": [
+                        {
+                            "name": f,
+                            "resources": [
+                                {"name": GPU, "nominalQuota": gpus},
+                                {"name": CPU, "nominalQuota": "64"},
+                            ],
+                        }
+                        for f in flavors
+                    ],
+                }
+            ],
+        }
+    )
+
+
+def _draft(*pod_sets: PodSet, tenant: str = "t0") -> JobDraft:
+    return JobDraft(cq=0, via_local_queue=False, tenant=tenant, priority=None, pod_sets=pod_sets)
+
+
+def _node(name: str, pool: str, gpus: int, cpu: str = "16") -> Node:
+    return Node(name=name, labels={"pool": pool}, capacity={GPU: gpus, CPU: cpu, MEMORY: "64Gi"})
+
+
+def regression_tenant_usage_loses_head() -> Scenario:
+    """TenantUsage re-sorted a tenant's jobs after changing their keys; the old head then
+    looked like a follower, its shape was never re-offered and the queue had no head
+    until the next priority recalculation (engine.py ``_reprioritize``)."""
+    job = _draft(PodSet(name="ps0", count=1, requests={GPU: 1, CPU: "500m"}), tenant="t1")
+    return Scenario(
+        preset="phalanx",
+        flavors=[ResourceFlavor(name="f0")],
+        nodes=[_node("n00", "a", 8)],
+        cohorts=[],
+        cluster_queues=[_one_group_queue("cq0", ["f0"])],
+        ops=[("cycle", 0.0), ("submit", job), ("submit", job), ("usage", "t1", 0.25, None)],
+        snapshot_at=0,
+    )
+
+
+def regression_cpu_buckets_round_up() -> Scenario:
+    """On a flavor of GPU-less nodes (whole-core buckets) placement rounded a 500m task up
+    to a core: eight 500m tasks were "at most 4 fit" on an idle 4-core node
+    (placement.py, capacity.py ``upper_bound_units``)."""
+    return Scenario(
+        preset="kueue",
+        flavors=[ResourceFlavor(name="f0", node_labels={"pool": CPU_POOL})],
+        nodes=[_node("n00", CPU_POOL, 0, cpu="4")],
+        cohorts=[],
+        cluster_queues=[_one_group_queue("cq0", ["f0"])],
+        ops=[("submit", _draft(PodSet(name="ps0", count=8, requests={GPU: 0, CPU: "500m"})))],
+        snapshot_at=0,
+    )
+
+
+def regression_earlier_pod_set_wakes() -> Scenario:
+    """A two-pod-set job whose first pod set fell back to the second flavor's node (the
+    first flavor's was busy) left no room for the second pod set; it was parked on the
+    second flavor only, so the first flavor's node coming free never woke it and it
+    stayed pending on an empty cluster (explain.py ``wake_conditions``)."""
+    blocker = _draft(
+        PodSet(name="ps0", count=1, requests={GPU: 8, CPU: "1"}, node_selector={"pool": "a"})
+    )
+    pair = _draft(
+        PodSet(name="ps0", count=1, requests={GPU: 8, CPU: "1"}),
+        PodSet(name="ps1", count=1, requests={GPU: 8, CPU: "1"}, node_selector={"pool": "b"}),
+    )
+    return Scenario(
+        preset="kueue",
+        flavors=[
+            ResourceFlavor(name="f0", node_labels={"pool": "a"}),
+            ResourceFlavor(name="f1", node_labels={"pool": "b"}),
+        ],
+        nodes=[_node("n00", "a", 8), _node("n01", "b", 8)],
+        cohorts=[],
+        cluster_queues=[_one_group_queue("cq0", ["f0", "f1"])],
+        ops=[
+            ("submit", blocker),
+            ("cycle", 1.0),
+            ("submit", pair),
+            ("cycle", 1.0),
+            ("finish", 0),
+            ("cycle", 1.0),
+        ],
+        snapshot_at=0,
+    )
 
 
 # --------------------------------------------------------------------------- properties
@@ -987,10 +1135,14 @@ def test_usage_returns_to_zero(scn: Scenario) -> None:
 
 @PROPERTY_SETTINGS
 @given(scenario_st())
-def test_liveness_on_an_empty_cluster(scn: Scenario) -> None:
-    # Liveness: cycling an emptied cluster until nothing changes leaves no pending job that
-    # fits the empty cluster within its queue's nominal quota, and no parked job that a
-    # forced wake-up would admit.
+@example(regression_tenant_usage_loses_head())
+@example(regression_cpu_buckets_round_up())
+@example(regression_earlier_pod_set_wakes())
+def test_liveness_and_work_conservation(scn: Scenario) -> None:
+    # Liveness: after every cycle no pending job that fits the cluster as it is (its queue's
+    # availability, free node capacity) is left behind; in particular, cycling an emptied
+    # cluster until nothing changes leaves no job that fits it within nominal quota. And no
+    # parked job is one that a forced wake-up would admit.
     run = run_scenario(scn)
     assert run.starved == []
     assert run.unsound_parking == []

@@ -159,14 +159,22 @@ class FlavorNodes:
                 return
             yield from self.buckets[key]
 
-    def upper_bound_units(self, per_unit: int, one_per_node: bool) -> int:
-        """Units of ``per_unit`` primary resource that could fit, counting the primary only."""
+    def upper_bound_units(self, amount: int, one_per_node: bool) -> int:
+        """Units of ``amount`` primary resource (base units) that could fit, counting the
+        primary only.
+
+        A node in bucket ``key`` has less than ``(key + 1) * scale`` free: with whole-core
+        buckets, four 500m tasks fit a node of bucket 1 (1500m free, say) or 2.
+        """
         total = 0
+        scale = self.scale
         for key, bucket in self.buckets.items():
-            if per_unit <= 0:
+            if amount <= 0:
                 total += len(bucket) * (1 if one_per_node else 1 << 20)
-            elif key >= per_unit:
-                total += len(bucket) * (1 if one_per_node else key // per_unit)
+            else:
+                most = ((key + 1) * scale - 1) // amount
+                if most > 0:
+                    total += len(bucket) * (1 if one_per_node else most)
         return total
 
     def _insert(self, slot: NodeSlot) -> None:

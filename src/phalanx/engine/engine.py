@@ -554,7 +554,8 @@ class Engine:
         if not memo:
             # A failure shared by several queues of a tree is analysed once.
             memo["sig"] = signature(failed)
-            memo["wake"] = wake_conditions(failed)
+            placed = [r for r in assignment.pod_sets if r is not failed]
+            memo["wake"] = wake_conditions(failed, placed)
         sig: tuple[object, ...] = memo["sig"]  # type: ignore[assignment]
         wake: tuple[list[tuple[FlavorResource, int, int]], tuple[str, ...]]
         wake = memo["wake"]  # type: ignore[assignment]

@@ -7,6 +7,8 @@ failure's :func:`signature` with the job's previous one and only builds a new
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from phalanx.engine.assigner import (
     FIT,
     MAX_QUOTA,
@@ -149,7 +151,7 @@ def reason_for_failure(cluster_queue: str, node: QuotaNode, pod_set: PodSetResul
 
 
 def wake_conditions(
-    pod_set: PodSetResult,
+    pod_set: PodSetResult, placed: Iterable[PodSetResult] = ()
 ) -> tuple[list[tuple[FlavorResource, int, int]], tuple[str, ...]]:
     """What could make a failed pod set fit, as park conditions.
 
@@ -158,17 +160,25 @@ def wake_conditions(
       ``needed``, which takes at least ``short_by`` released in its tree;
     * ``flavor:<name>`` for each flavor whose nodes were short.
 
-    With neither, only a configuration change can help.
+    ``placed`` are the pod sets of the same job assigned before the failed one.
+    Their shortages count too, and so do the flavors they took: quota or nodes
+    freed there can move them to another flavor or other nodes, which makes room
+    for the failed pod set (placed in a busy flavor's stead, a pod set can take
+    the very nodes the next one needs).
+
+    With none of these, only a configuration change can help.
     """
+    placed = list(placed)
+    results = [*placed, pod_set]
     quota = [
         ((a.flavor, a.resource), a.needed, a.needed - a.available)
-        for a in pod_set.attempts
+        for r in results
+        for a in r.attempts
         if a.outcome == QUOTA
     ]
-    keys = tuple(
-        dict.fromkeys(f"flavor:{a.flavor}" for a in pod_set.attempts if a.outcome == PLACEMENT)
-    )
-    return quota, keys
+    keys = [f"flavor:{a.flavor}" for r in results for a in r.attempts if a.outcome == PLACEMENT]
+    keys.extend(f"flavor:{f}" for r in placed for f in r.flavors.values())
+    return quota, tuple(dict.fromkeys(keys))
 
 
 def strict_fifo_reason(cluster_queue: str, head_id: int) -> Reason:

@@ -82,16 +82,17 @@ class BestFit:
     ) -> PlacementResult:
         unit = pod_set.unit_request()
         units = pod_set.units
-        per_unit = unit.get(nodes.primary, 0) // nodes.scale if unit else 0
-        if nodes.scale > 1 and unit.get(nodes.primary, 0) % nodes.scale:
-            per_unit += 1
+        amount = unit.get(nodes.primary, 0) if unit else 0
+        # Buckets floor the free amount (whole cores for CPU flavors), so the lowest bucket
+        # that may hold a unit is the floor too: rounding up would skip nodes that fit.
+        per_unit = amount // nodes.scale
         one_per_node = pod_set.one_unit_per_node
-        bound = nodes.upper_bound_units(per_unit, one_per_node)
+        bound = nodes.upper_bound_units(amount, one_per_node)
         if bound < units:
             return PlacementResult(None, bound)
         if one_per_node:
             return self._spread(pod_set, unit, units, per_unit, nodes, node_filter, overlay)
-        return self._pack(unit, units, per_unit, nodes, node_filter, overlay)
+        return self._pack(unit, units, amount, nodes, node_filter, overlay)
 
     @staticmethod
     def _fits(
@@ -129,20 +130,22 @@ class BestFit:
         self,
         unit: dict[str, int],
         units: int,
-        per_unit: int,
+        amount: int,
         nodes: FlavorNodes,
         node_filter: NodeFilter | None,
         overlay: Overlay,
     ) -> PlacementResult:
         keys = nodes.sorted_keys()
         top = keys[-1] if keys else 0
+        scale = nodes.scale
         chosen: list[tuple[NodeSlot, int]] = []
         taken: set[NodeSlot] = set()
         remaining = units
-        largest = nodes.candidates_descending(max(per_unit, 0))
+        largest = nodes.candidates_descending(amount // scale)
         while remaining > 0:
-            if per_unit == 0 or remaining * per_unit <= top:
-                for slot in nodes.candidates_ascending(remaining * per_unit):
+            need = remaining * amount // scale
+            if amount == 0 or need <= top:
+                for slot in nodes.candidates_ascending(need):
                     if slot not in taken and self._fits(slot, unit, node_filter, overlay) >= (
                         remaining
                     ):
