@@ -30,10 +30,12 @@ from phalanx.model.queue import (
     WhenCanPreempt,
 )
 from phalanx.model.resources import FlavorQuotas, ResourceGroup, ResourceQuota
+from phalanx.model.submission import DEFAULT_KILL_WAIT_S, JobSubmission, RunSpec
 from phalanx.model.tenant import PriorityClass, Tenant
 
 __all__ = [
     "CPU",
+    "DEFAULT_KILL_WAIT_S",
     "GPU",
     "HOSTNAME_LABEL",
     "MEMORY",
@@ -48,6 +50,7 @@ __all__ = [
     "FungibilityPreference",
     "Job",
     "JobState",
+    "JobSubmission",
     "LocalQueue",
     "Node",
     "NodeState",
@@ -58,6 +61,7 @@ __all__ = [
     "ResourceFlavor",
     "ResourceGroup",
     "ResourceQuota",
+    "RunSpec",
     "StopPolicy",
     "Taint",
     "Tenant",
