@@ -30,6 +30,7 @@ from phalanx.model import (
     FungibilityPreference,
     Job,
     JobState,
+    JobSubmission,
     LocalQueue,
     Node,
     PodSet,
@@ -38,6 +39,7 @@ from phalanx.model import (
     ResourceFlavor,
     ResourceGroup,
     ResourceQuota,
+    RunSpec,
     StopPolicy,
     Taint,
     Tenant,
@@ -781,6 +783,14 @@ ROUND_TRIP: list[PhalanxModel] = [
         pod_sets=[POD_SET, PodSet(name="launcher", requests={"cpu": "1"})],
         submit_time=1_700_000_000.25,
         labels={"kueue.x-k8s.io/queue-name": "lq"},
+    ),
+    RunSpec(command=["python", "train.py"], working_dir="/tmp", env={"A": "1"}, time_limit=3600),
+    JobSubmission(
+        name="train",
+        tenant="team-a",
+        queue="lq",
+        pod_sets=[POD_SET],
+        run=RunSpec(command=["sleep", "1"], output="out-%j.log"),
     ),
 ]
 

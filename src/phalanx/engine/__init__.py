@@ -16,6 +16,7 @@ from phalanx.engine.decisions import (
 )
 from phalanx.engine.engine import Engine
 from phalanx.engine.events import (
+    Adopt,
     Cancel,
     Delete,
     Event,
@@ -32,6 +33,7 @@ from phalanx.engine.snapshot import export_state, load_state
 __all__ = [
     "PRESETS",
     "Admit",
+    "Adopt",
     "Cancel",
     "Decision",
     "Delete",

@@ -24,6 +24,7 @@ from typing import Any
 
 from phalanx.engine.assigner import Assignment, FlavorAssigner
 from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
+from phalanx.engine.capacity import NodeSlot
 from phalanx.engine.config import EngineConfig, Policies
 from phalanx.engine.decisions import (
     Admit,
@@ -34,6 +35,7 @@ from phalanx.engine.decisions import (
     PodSetAssignment,
 )
 from phalanx.engine.events import (
+    Adopt,
     Cancel,
     Delete,
     Event,
@@ -53,7 +55,7 @@ from phalanx.engine.explain import (
 from phalanx.engine.ordering import JobFacts, PriorityContext, TenantShare
 from phalanx.engine.placement import unit_amounts
 from phalanx.engine.queues import ClusterQueueQueue, QueueManager, ShapeQueue
-from phalanx.engine.quota import FlavorResource
+from phalanx.engine.quota import FlavorResource, QuotaNode
 from phalanx.engine.reasons import Reason, ReasonCode
 from phalanx.engine.shapes import ShapeInterner
 from phalanx.engine.state import Admission, JobRecord
@@ -138,6 +140,8 @@ class Engine:
             self._reprioritize(self._pending_by_tenant.get(event.tenant, {}).values())
         elif isinstance(event, Upsert):
             self._upsert(event.obj)
+        elif isinstance(event, Adopt):
+            self._adopt(event.job, event.admission)
         elif isinstance(event, Delete):
             self._delete(event.kind, event.name)
         else:  # pragma: no cover - exhaustive over Event
@@ -300,6 +304,45 @@ class Engine:
         self._pending_by_tenant.setdefault(job.tenant, {})[job.id] = rec
         self._set_priority(rec, self._context(job.submit_time))
         self._enqueue(rec)
+
+    def _adopt(self, job: Job, decision: Admit) -> None:
+        self._submit(job)
+        rec = self.jobs[job.id]
+        self._forget_pending(rec)
+        rec.reason = None
+        rec.cluster_queue = decision.cluster_queue
+        info = self.cache.cluster_queues.get(decision.cluster_queue)
+        shapes = {p.name: p for p in rec.shape.pod_sets}
+        usage: dict[FlavorResource, int] = {}
+        allocations: list[tuple[NodeSlot, dict[str, int], bool]] = []
+        for assigned in decision.pod_sets:
+            shape = shapes[assigned.name]
+            for resource, flavor in assigned.flavors:
+                fr = (flavor, resource)
+                usage[fr] = usage.get(fr, 0) + shape.total(resource)
+            for placed in assigned.nodes:
+                slot = self.cache.nodes.get(placed.node)
+                if slot is None:
+                    continue
+                amounts = unit_amounts(shape, slot)
+                if not shape.exclusive:
+                    units = placed.count // shape.unit_size
+                    amounts = {r: a * units for r, a in amounts.items()}
+                else:
+                    slot.exclusive_jobs += 1
+                slot.allocate(amounts)
+                slot.jobs[rec.id] = None
+                self.cache.reindex(slot)
+                allocations.append((slot, amounts, shape.exclusive))
+        if info is not None:
+            for fr, amount in usage.items():
+                info.node.add_usage(fr, amount)
+            node = info.node
+        else:
+            node = QuotaNode(decision.cluster_queue, True)
+        self.assigner.generation += 1
+        rec.admission = Admission(decision.cluster_queue, node, usage, allocations, decision)
+        self._admitted_by_cq.setdefault(decision.cluster_queue, {})[rec.id] = rec
 
     def _enqueue(self, rec: JobRecord) -> None:
         cq_name, lq_key, problem = self._resolve(rec)

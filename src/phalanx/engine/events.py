@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from phalanx.engine.decisions import Admit
 from phalanx.model import (
     ClusterQueue,
     Cohort,
@@ -25,6 +26,7 @@ from phalanx.model import (
 )
 
 __all__ = [
+    "Adopt",
     "Cancel",
     "Delete",
     "Event",
@@ -103,4 +105,18 @@ class TenantUsage:
     allocation: float | None = None
 
 
-Event = Upsert | Delete | Submit | Cancel | Finish | Requeue | TenantUsage
+@dataclass(frozen=True, slots=True)
+class Adopt:
+    """A job admitted before (by an earlier engine, say before a restart) keeps its admission.
+
+    Its quota is charged and its nodes are taken as ``admission`` records, without
+    placing it again: this is how recovery rebuilds the engine from the store.
+    Pod sets of ``admission`` on nodes or in a ClusterQueue that no longer exist
+    hold nothing there.
+    """
+
+    job: Job
+    admission: Admit
+
+
+Event = Upsert | Delete | Submit | Cancel | Finish | Requeue | TenantUsage | Adopt
