@@ -9,6 +9,8 @@ prefixed ``phalanx_``. Each control plane has its own registry.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = ["Metrics"]
@@ -90,3 +92,33 @@ class Metrics:
             ["node", "state"],
             registry=r,
         )
+
+    def observe_state(
+        self,
+        cluster_queues: dict[str, dict[str, Any]],
+        nodes: dict[str, dict[str, Any]],
+        pending: dict[str, tuple[int, int]],
+    ) -> None:
+        """Set the gauges from a snapshot of the control plane (at scrape time)."""
+        for gauge in (self.pending, self.admitted_active, self.resource_usage, self.nominal_quota):
+            gauge.clear()
+        self.node_gpus.clear()
+        for name, status in cluster_queues.items():
+            active, inadmissible = pending.get(name, (0, 0))
+            self.pending.labels(cluster_queue=name, status="active").set(active)
+            self.pending.labels(cluster_queue=name, status="inadmissible").set(inadmissible)
+            self.admitted_active.labels(cluster_queue=name).set(status["admitted"])
+            for flavor, resources in status["nominal"].items():
+                for resource, amount in resources.items():
+                    self.nominal_quota.labels(name, flavor, resource).set(_unit(resource, amount))
+            for flavor, resources in status["usage"].items():
+                for resource, amount in resources.items():
+                    self.resource_usage.labels(name, flavor, resource).set(_unit(resource, amount))
+        for node, status in nodes.items():
+            self.node_gpus.labels(node=node, state="allocated").set(status["gpus_used"])
+            self.node_gpus.labels(node=node, state="total").set(status["gpus"])
+
+
+def _unit(resource: str, amount: int) -> float:
+    """CPU is kept in milli-cores internally; Kueue reports cores."""
+    return amount / 1000 if resource == "cpu" else float(amount)

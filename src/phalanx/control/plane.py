@@ -1,0 +1,838 @@
+"""The control plane: one loop that owns the engine, the store's writes and the runtime.
+
+API handlers call the public methods from any thread. Each method turns its
+request into a *command* on the loop's inbox and waits for the answer. The
+loop takes every queued command at once and, in one store transaction, applies
+them, takes the runtime's events, runs a scheduling cycle and records every
+transition; only after the commit does it answer the callers and act
+(launch supervisors, signal cancellations). See ``docs/control-plane.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from phalanx.auth import Principal, hash_token, new_token
+from phalanx.control.gpus import GpuAllocator
+from phalanx.control.metrics import Metrics
+from phalanx.control.registry import KIND_ORDER, MODEL_BY_KIND, Registry, object_key
+from phalanx.control.submissions import resolve_submissions
+from phalanx.engine import (
+    Admit,
+    Adopt,
+    Cancel,
+    Decision,
+    Delete,
+    Engine,
+    EngineConfig,
+    Evict,
+    Finish,
+    Pending,
+    Requeue,
+    Submit,
+    Upsert,
+)
+from phalanx.engine.decisions import decision_from_dict
+from phalanx.errors import Conflict, Forbidden, Invalid, NotFound, PhalanxError, Unauthorized
+from phalanx.model import GPU, Job, JobState, JobSubmission
+from phalanx.runtime.local import LocalRuntime
+from phalanx.runtime.spec import AlreadyLaunched, Exited, LaunchSpec, Started, TaskSpec
+from phalanx.store import JobRow, NewJob, Store, TokenRow, Tx
+
+__all__ = ["ControlPlane"]
+
+log = logging.getLogger("phalanx.control")
+
+_ACTIVE = (JobState.ADMITTED.value, JobState.RUNNING.value, JobState.COMPLETING.value)
+_MAX_JOBS_PER_ITERATION = 20_000
+_IDLE_CYCLE_S = 5.0
+"""Even when nothing happens a cycle runs this often: priorities age with time."""
+_TOKEN_CACHE_S = 5.0
+
+
+# ---------------------------------------------------------------------- commands
+
+
+@dataclass
+class _Command:
+    principal: Principal
+    future: Future[Any] = field(default_factory=Future, init=False)
+
+
+@dataclass
+class _SubmitCmd(_Command):
+    submissions: list[JobSubmission]
+    jobs: list[Job] = field(default_factory=list, init=False)
+
+
+@dataclass
+class _CancelCmd(_Command):
+    job_id: int
+
+
+@dataclass
+class _ApplyCmd(_Command):
+    objects: list[Any]
+
+
+@dataclass
+class _DeleteCmd(_Command):
+    kind: str
+    name: str
+
+
+@dataclass
+class _Effects:
+    """What to do once the iteration's transaction has committed."""
+
+    launches: list[LaunchSpec] = field(default_factory=list)
+    cancels: list[int] = field(default_factory=list)
+    answers: list[tuple[Future[Any], Any]] = field(default_factory=list)
+    cycled: bool = False
+
+
+class ControlPlane:
+    """The engine, the store and the runtime, kept consistent by one loop thread."""
+
+    def __init__(
+        self,
+        store: Store,
+        runtime: LocalRuntime,
+        *,
+        state_dir: Path,
+        config: EngineConfig | None = None,
+        clock: Callable[[], float] = time.time,
+        poll_interval_s: float = 0.02,
+    ) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.state_dir = Path(state_dir)
+        self.config = config or EngineConfig()
+        self.clock = clock
+        self.poll_interval_s = poll_interval_s
+        self.metrics = Metrics()
+        self.ready = False
+        self._inbox: queue.SimpleQueue[_Command | None] = queue.SimpleQueue()
+        self._lock = threading.RLock()
+        """Held while the loop changes the engine; status readers take it too."""
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._tokens: dict[str, tuple[float, Principal]] = {}
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self.engine = Engine(self.config)
+        self.registry = Registry()
+        self.gpus = GpuAllocator()
+        self._active: dict[int, int] = {}
+        """Admitted or running job id -> its current attempt."""
+        self._running: set[int] = set()
+        """Active jobs whose start is recorded (a re-attached supervisor reports it again)."""
+        self._evicting: dict[int, str] = {}
+        self._dirty = True
+        self._last_cycle = 0.0
+
+    # ------------------------------------------------------------------ life cycle
+
+    def start(self) -> None:
+        """Rebuild everything from the store, re-attach running jobs, start the loop."""
+        with self._lock:
+            launches = self._recover()
+        for spec in launches:
+            self._launch(spec)
+        self._thread = threading.Thread(target=self._run, name="phalanx-control", daemon=True)
+        self._thread.start()
+        self.ready = True
+
+    def stop(self) -> None:
+        """Stop the loop; running jobs keep running under their supervisors."""
+        self.ready = False
+        self._stopping.set()
+        self._inbox.put(None)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    # ------------------------------------------------------------------ public API
+
+    def authenticate(self, token: str) -> Principal:
+        digest = hash_token(token)
+        now = time.monotonic()
+        cached = self._tokens.get(digest)
+        if cached is not None and now - cached[0] < _TOKEN_CACHE_S:
+            return cached[1]
+        row = self.store.find_token(digest)
+        if row is None or row.revoked or (row.expires is not None and row.expires < self.clock()):
+            self._tokens.pop(digest, None)
+            raise Unauthorized("invalid or expired token")
+        principal = Principal(user=row.user, tenants=frozenset(row.tenants), admin=row.admin)
+        self._tokens[digest] = (now, principal)
+        return principal
+
+    def create_token(
+        self,
+        principal: Principal,
+        *,
+        user: str,
+        tenants: Sequence[str],
+        admin: bool = False,
+        name: str = "",
+        expires: float | None = None,
+    ) -> tuple[str, TokenRow]:
+        """A new bearer token for ``user`` acting for ``tenants``; its plaintext is shown once."""
+        if not principal.admin:
+            raise Forbidden("only the admin creates tokens")
+        if not user:
+            raise Invalid("user: required")
+        if not admin and not tenants:
+            raise Invalid("tenants: a user token needs at least one tenant")
+        token = new_token()
+        with self.store.begin() as tx:
+            row = tx.create_token(
+                name=name,
+                user=user,
+                tenants=list(tenants),
+                admin=admin,
+                token_hash=hash_token(token),
+                created=self.clock(),
+                expires=expires,
+            )
+        return token, row
+
+    def submit(self, principal: Principal, submissions: Sequence[JobSubmission]) -> list[int]:
+        """Durably queue jobs; returns their ids once committed."""
+        if not submissions:
+            return []
+        result: list[int] = self._call(_SubmitCmd(principal, list(submissions)))
+        return result
+
+    def cancel(self, principal: Principal, job_id: int) -> JobRow:
+        self.job(principal, job_id)
+        self._call(_CancelCmd(principal, job_id))
+        row = self.store.get_job(job_id)
+        assert row is not None
+        return row
+
+    def job(self, principal: Principal, job_id: int) -> JobRow:
+        """The job, if ``principal`` may see it (otherwise: not found, as for a missing job)."""
+        row = self.store.get_job(job_id)
+        if row is None or not principal.may_act_for(row.tenant):
+            raise NotFound(f"job {job_id} not found")
+        return row
+
+    def apply(self, principal: Principal, manifests: Sequence[Any]) -> list[tuple[str, str, str]]:
+        """Create or update configuration objects (all of them or none)."""
+        if not principal.admin:
+            raise Forbidden("only the admin changes cluster configuration")
+        objects = [getattr(m, "obj", m) for m in manifests]
+        result: list[tuple[str, str, str]] = self._call(_ApplyCmd(principal, objects))
+        return result
+
+    def delete(self, principal: Principal, kind: str, name: str) -> None:
+        if not principal.admin:
+            raise Forbidden("only the admin changes cluster configuration")
+        self._call(_DeleteCmd(principal, kind, name))
+
+    def output_paths(self, job: JobRow) -> tuple[Path, Path | None]:
+        """Where the job's standard output and standard error go (error None: merged)."""
+        run = job.submission.get("run", {})
+        workdir = Path(run.get("workingDir") or "/")
+        output = run.get("output")
+        out = _expand(output, job, workdir) if output else self.runtime.default_output(job.id)
+        error = run.get("error")
+        return out, (_expand(error, job, workdir) if error else None)
+
+    def cluster_queue_status(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            engine = self.engine
+            status: dict[str, dict[str, Any]] = {}
+            pending: dict[str, int] = {}
+            admitted: dict[str, int] = {}
+            for rec in engine.jobs.values():
+                cq = rec.admission.cluster_queue if rec.admission else rec.cluster_queue
+                if cq is None:
+                    continue
+                target = admitted if rec.admission else pending
+                target[cq] = target.get(cq, 0) + 1
+            for name, info in engine.cache.cluster_queues.items():
+                node = info.node
+                usage: dict[str, dict[str, int]] = {}
+                nominal: dict[str, dict[str, int]] = {}
+                borrowed: dict[str, dict[str, int]] = {}
+                for (flavor, resource), amount in node.nominal.items():
+                    nominal.setdefault(flavor, {})[resource] = amount
+                for (flavor, resource), amount in node.usage.items():
+                    usage.setdefault(flavor, {})[resource] = amount
+                    over = amount - node.nominal.get((flavor, resource), 0)
+                    if over > 0:
+                        borrowed.setdefault(flavor, {})[resource] = over
+                status[name] = {
+                    "cohort": info.model.cohort_name,
+                    "active": info.inactive is None,
+                    "inactive_reason": info.inactive.message if info.inactive else None,
+                    "pending": pending.get(name, 0),
+                    "admitted": admitted.get(name, 0),
+                    "usage": usage,
+                    "nominal": nominal,
+                    "borrowed": borrowed,
+                }
+            return status
+
+    def node_status(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            status: dict[str, dict[str, Any]] = {}
+            for name, slot in self.engine.cache.nodes.items():
+                status[name] = {
+                    "state": slot.state().value,
+                    "gpus": slot.capacity.get(GPU, 0),
+                    "gpus_used": slot.used.get(GPU, 0),
+                    "gpu_indices_used": self.gpus.taken(name),
+                    "jobs": sorted(slot.jobs),
+                }
+            return status
+
+    def render_metrics(self) -> bytes:
+        from prometheus_client import generate_latest
+
+        with self._lock:
+            self.metrics.observe_state(
+                self.cluster_queue_status(), self.node_status(), self._pending_by_cq()
+            )
+        return generate_latest(self.metrics.registry)
+
+    def _pending_by_cq(self) -> dict[str, tuple[int, int]]:
+        """ClusterQueue -> (active pending, inadmissible pending)."""
+        counts: dict[str, tuple[int, int]] = {}
+        for rec in self.engine.jobs.values():
+            if rec.admission is not None or rec.cluster_queue is None:
+                continue
+            active, inadmissible = counts.get(rec.cluster_queue, (0, 0))
+            if rec.reason is None:
+                active += 1
+            else:
+                inadmissible += 1
+            counts[rec.cluster_queue] = (active, inadmissible)
+        return counts
+
+    # ------------------------------------------------------------------ the loop
+
+    def _call(self, command: _Command) -> Any:
+        if self._stopping.is_set() or self._thread is None:
+            from phalanx.errors import Unavailable
+
+            raise Unavailable("the control plane is not running")
+        self._inbox.put(command)
+        return command.future.result()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            commands = self._take_commands()
+            if self._stopping.is_set():
+                for cmd in commands:
+                    cmd.future.set_exception(_stopped())
+                break
+            try:
+                self._iterate(commands)
+            except Exception as exc:  # the loop must survive anything a store can throw
+                log.exception("control loop iteration failed; rebuilding from the store")
+                for cmd in commands:
+                    if not cmd.future.done():
+                        cmd.future.set_exception(_internal(exc))
+                self._rebuild()
+        # Answer whatever is still queued.
+        while True:
+            try:
+                left = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if left is not None:
+                left.future.set_exception(_stopped())
+
+    def _take_commands(self) -> list[_Command]:
+        commands: list[_Command] = []
+        try:
+            first = self._inbox.get(timeout=self.poll_interval_s)
+        except queue.Empty:
+            return commands
+        if first is None:
+            return commands
+        commands.append(first)
+        jobs = len(first.submissions) if isinstance(first, _SubmitCmd) else 0
+        while jobs < _MAX_JOBS_PER_ITERATION:
+            try:
+                more = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if more is None:
+                self._stopping.set()
+                break
+            commands.append(more)
+            if isinstance(more, _SubmitCmd):
+                jobs += len(more.submissions)
+        return commands
+
+    def _iterate(self, commands: list[_Command]) -> None:
+        events = self.runtime.poll()
+        now = self.clock()
+        if (
+            not commands
+            and not events
+            and not self._dirty
+            and now - self._last_cycle < _IDLE_CYCLE_S
+        ):
+            return
+        effects = _Effects()
+        with self._lock:
+            accepted = self._validate(commands, effects)
+            with self.store.begin() as tx:
+                self._apply_commands(tx, accepted, now, effects)
+                for event in events:
+                    self._on_runtime_event(tx, event, now)
+                if self._dirty or now - self._last_cycle >= _IDLE_CYCLE_S:
+                    started = time.perf_counter()
+                    decisions = self.engine.cycle(now)
+                    self.metrics.cycles_total.inc()
+                    self.metrics.cycle_seconds.observe(time.perf_counter() - started)
+                    self._dirty = False
+                    self._last_cycle = now
+                    self._record_decisions(tx, decisions, now, effects)
+                commit_started = time.perf_counter()
+            self.metrics.commit_seconds.observe(time.perf_counter() - commit_started)
+        for future, value in effects.answers:
+            future.set_result(value)
+        for spec in effects.launches:
+            self._launch(spec)
+        for job_id in effects.cancels:
+            self.runtime.cancel(job_id)
+
+    # ------------------------------------------------------------------ commands
+
+    def _validate(self, commands: list[_Command], effects: _Effects) -> list[_Command]:
+        """Reject bad commands before the transaction; the rest are applied together."""
+        accepted: list[_Command] = []
+        for cmd in commands:
+            try:
+                if isinstance(cmd, _SubmitCmd):
+                    cmd.jobs = resolve_submissions(cmd.principal, cmd.submissions, self.registry)
+                elif isinstance(cmd, _DeleteCmd):
+                    self._check_delete(cmd.kind, cmd.name)
+                elif isinstance(cmd, _ApplyCmd):
+                    self.registry.check_apply(cmd.objects)
+            except PhalanxError as exc:
+                cmd.future.set_exception(exc)
+                continue
+            accepted.append(cmd)
+        return accepted
+
+    def _apply_commands(
+        self, tx: Tx, commands: list[_Command], now: float, effects: _Effects
+    ) -> None:
+        for cmd in commands:
+            if isinstance(cmd, _SubmitCmd):
+                rows = [
+                    _new_job(job, sub, now, self._target_queue(job))
+                    for job, sub in zip(cmd.jobs, cmd.submissions, strict=True)
+                ]
+                ids = tx.insert_jobs(rows)
+                for job, job_id in zip(cmd.jobs, ids, strict=True):
+                    self.engine.apply(
+                        Submit(job.model_copy(update={"id": job_id, "submit_time": now}))
+                    )
+                self.metrics.submitted_total.inc(len(ids))
+                effects.answers.append((cmd.future, ids))
+                self._dirty = True
+            elif isinstance(cmd, _CancelCmd):
+                self._cancel(tx, cmd.job_id, now, effects)
+                effects.answers.append((cmd.future, None))
+            elif isinstance(cmd, _ApplyCmd):
+                results = []
+                for obj in cmd.objects:
+                    kind, name = object_key(obj)
+                    outcome = tx.put_object(kind, name, obj.to_dict())
+                    if outcome != "unchanged":
+                        self.engine.apply(Upsert(obj))
+                        self.registry.put(kind, name, obj)
+                        self._on_node_change(kind, obj)
+                        self._dirty = True
+                    results.append((kind, name, outcome))
+                effects.answers.append((cmd.future, results))
+            elif isinstance(cmd, _DeleteCmd):
+                tx.delete_object(cmd.kind, cmd.name)
+                self.engine.apply(Delete(cmd.kind, cmd.name))  # type: ignore[arg-type]
+                self.registry.remove(cmd.kind, cmd.name)
+                if cmd.kind == "Node":
+                    self.gpus.remove_node(cmd.name)
+                self._dirty = True
+                effects.answers.append((cmd.future, None))
+
+    def _target_queue(self, job: Job) -> str | None:
+        """The ClusterQueue a job is headed for, for display while it is pending."""
+        if job.cluster_queue is not None:
+            return job.cluster_queue
+        lq = self.registry.get("LocalQueue", f"{job.tenant}/{job.queue}")
+        return lq.cluster_queue if lq is not None else None
+
+    def _on_node_change(self, kind: str, obj: Any) -> None:
+        if kind == "Node":
+            self.gpus.set_capacity(obj.name, obj.capacity.get(GPU, 0))
+
+    def _check_delete(self, kind: str, name: str) -> None:
+        if self.registry.get(kind, name) is None:
+            raise NotFound(f"{kind}/{name} not found")
+        users = self.registry.users_of(kind, name)
+        if users:
+            raise Conflict(f"{kind}/{name} is in use by {', '.join(users[:5])}")
+        jobs = [
+            rec.id
+            for rec in self.engine.jobs.values()
+            if (kind == "ClusterQueue" and (rec.cluster_queue == name))
+            or (kind == "LocalQueue" and rec.local_queue == name)
+        ]
+        if kind == "Node":
+            slot = self.engine.cache.nodes.get(name)
+            jobs = sorted(slot.jobs) if slot is not None else []
+        if jobs:
+            shown = ", ".join(str(j) for j in jobs[:5])
+            raise Conflict(
+                f"{kind}/{name} has {len(jobs)} unfinished job(s) ({shown}); "
+                "cancel them or wait for them to finish first"
+            )
+
+    def _cancel(self, tx: Tx, job_id: int, now: float, effects: _Effects) -> None:
+        row = tx.get_job(job_id)
+        if row is None:
+            raise NotFound(f"job {job_id} not found")
+        if JobState(row.state).finished:
+            return
+        if row.state == JobState.PENDING.value:
+            self.engine.apply(Cancel(job_id))
+            tx.update_job(
+                job_id, state=JobState.CANCELLED.value, end_time=now, reason="", message=""
+            )
+            tx.add_event(job_id, "Cancelled", now, reason="CancelledByUser")
+            self.metrics.finished_total.labels(state=JobState.CANCELLED.value).inc()
+            self._dirty = True
+            return
+        if not row.cancel_requested:
+            tx.update_job(job_id, cancel_requested=True)
+            tx.add_event(job_id, "CancelRequested", now, reason="CancelledByUser")
+        effects.cancels.append(job_id)
+
+    # ------------------------------------------------------------------ runtime events
+
+    def _on_runtime_event(self, tx: Tx, event: Started | Exited, now: float) -> None:
+        attempt = self._active.get(event.job_id)
+        if attempt is None or attempt != event.attempt:
+            self.runtime.forget(event.job_id, event.attempt)
+            return
+        if isinstance(event, Started):
+            if event.job_id in self._running:
+                return
+            self._running.add(event.job_id)
+            tx.update_job(event.job_id, state=JobState.RUNNING.value, start_time=event.time)
+            tx.add_event(event.job_id, "Started", event.time, data={"attempt": event.attempt})
+            return
+        del self._active[event.job_id]
+        self._running.discard(event.job_id)
+        row = tx.get_job(event.job_id)
+        nodes = row.nodes if row is not None else []
+        self.gpus.release(event.job_id, nodes)
+        self.runtime.forget(event.job_id, event.attempt)
+        self._dirty = True
+        evict_reason = self._evicting.pop(event.job_id, None)
+        if evict_reason is not None and not (row is not None and row.cancel_requested):
+            self.engine.apply(Requeue(event.job_id, evict_reason))
+            tx.update_job(
+                event.job_id,
+                state=JobState.PENDING.value,
+                reason=evict_reason,
+                message=f"requeued: {evict_reason}",
+                flavor=None,
+                nodes=[],
+                start_time=None,
+            )
+            tx.add_event(event.job_id, "Requeued", now, reason=evict_reason)
+            return
+        state = JobState(event.state)
+        self.engine.apply(Finish(event.job_id, state))
+        tx.update_job(
+            event.job_id,
+            state=state.value,
+            end_time=event.end_time,
+            start_time=event.start_time
+            if row is None or row.start_time is None
+            else row.start_time,
+            exit_code=event.exit_code,
+            signal=event.signal,
+            reason="",
+            message=event.message,
+        )
+        tx.add_event(
+            event.job_id,
+            "Finished",
+            event.end_time,
+            reason=state.value,
+            message=event.message,
+            data={"exit_code": event.exit_code, "signal": event.signal, "attempt": event.attempt},
+        )
+        self.metrics.finished_total.labels(state=state.value).inc()
+
+    # ------------------------------------------------------------------ decisions
+
+    def _record_decisions(
+        self, tx: Tx, decisions: list[Decision], now: float, effects: _Effects
+    ) -> None:
+        pending_updates: list[tuple[int, dict[str, Any]]] = []
+        for decision in decisions:
+            if isinstance(decision, Admit):
+                spec = self._admit(tx, decision, now)
+                if spec is not None:
+                    effects.launches.append(spec)
+            elif isinstance(decision, Pending):
+                reason = decision.reason
+                pending_updates.append(
+                    (decision.job_id, {"reason": reason.code.value, "message": reason.message})
+                )
+            elif isinstance(decision, Evict):
+                self._evicting[decision.job_id] = decision.reason
+                tx.add_event(decision.job_id, "Evicting", now, reason=decision.reason)
+                effects.cancels.append(decision.job_id)
+        if pending_updates:
+            tx.update_jobs(pending_updates)
+
+    def _admit(self, tx: Tx, decision: Admit, now: float) -> LaunchSpec | None:
+        row = tx.get_job(decision.job_id)
+        if row is None:  # pragma: no cover - the engine only knows stored jobs
+            return None
+        submission = JobSubmission.model_validate(row.submission)
+        tasks: list[TaskSpec] = []
+        gpu_map: dict[str, list[int]] = {}
+        requests = {p.name: p.requests.get(GPU, 0) for p in submission.pod_sets}
+        for pod_set in decision.pod_sets:
+            per_task = requests.get(pod_set.name, 0)
+            for placed in pod_set.nodes:
+                for _ in range(placed.count):
+                    indices = (
+                        self.gpus.take(placed.node, per_task, decision.job_id) if per_task else []
+                    )
+                    gpu_map.setdefault(placed.node, []).extend(indices)
+                    tasks.append(TaskSpec(node=placed.node, rank=len(tasks), gpus=tuple(indices)))
+        attempt = row.attempt + 1
+        assignment = {
+            "admit": decision.to_dict(),
+            "gpus": gpu_map,
+            "tasks": [{"node": t.node, "rank": t.rank, "gpus": list(t.gpus)} for t in tasks],
+            "attempt": attempt,
+        }
+        tx.update_job(
+            decision.job_id,
+            state=JobState.ADMITTED.value,
+            cluster_queue=decision.cluster_queue,
+            flavor=decision.flavor,
+            nodes=decision.nodes,
+            assignment=assignment,
+            attempt=attempt,
+            reason="",
+            message="",
+        )
+        tx.add_event(
+            decision.job_id,
+            "Admitted",
+            now,
+            data={
+                "cluster_queue": decision.cluster_queue,
+                "flavor": decision.flavor,
+                "nodes": decision.nodes,
+                "borrowing": decision.borrowing,
+                "attempt": attempt,
+            },
+        )
+        self.metrics.admitted_total.labels(cluster_queue=decision.cluster_queue).inc()
+        self.metrics.admission_wait.labels(cluster_queue=decision.cluster_queue).observe(
+            max(0.0, now - row.submit_time)
+        )
+        self._active[decision.job_id] = attempt
+        return self._launch_spec(row, submission, tasks, attempt)
+
+    def _launch_spec(
+        self, row: JobRow, submission: JobSubmission, tasks: list[TaskSpec], attempt: int
+    ) -> LaunchSpec:
+        run = submission.run
+        out, err = self.output_paths(row)
+        return LaunchSpec(
+            job_id=row.id,
+            attempt=attempt,
+            command=tuple(run.command),
+            working_dir=run.working_dir,
+            env=dict(run.env),
+            tasks=tuple(tasks),
+            output=str(out),
+            error=str(err) if err is not None else None,
+            time_limit_s=float(run.time_limit) if run.time_limit else None,
+            kill_wait_s=run.kill_wait,
+        )
+
+    def _launch(self, spec: LaunchSpec) -> None:
+        try:
+            self.runtime.launch(spec)
+        except AlreadyLaunched:
+            # Recovery raced a supervisor that exists: attach to it instead.
+            self.runtime.adopt(spec.job_id, spec.attempt)
+
+    # ------------------------------------------------------------------ recovery
+
+    def _recover(self) -> list[LaunchSpec]:
+        """Rebuild engine and registry from the store; returns the launches still owed."""
+        self._reset_state()
+        by_kind: dict[str, list[Any]] = {}
+        for stored in self.store.objects():
+            model = MODEL_BY_KIND.get(stored.kind)
+            if model is None:
+                log.warning(
+                    "ignoring stored object %s/%s of unknown kind", stored.kind, stored.name
+                )
+                continue
+            by_kind.setdefault(stored.kind, []).append(model.model_validate(stored.spec))
+        for kind in KIND_ORDER:
+            for obj in by_kind.get(kind, []):
+                self.engine.apply(Upsert(obj))
+                self.registry.put(kind, object_key(obj)[1], obj)
+                self._on_node_change(kind, obj)
+        launches: list[LaunchSpec] = []
+        lost: list[JobRow] = []
+        now = self.clock()
+        for row in self.store.unfinished_jobs():
+            submission = JobSubmission.model_validate(row.submission)
+            job = _job_from_row(row, submission)
+            if row.state == JobState.PENDING.value or row.assignment is None:
+                self.engine.apply(Submit(job))
+                continue
+            admission = decision_from_dict(row.assignment["admit"])
+            assert isinstance(admission, Admit)
+            self.engine.apply(Adopt(job, admission))
+            for node, indices in row.assignment.get("gpus", {}).items():
+                self.gpus.hold(node, list(indices), row.id)
+            self._active[row.id] = row.attempt
+            if row.state == JobState.RUNNING.value:
+                self._running.add(row.id)
+            if self.runtime.adopt(row.id, row.attempt):
+                if row.cancel_requested:
+                    self.runtime.cancel(row.id)
+            elif row.state == JobState.ADMITTED.value:
+                tasks = [
+                    TaskSpec(node=t["node"], rank=t["rank"], gpus=tuple(t["gpus"]))
+                    for t in row.assignment.get("tasks", [])
+                ]
+                launches.append(self._launch_spec(row, submission, tasks, row.attempt))
+            else:
+                lost.append(row)
+        if lost:
+            with self.store.begin() as tx:
+                for row in lost:
+                    self._on_runtime_event(
+                        tx,
+                        Exited(
+                            job_id=row.id,
+                            attempt=row.attempt,
+                            state=JobState.NODE_FAIL.value,
+                            exit_code=None,
+                            signal=None,
+                            start_time=row.start_time,
+                            end_time=now,
+                            message="the job's supervisor was not found after a restart",
+                        ),
+                        now,
+                    )
+        self._dirty = True
+        return launches
+
+    def _rebuild(self) -> None:
+        try:
+            with self._lock:
+                launches = self._recover()
+            for spec in launches:
+                self._launch(spec)
+        except Exception:
+            log.exception("rebuilding from the store failed; retrying on the next iteration")
+            time.sleep(1.0)
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _new_job(job: Job, submission: JobSubmission, now: float, cluster_queue: str | None) -> NewJob:
+    resolved = submission.model_copy(
+        update={
+            "tenant": job.tenant,
+            "user": job.user,
+            "queue": job.queue,
+            "cluster_queue": job.cluster_queue,
+        }
+    )
+    return NewJob(
+        name=job.name,
+        tenant=job.tenant,
+        user=job.user,
+        queue=job.queue,
+        cluster_queue=cluster_queue,
+        priority_class=job.priority_class,
+        priority=job.priority,
+        gpus=job.gpus,
+        submission=resolved.to_dict(),
+        submit_time=now,
+    )
+
+
+def _job_from_row(row: JobRow, submission: JobSubmission) -> Job:
+    return Job(
+        id=row.id,
+        name=row.name,
+        tenant=row.tenant,
+        user=row.user,
+        queue=row.queue,
+        cluster_queue=submission.cluster_queue,
+        priority_class=row.priority_class,
+        priority=row.priority,
+        pod_sets=submission.pod_sets,
+        submit_time=row.submit_time,
+        labels=submission.labels,
+    )
+
+
+def _expand(pattern: str, job: JobRow, workdir: Path) -> Path:
+    """Slurm's basic filename patterns: %j job id, %x name, %u user, %% a percent sign."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "%" and i + 1 < len(pattern):
+            code = pattern[i + 1]
+            value = {"j": str(job.id), "x": job.name or "job", "u": job.user, "%": "%"}.get(code)
+            if value is not None:
+                out.append(value)
+                i += 2
+                continue
+        out.append(ch)
+        i += 1
+    path = Path("".join(out))
+    return path if path.is_absolute() else workdir / path
+
+
+def _stopped() -> PhalanxError:
+    from phalanx.errors import Unavailable
+
+    return Unavailable("the control plane is shutting down")
+
+
+def _internal(exc: Exception) -> PhalanxError:
+    from phalanx.errors import Unavailable
+
+    return Unavailable(f"the store rejected the change ({type(exc).__name__}); nothing was applied")

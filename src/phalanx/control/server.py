@@ -1,0 +1,276 @@
+"""``phalanx up``: the state directory, the store, the runtime, the control plane and the API.
+
+:func:`start_server` starts everything in the background and returns a handle
+(the tests and the demo use it); :func:`run_server` runs it in the foreground
+until SIGINT or SIGTERM. One server per state directory: a lock file keeps a
+second one out, so two servers never drive the same supervisors.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gc
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from phalanx.auth import ADMIN, hash_token, new_token
+from phalanx.control.plane import ControlPlane
+from phalanx.engine import EngineConfig
+from phalanx.errors import Conflict, Invalid, PhalanxError
+
+__all__ = ["RunningServer", "default_state_dir", "run_server", "start_server"]
+
+CLIENT_CONFIG = "client.json"
+LOCK_FILE = "phalanx.lock"
+DEFAULT_PORT = 6900
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("PHALANX_STATE_DIR")
+    return Path(env) if env else Path.home() / ".local" / "state" / "phalanx"
+
+
+@dataclass
+class RunningServer:
+    """A started phalanx: its URL, the admin token, and the control plane behind it."""
+
+    url: str
+    admin_token: str
+    plane: ControlPlane
+    state_dir: Path
+    _uvicorn: Any = field(repr=False)
+    _thread: threading.Thread = field(repr=False)
+    _lock: IO[str] = field(repr=False)
+    _stopped: bool = field(default=False, repr=False)
+
+    def stop(self) -> None:
+        """Stop the API and the control loop; running jobs keep running under their supervisors."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._uvicorn.should_exit = True
+        self._thread.join(timeout=30)
+        self.plane.stop()
+        self.plane.runtime.close()
+        self.plane.store.close()
+        fcntl.flock(self._lock, fcntl.LOCK_UN)
+        self._lock.close()
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def __enter__(self) -> RunningServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_server(
+    state_dir: Path | str | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    configs: Sequence[Path | str] = (),
+    database: str | None = None,
+    preset: str = "phalanx",
+    detect: bool = False,
+    poll_interval_s: float = 0.02,
+) -> RunningServer:
+    """Start phalanx in this process (``port=0`` picks a free port)."""
+    from phalanx.dialects.kueue import load_path
+    from phalanx.runtime.local import LocalRuntime
+    from phalanx.store import Store
+
+    state = Path(state_dir) if state_dir is not None else default_state_dir()
+    try:
+        config = EngineConfig(preset=preset)
+    except ValueError as exc:
+        raise Invalid(f"--preset: {exc}") from None
+    # Every configuration file is read and checked before anything starts.
+    manifests = [m for path in configs for m in load_path(Path(path))]
+    detected = []
+    if detect:
+        from phalanx.runtime.detect import detect_gpus
+
+        detected.append(detect_gpus())
+    state.mkdir(parents=True, exist_ok=True)
+    lock = _lock_state_dir(state)
+    sock: socket.socket | None = None
+    plane: ControlPlane | None = None
+    try:
+        sock = _bind(host, port)
+        bound_port = sock.getsockname()[1]
+        url = f"http://{_url_host(host)}:{bound_port}"
+        store = Store.open(database, state_dir=state)
+        runtime = LocalRuntime(state)
+        plane = ControlPlane(
+            store, runtime, state_dir=state, config=config, poll_interval_s=poll_interval_s
+        )
+        plane.start()
+        token = _admin_token(plane, state, url)
+        if manifests:
+            plane.apply(ADMIN, manifests)
+        if detected:
+            plane.apply(ADMIN, detected)
+        server, thread = _serve(plane, sock)
+    except BaseException:
+        if plane is not None:
+            plane.stop()
+            plane.store.close()
+        if sock is not None:
+            sock.close()
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+        raise
+    return RunningServer(url, token, plane, state, server, thread, lock)
+
+
+def run_server(
+    state_dir: Path | str | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    configs: Sequence[Path | str] = (),
+    database: str | None = None,
+    preset: str = "phalanx",
+    detect: bool = False,
+) -> None:
+    """Run phalanx in the foreground until SIGINT or SIGTERM."""
+    running = start_server(
+        state_dir,
+        host=host,
+        port=port,
+        configs=configs,
+        database=database,
+        preset=preset,
+        detect=detect,
+    )
+    # A long-lived process with a large, stable heap: keep the start-up objects out
+    # of the collector's way and collect the young generation less often.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+    done = threading.Event()
+
+    def _stop(signum: int, frame: object) -> None:
+        done.set()
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    sys.stderr.write(
+        f"phalanx is up at {running.url}\n"
+        f"  state dir: {running.state_dir}\n"
+        f"  admin token: in {running.state_dir / CLIENT_CONFIG} (the CLI finds it there)\n"
+        "  stop with Ctrl-C; running jobs keep running and are re-adopted at the next start\n"
+    )
+    sys.stderr.flush()
+    while not done.wait(0.5):
+        if not running._thread.is_alive():
+            break
+    running.stop()
+
+
+# ---------------------------------------------------------------------- pieces
+
+
+def _lock_state_dir(state: Path) -> IO[str]:
+    lock = open(state / LOCK_FILE, "a+")  # noqa: SIM115 - held for the server's lifetime
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        raise Conflict(
+            f"another phalanx server is using the state directory {state} (pid {holder}); "
+            "stop it, or start this one with --state-dir DIR"
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+    return lock
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise Conflict(
+            f"cannot listen on {host}:{port}: {exc.strerror}; choose another with --port"
+        ) from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _url_host(host: str) -> str:
+    if host in ("0.0.0.0", "::", ""):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+def _admin_token(plane: ControlPlane, state: Path, url: str) -> str:
+    """The admin token of ``client.json``; made (and written there, mode 0600) when missing."""
+    path = state / CLIENT_CONFIG
+    token: str | None = None
+    try:
+        token = json.loads(path.read_text()).get("token")
+    except (OSError, ValueError, AttributeError):
+        token = None
+    row = plane.store.find_token(hash_token(token)) if token else None
+    if token is None or row is None or not row.admin or row.revoked:
+        token = new_token()
+        with plane.store.begin() as tx:
+            tx.create_token(
+                name="admin",
+                user="admin",
+                tenants=[],
+                admin=True,
+                token_hash=hash_token(token),
+                created=plane.clock(),
+            )
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"url": url, "token": token}, fh)
+    os.replace(tmp, path)
+    return token
+
+
+def _serve(plane: ControlPlane, sock: socket.socket) -> tuple[Any, threading.Thread]:
+    import uvicorn
+
+    from phalanx.api.app import create_app
+
+    config = uvicorn.Config(
+        create_app(plane),
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_keep_alive=30,
+        backlog=2048,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="phalanx-api", daemon=True
+    )
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise PhalanxError("the API server failed to start")
+        threading.Event().wait(0.01)
+    return server, thread

@@ -1,0 +1,31 @@
+"""The Kueue dialect: Kubernetes and Kueue manifests to and from phalanx model objects.
+
+>>> from phalanx.dialects.kueue import load_text
+>>> [m.kind for m in load_text("apiVersion: kueue.x-k8s.io/v1beta2\\n"
+...                             "kind: ResourceFlavor\\nmetadata: {name: h100}\\n")]
+['ResourceFlavor']
+"""
+
+from phalanx.dialects.kueue.manifests import (
+    KIND_ALIASES,
+    KINDS,
+    Manifest,
+    ManifestObject,
+    load_documents,
+    load_path,
+    load_text,
+    resolve_kind,
+    to_manifest,
+)
+
+__all__ = [
+    "KINDS",
+    "KIND_ALIASES",
+    "Manifest",
+    "ManifestObject",
+    "load_documents",
+    "load_path",
+    "load_text",
+    "resolve_kind",
+    "to_manifest",
+]

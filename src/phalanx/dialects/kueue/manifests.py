@@ -1,0 +1,848 @@
+"""Kubernetes / Kueue manifests to and from phalanx model objects.
+
+This is the loader behind ``phalanx apply -f FILE|DIR`` and ``phalanx up
+--config``. It reads YAML (or JSON) documents such as::
+
+    apiVersion: kueue.x-k8s.io/v1beta2
+    kind: ClusterQueue
+    metadata: {name: team-a}
+    spec:
+      cohortName: research
+      resourceGroups: [...]
+
+and returns one :class:`Manifest` per object, remembering the file and line it
+came from. Accepted kinds (``apiVersion`` in brackets):
+
+* ``Node`` (``v1``): ``metadata.labels``, ``spec.taints``, ``spec.unschedulable``
+  (a drained node), ``status.capacity`` (``status.allocatable`` when there is no
+  capacity). The annotations ``phalanx.io/state`` (``up``/``drain``/``down``) and
+  ``phalanx.io/reason`` carry phalanx's admin state; other Node fields are ignored.
+* ``ResourceFlavor``, ``Topology``, ``Cohort``, ``ClusterQueue``, ``LocalQueue``
+  and ``WorkloadPriorityClass`` (``kueue.x-k8s.io/v1beta2`` and ``v1beta1``; v1beta1
+  spellings such as ``spec.cohort`` are normalized): ``spec`` maps onto the model
+  one-to-one; ``WorkloadPriorityClass`` becomes a ``PriorityClass``.
+* ``Tenant`` and every kind above under ``phalanx.io/v1``.
+
+Loading is all or nothing: either every document is valid and every manifest
+is returned, or one :class:`~phalanx.errors.Invalid` is raised whose detail
+lists each problem on its own line as
+``FILE:LINE: Kind/name (document N): field.path: message``, the field path in
+the manifest's own spelling (``spec.resourceGroups[0].flavors[0].resources[1]
+.nominalQuota``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from phalanx.errors import Invalid
+from phalanx.model import (
+    AdminState,
+    ClusterQueue,
+    Cohort,
+    LocalQueue,
+    Node,
+    PriorityClass,
+    ResourceFlavor,
+    Tenant,
+    Topology,
+)
+from phalanx.model.resources import format_resources
+
+__all__ = [
+    "KINDS",
+    "KIND_ALIASES",
+    "Manifest",
+    "ManifestObject",
+    "load_documents",
+    "load_path",
+    "load_text",
+    "resolve_kind",
+    "to_manifest",
+]
+
+ManifestObject = (
+    Node | ResourceFlavor | Topology | Cohort | ClusterQueue | LocalQueue | Tenant | PriorityClass
+)
+"""Every object a manifest can describe."""
+
+KINDS: tuple[str, ...] = (
+    "ResourceFlavor",
+    "Topology",
+    "Cohort",
+    "ClusterQueue",
+    "LocalQueue",
+    "Tenant",
+    "PriorityClass",
+    "Node",
+)
+"""Canonical kinds (``phalanx.engine.events.ObjectKind``) in the order to apply them."""
+
+_MODELS: dict[str, type[BaseModel]] = {
+    "ResourceFlavor": ResourceFlavor,
+    "Topology": Topology,
+    "Cohort": Cohort,
+    "ClusterQueue": ClusterQueue,
+    "LocalQueue": LocalQueue,
+    "Tenant": Tenant,
+    "PriorityClass": PriorityClass,
+    "Node": Node,
+}
+
+KIND_ALIASES: dict[str, str] = {
+    **{alias: "ClusterQueue" for alias in ("clusterqueue", "clusterqueues", "cq", "cqs")},
+    **{alias: "LocalQueue" for alias in ("localqueue", "localqueues", "lq", "lqs", "queue")},
+    **{
+        alias: "ResourceFlavor"
+        for alias in ("resourceflavor", "resourceflavors", "flavor", "flavors", "rf", "rfs")
+    },
+    **{alias: "Cohort" for alias in ("cohort", "cohorts")},
+    **{alias: "Node" for alias in ("node", "nodes", "no")},
+    **{alias: "Tenant" for alias in ("tenant", "tenants", "namespace", "namespaces", "ns")},
+    **{
+        alias: "PriorityClass"
+        for alias in (
+            "priorityclass",
+            "priorityclasses",
+            "workloadpriorityclass",
+            "workloadpriorityclasses",
+            "pc",
+            "wpc",
+        )
+    },
+    **{alias: "Topology" for alias in ("topology", "topologies")},
+}
+"""User-facing kind names, plurals and short names (lower case) to canonical kinds."""
+
+KUEUE_V1BETA2 = "kueue.x-k8s.io/v1beta2"
+PHALANX_V1 = "phalanx.io/v1"
+STATE_ANNOTATION = "phalanx.io/state"
+REASON_ANNOTATION = "phalanx.io/reason"
+ADMISSION_SCOPE_ANNOTATION = "phalanx.io/kueue-admission-scope"
+
+_KUEUE_KINDS = {
+    "ResourceFlavor": "ResourceFlavor",
+    "Topology": "Topology",
+    "Cohort": "Cohort",
+    "ClusterQueue": "ClusterQueue",
+    "LocalQueue": "LocalQueue",
+    "WorkloadPriorityClass": "PriorityClass",
+}
+_API_KINDS: dict[tuple[str, str], str] = {("v1", "Node"): "Node"}
+for _version in ("v1beta2", "v1beta1"):
+    for _wire, _canonical in _KUEUE_KINDS.items():
+        _API_KINDS[(f"kueue.x-k8s.io/{_version}", _wire)] = _canonical
+for _wire in ("Cohort", "Topology"):
+    _API_KINDS[("kueue.x-k8s.io/v1alpha1", _wire)] = _wire
+for _canonical in KINDS:
+    _API_KINDS[(PHALANX_V1, _canonical)] = _canonical
+_API_KINDS[(PHALANX_V1, "WorkloadPriorityClass")] = "PriorityClass"
+
+_KNOWN_KINDS_TEXT = (
+    "ResourceFlavor, Topology, Cohort, ClusterQueue, LocalQueue, WorkloadPriorityClass "
+    "(kueue.x-k8s.io/v1beta2 or v1beta1), Tenant (phalanx.io/v1), Node (v1)"
+)
+
+_UNSUPPORTED_HINTS = {
+    "admissionChecks": "phalanx does not run Kueue AdmissionChecks; remove the field",
+    "admissionChecksStrategy": "phalanx does not run Kueue AdmissionChecks; remove the field",
+}
+
+Path_ = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One object read from a manifest, with where it came from.
+
+    ``name`` is the object's name; a LocalQueue's is ``namespace/name`` (as
+    :class:`phalanx.engine.Delete` expects). ``line`` is the 1-based line where
+    the document's content starts (0 for documents that arrived already parsed).
+    """
+
+    kind: str
+    name: str
+    obj: ManifestObject
+    source: str
+    line: int
+
+
+# --------------------------------------------------------------------------- kinds
+
+
+def resolve_kind(s: str) -> str:
+    """The canonical kind for a user-facing kind name, plural or short name.
+
+    >>> resolve_kind("cq")
+    'ClusterQueue'
+    """
+    key = s.strip().lower()
+    if key in KIND_ALIASES:
+        return KIND_ALIASES[key]
+    for kind in KINDS:
+        if kind.lower() == key:
+            return kind
+    known = ", ".join(f"{k} ({_short_names(k)})" for k in KINDS)
+    raise Invalid(f"unknown kind {s!r}; known kinds: {known}")
+
+
+def _short_names(kind: str) -> str:
+    return ", ".join(sorted((a for a, k in KIND_ALIASES.items() if k == kind), key=len)[:3])
+
+
+# --------------------------------------------------------------------------- problems
+
+
+@dataclass(frozen=True)
+class _Problem:
+    source: str
+    line: int
+    message: str
+    col: int = 0
+    subject: str = ""
+    document: int = 0
+    path: Path_ = ()
+
+    def __str__(self) -> str:
+        where = self.source
+        if self.line:
+            where += f":{self.line}"
+            if self.col:
+                where += f":{self.col}"
+        parts = [where]
+        if self.subject and self.document:
+            parts.append(f"{self.subject} (document {self.document})")
+        elif self.document:
+            parts.append(f"document {self.document}")
+        if self.path:
+            parts.append(format_path(self.path))
+        parts.append(self.message)
+        return ": ".join(parts)
+
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def format_path(path: Iterable[str | int]) -> str:
+    """``("spec", "resourceGroups", 0, "flavors")`` as ``spec.resourceGroups[0].flavors``."""
+    out = ""
+    for elem in path:
+        if isinstance(elem, int):
+            out += f"[{elem}]"
+        elif _IDENT.match(elem):
+            out += f".{elem}" if out else elem
+        else:
+            out += f"[{json.dumps(elem)}]"
+    return out
+
+
+def _raise(problems: list[_Problem]) -> None:
+    if problems:
+        raise Invalid("\n".join(str(p) for p in problems))
+
+
+# --------------------------------------------------------------------------- YAML
+
+
+@dataclass(frozen=True)
+class _Doc:
+    data: Any
+    source: str
+    line: int
+    index: int
+    node: yaml.Node | None
+
+
+def _line_at(node: yaml.Node | None, path: Path_, default: int) -> int:
+    """The 1-based line of the deepest element of ``path`` found under ``node``."""
+    if node is None:
+        return default
+    line = node.start_mark.line + 1
+    current = node
+    for elem in path:
+        if isinstance(current, yaml.MappingNode) and isinstance(elem, str):
+            for key, value in current.value:
+                if isinstance(key, yaml.ScalarNode) and key.value == elem:
+                    line = key.start_mark.line + 1
+                    current = value
+                    break
+            else:
+                break
+        elif (
+            isinstance(current, yaml.SequenceNode)
+            and isinstance(elem, int)
+            and 0 <= elem < len(current.value)
+        ):
+            current = current.value[elem]
+            line = current.start_mark.line + 1
+        else:
+            break
+    return line
+
+
+def _quoted_spans(nodes: Iterable[yaml.Node]) -> set[int]:
+    """0-based lines inside block or quoted scalars, where ``//`` is ordinary text."""
+    lines: set[int] = set()
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, yaml.ScalarNode):
+            if node.style in ("|", ">", '"', "'"):
+                lines.update(range(node.start_mark.line, node.end_mark.line + 1))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                stack.extend((key, value))
+    return lines
+
+
+def _parse_yaml(text: str, source: str) -> tuple[list[_Doc], list[_Problem]]:
+    """Every document of ``text`` with its node tree, or the problems that stop it."""
+    parsed: list[tuple[yaml.Node, Any]] = []
+    syntax: _Problem | None = None
+    loader = yaml.SafeLoader(text)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            parsed.append((node, loader.construct_document(node)))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        detail = exc.problem or "invalid YAML"
+        if exc.context:
+            detail = f"{detail} ({exc.context})"
+        syntax = _Problem(
+            source,
+            (mark.line + 1) if mark else 0,
+            f"YAML syntax error: {detail}",
+            col=(mark.column + 1) if mark else 0,
+        )
+    except yaml.YAMLError as exc:
+        syntax = _Problem(source, 0, f"YAML syntax error: {exc}")
+    finally:
+        loader.dispose()
+
+    exempt = _quoted_spans(node for node, _ in parsed) if syntax is None else set()
+    problems = [
+        _Problem(source, i + 1, "`//` is not a YAML comment; use `#`")
+        for i, line in enumerate(text.splitlines())
+        if line.lstrip().startswith("//") and i not in exempt
+    ]
+    if syntax is not None and not any(p.line <= syntax.line for p in problems):
+        problems.append(syntax)
+    if problems:
+        return [], problems
+    docs: list[_Doc] = []
+    index = 0
+    for node, data in parsed:
+        if data is None:
+            continue
+        index += 1
+        docs.append(_Doc(data, source, node.start_mark.line + 1, index, node))
+    return docs, []
+
+
+def _expand_lists(docs: Iterable[_Doc]) -> Iterator[_Doc]:
+    """A top-level sequence or a Kubernetes ``List`` is its items, one document each."""
+    for doc in docs:
+        items: list[Any] | None = None
+        items_node: yaml.Node | None = None
+        if isinstance(doc.data, list):
+            items, items_node = doc.data, doc.node
+        elif (
+            isinstance(doc.data, Mapping)
+            and isinstance(doc.data.get("kind"), str)
+            and doc.data["kind"].endswith("List")
+            and isinstance(doc.data.get("items"), list)
+        ):
+            items = doc.data["items"]
+            if isinstance(doc.node, yaml.MappingNode):
+                for key, value in doc.node.value:
+                    if isinstance(key, yaml.ScalarNode) and key.value == "items":
+                        items_node = value
+        if items is None:
+            yield doc
+            continue
+        for i, item in enumerate(items):
+            node = None
+            if isinstance(items_node, yaml.SequenceNode) and i < len(items_node.value):
+                node = items_node.value[i]
+            line = node.start_mark.line + 1 if node is not None else doc.line
+            yield _Doc(item, doc.source, line, doc.index, node)
+
+
+# --------------------------------------------------------------------------- conversion
+
+
+@dataclass
+class _Converted:
+    kind: str
+    name: str
+    data: dict[str, Any]
+    fields: dict[str, Path_]
+    """Model input key -> the manifest path it came from."""
+    base: Path_
+    """Where errors of the whole object point (``spec`` for spec-based kinds)."""
+
+
+class _DocError(Exception):
+    def __init__(self, path: Path_, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+def _metadata(data: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
+    metadata = data.get("metadata")
+    if metadata is None:
+        raise _DocError(("metadata",), "required (with at least a name)")
+    if not isinstance(metadata, Mapping):
+        raise _DocError(("metadata",), f"expected a mapping, got {_describe(metadata)}")
+    name = metadata.get("name")
+    if name is None:
+        hint = " (generateName is only for jobs)" if "generateName" in metadata else ""
+        raise _DocError(("metadata", "name"), f"required{hint}")
+    if not isinstance(name, str) or not name:
+        raise _DocError(("metadata", "name"), f"expected a non-empty string, got {_describe(name)}")
+    return metadata, name
+
+
+def _mapping_at(data: Mapping[str, Any], key: str, path: Path_) -> dict[str, Any]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _DocError(path, f"expected a mapping, got {_describe(value)}")
+    return dict(value)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "null"
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return type(value).__name__
+
+
+def _convert(kind: str, api_version: str, data: Mapping[str, Any]) -> _Converted:
+    metadata, name = _metadata(data)
+    if kind == "Node":
+        return _convert_node(name, metadata, data)
+    if kind == "PriorityClass":
+        fields: dict[str, Path_] = {"name": ("metadata", "name")}
+        model: dict[str, Any] = {"name": name}
+        source = data.get("spec") if api_version == PHALANX_V1 and "spec" in data else data
+        prefix: Path_ = ("spec",) if source is not data else ()
+        if not isinstance(source, Mapping):
+            raise _DocError(("spec",), f"expected a mapping, got {_describe(source)}")
+        for key in ("value", "description"):
+            if key in source:
+                model[key] = source[key]
+                fields[key] = (*prefix, key)
+        return _Converted(kind, name, model, fields, ())
+
+    spec = _mapping_at(data, "spec", ("spec",))
+    v1beta2 = api_version in (KUEUE_V1BETA2, PHALANX_V1)
+    fields = {"name": ("metadata", "name")}
+    model = {"name": name}
+    renames: dict[str, str] = {}
+    if not v1beta2 and kind == "ClusterQueue":
+        renames["cohort"] = "cohortName"
+    if not v1beta2 and kind == "Cohort":
+        renames["parent"] = "parentName"
+    reserved = {"name"}
+    if kind == "LocalQueue":
+        reserved.add("namespace")
+        namespace = metadata.get("namespace", "default")
+        if not isinstance(namespace, str):
+            raise _DocError(
+                ("metadata", "namespace"), f"expected a string, got {_describe(namespace)}"
+            )
+        model["namespace"] = namespace
+        fields["namespace"] = ("metadata", "namespace")
+        name = f"{namespace}/{name}"
+    if kind == "ClusterQueue":
+        reserved.add("annotations")
+        annotations = _mapping_at(metadata, "annotations", ("metadata", "annotations"))
+        scope = spec.pop("admissionScope", None)
+        if scope is not None:
+            # Kueue's admission fair sharing: kept (as an annotation) so that it
+            # round-trips; the phalanx preset already orders by tenant usage.
+            annotations[ADMISSION_SCOPE_ANNOTATION] = json.dumps(scope, sort_keys=True)
+        if annotations:
+            model["annotations"] = annotations
+            fields["annotations"] = ("metadata", "annotations")
+    for key, value in spec.items():
+        if key in reserved or not isinstance(key, str):
+            raise _DocError(("spec", str(key)), "unknown field")
+        if key in _UNSUPPORTED_HINTS:
+            raise _DocError(("spec", key), f"not supported: {_UNSUPPORTED_HINTS[key]}")
+        target = renames.get(key, key)
+        if not v1beta2 and kind == "ClusterQueue" and key == "flavorFungibility":
+            value = _v1beta1_fungibility(value)
+        model[target] = value
+        fields[target] = ("spec", key)
+    return _Converted(kind, name, model, fields, ("spec",))
+
+
+def _v1beta1_fungibility(value: Any) -> Any:
+    if not isinstance(value, Mapping):
+        return value
+    value = dict(value)
+    if value.get("whenCanBorrow") == "Borrow":
+        value["whenCanBorrow"] = "MayStopSearch"
+    if value.get("whenCanPreempt") == "Preempt":
+        value["whenCanPreempt"] = "MayStopSearch"
+    return value
+
+
+def _convert_node(name: str, metadata: Mapping[str, Any], data: Mapping[str, Any]) -> _Converted:
+    spec = _mapping_at(data, "spec", ("spec",))
+    status = _mapping_at(data, "status", ("status",))
+    annotations = _mapping_at(metadata, "annotations", ("metadata", "annotations"))
+    model: dict[str, Any] = {"name": name}
+    fields: dict[str, Path_] = {"name": ("metadata", "name")}
+    if "labels" in metadata:
+        model["labels"] = metadata["labels"] if metadata["labels"] is not None else {}
+        fields["labels"] = ("metadata", "labels")
+    taints = spec.get("taints")
+    if taints is not None:
+        if isinstance(taints, list):
+            taints = [
+                {k: v for k, v in t.items() if k != "timeAdded"} if isinstance(t, Mapping) else t
+                for t in taints
+            ]
+        model["taints"] = taints
+        fields["taints"] = ("spec", "taints")
+    capacity_key = "capacity" if status.get("capacity") is not None else "allocatable"
+    if status.get(capacity_key) is not None:
+        model["capacity"] = status[capacity_key]
+        fields["capacity"] = ("status", capacity_key)
+    unschedulable = spec.get("unschedulable", False)
+    if not isinstance(unschedulable, bool):
+        raise _DocError(
+            ("spec", "unschedulable"), f"expected true or false, got {_describe(unschedulable)}"
+        )
+    state = annotations.get(STATE_ANNOTATION)
+    if state is not None:
+        model["state"] = state
+        fields["state"] = ("metadata", "annotations", STATE_ANNOTATION)
+        if unschedulable and state == AdminState.UP.value:
+            model["state"] = AdminState.DRAIN.value
+    elif unschedulable:
+        model["state"] = AdminState.DRAIN.value
+        fields["state"] = ("spec", "unschedulable")
+    reason = annotations.get(REASON_ANNOTATION)
+    if reason is not None:
+        model["reason"] = reason
+        fields["reason"] = ("metadata", "annotations", REASON_ANNOTATION)
+    return _Converted("Node", name, model, fields, ())
+
+
+# --------------------------------------------------------------------------- pydantic errors
+
+_MESSAGE_PATH = re.compile(r"^(?P<path>[^\s:]+(?:\[\d+\])*): (?P<rest>.+)$", re.DOTALL)
+_PATH_ELEM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\.")
+_QUANTITY = re.compile(r"^expected a quantity such as (?P<ex>.+), got (?P<got>.+)$", re.DOTALL)
+
+
+def _split_path(text: str) -> Path_ | None:
+    out: list[str | int] = []
+    pos = 0
+    while pos < len(text):
+        match = _PATH_ELEM.match(text, pos)
+        if match is None:
+            return None
+        if match.group(1):
+            out.append(match.group(1))
+        elif match.group(2):
+            out.append(int(match.group(2)))
+        pos = match.end()
+    return tuple(out)
+
+
+def _walk(data: Any, loc: Iterable[str | int]) -> Any:
+    for elem in loc:
+        in_mapping = isinstance(data, Mapping) and elem in data
+        in_list = isinstance(data, list) and isinstance(elem, int) and 0 <= elem < len(data)
+        if in_mapping or in_list:
+            data = data[elem]
+        else:
+            return None
+    return data
+
+
+def _pydantic_problems(conv: _Converted, exc: ValidationError) -> list[tuple[Path_, str]]:
+    out: list[tuple[Path_, str]] = []
+    for error in exc.errors(include_url=False):
+        loc: Path_ = tuple(e for e in error["loc"] if e != "[key]")
+        kind = error["type"]
+        message = str(error["msg"])
+        if kind == "missing":
+            message = "required"
+        elif kind == "extra_forbidden":
+            message = "unknown field"
+            if len(loc) == 1:
+                model = _MODELS[conv.kind]
+                known = sorted(
+                    (info.alias or name)
+                    for name, info in model.model_fields.items()
+                    if name not in ("name", "namespace", "annotations")
+                )
+                if conv.kind != "Node":
+                    message += f"; {conv.kind} fields are: {', '.join(known)}"
+        elif kind in ("value_error", "assertion_error"):
+            message = message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+            match = _MESSAGE_PATH.match(message)
+            here = _walk(conv.data, loc)
+            if match is not None and isinstance(here, Mapping):
+                head = match["path"]
+                extra = (head,) if head in here else _split_path(head)
+                if extra and extra[0] in here:
+                    loc = (*loc, *extra)
+                    message = match["rest"]
+            quantity = _QUANTITY.match(message)
+            if quantity is not None:
+                got = quantity["got"]
+                if len(got) >= 2 and got[0] == got[-1] == "'":
+                    got = json.dumps(got[1:-1])
+                message = f"invalid quantity {got} (expected a quantity such as {quantity['ex']})"
+        elif kind == "string_type" and isinstance(error.get("input"), bool | int | float):
+            raw = json.dumps(error["input"])
+            message = f'expected a string, got {raw} (quote it: "{raw}")'
+        else:
+            value = error.get("input")
+            if isinstance(value, str | int | float | bool) or value is None:
+                message = f"{message}, got {_describe(value)}"
+        out.append((_manifest_path(conv, loc), message))
+    return out
+
+
+def _manifest_path(conv: _Converted, loc: Path_) -> Path_:
+    if not loc:
+        return conv.base
+    head = loc[0]
+    if isinstance(head, str) and head in conv.fields:
+        return (*conv.fields[head], *loc[1:])
+    return (*conv.base, *loc)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _load_docs(docs: Iterable[_Doc]) -> tuple[list[Manifest], list[_Problem]]:
+    manifests: list[Manifest] = []
+    problems: list[_Problem] = []
+    for doc in _expand_lists(docs):
+
+        def problem(path: Path_, message: str, subject: str = "", doc: _Doc = doc) -> _Problem:
+            line = _line_at(doc.node, path, doc.line)
+            return _Problem(
+                doc.source, line, message, subject=subject, document=doc.index, path=path
+            )
+
+        data = doc.data
+        if not isinstance(data, Mapping):
+            problems.append(
+                problem(
+                    (),
+                    "expected a mapping (a Kubernetes object with apiVersion, kind, metadata"
+                    f" and spec), got {_describe(data)}",
+                )
+            )
+            continue
+        api_version, wire_kind = data.get("apiVersion"), data.get("kind")
+        raw_name = (
+            data.get("metadata", {}).get("name")
+            if isinstance(data.get("metadata"), Mapping)
+            else None
+        )
+        subject_name = raw_name if isinstance(raw_name, str) and raw_name else "<unnamed>"
+        if not isinstance(wire_kind, str) or not wire_kind:
+            problems.append(problem(("kind",), f"required; known kinds: {_KNOWN_KINDS_TEXT}"))
+            continue
+        subject = f"{wire_kind}/{subject_name}"
+        if not isinstance(api_version, str) or not api_version:
+            problems.append(problem(("apiVersion",), "required", subject))
+            continue
+        kind = _API_KINDS.get((api_version, wire_kind))
+        if kind is None:
+            versions = sorted(v for (v, k) in _API_KINDS if k == wire_kind)
+            if versions:
+                message = (
+                    f"{wire_kind} needs apiVersion {' or '.join(versions)}, got {api_version!r}"
+                )
+                problems.append(problem(("apiVersion",), message, subject))
+            else:
+                message = (
+                    f"unsupported kind {api_version} {wire_kind}; known kinds: {_KNOWN_KINDS_TEXT}"
+                )
+                problems.append(problem(("kind",), message, subject))
+            continue
+        try:
+            conv = _convert(kind, api_version, data)
+        except _DocError as exc:
+            problems.append(problem(exc.path, exc.message, subject))
+            continue
+        try:
+            obj = cast(ManifestObject, _MODELS[kind].model_validate(conv.data))
+        except ValidationError as exc:
+            for path, message in _pydantic_problems(conv, exc):
+                problems.append(problem(path, message, subject))
+            continue
+        manifests.append(Manifest(kind, conv.name, obj, doc.source, doc.line))
+    return manifests, problems
+
+
+def load_text(text: str, source: str = "<stdin>") -> list[Manifest]:
+    """Every manifest in a YAML (or JSON) stream.
+
+    Raises one :class:`Invalid` listing each problem; ``source`` names the stream in it.
+    """
+    manifests, problems = _load_text(text, source)
+    _raise(problems)
+    return manifests
+
+
+def _load_text(text: str, source: str) -> tuple[list[Manifest], list[_Problem]]:
+    docs, problems = _parse_yaml(text, source)
+    if problems and source.endswith(".json"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return [], [_Problem(source, exc.lineno, f"JSON syntax error: {exc.msg}", exc.colno)]
+        docs, problems = [_Doc(data, source, 1, 1, None)], []
+    if problems:
+        return [], problems
+    return _load_docs(docs)
+
+
+def load_documents(docs: list[dict[str, Any]], source: str) -> list[Manifest]:
+    """Manifests from documents that arrived already parsed (JSON request bodies).
+
+    Problems name ``source`` and the 1-based document index; ``line`` is 0.
+    """
+    manifests, problems = _load_docs(
+        _Doc(data, source, 0, i, None) for i, data in enumerate(docs, start=1)
+    )
+    _raise(problems)
+    return manifests
+
+
+_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def load_path(path: Path) -> list[Manifest]:
+    """Every manifest in a file, or in every ``*.yaml``/``*.yml``/``*.json`` under a directory.
+
+    Directory files are read recursively in sorted order of their relative
+    paths. Problems in every file are reported together.
+    """
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(
+            (p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in _SUFFIXES),
+            key=lambda p: p.relative_to(path).parts,
+        )
+    elif path.is_file():
+        files = [path]
+    else:
+        raise Invalid(f"{path}: no such file or directory")
+    manifests: list[Manifest] = []
+    problems: list[_Problem] = []
+    for file in files:
+        source = str(file)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            problems.append(_Problem(source, 0, f"not a UTF-8 text file ({exc.reason})"))
+            continue
+        except OSError as exc:
+            problems.append(_Problem(source, 0, f"cannot read: {exc.strerror or exc}"))
+            continue
+        found, bad = _load_text(text, source)
+        manifests.extend(found)
+        problems.extend(bad)
+    _raise(problems)
+    return manifests
+
+
+# --------------------------------------------------------------------------- export
+
+
+def to_manifest(kind: str, obj: ManifestObject) -> dict[str, Any]:
+    """A model object as a manifest dict that :func:`load_documents` reads back unchanged.
+
+    Kueue kinds are written as ``kueue.x-k8s.io/v1beta2``, a PriorityClass as a
+    ``WorkloadPriorityClass``, a Tenant as ``phalanx.io/v1``, a Node as a
+    Kubernetes ``v1 Node`` (quantities as strings in ``status.capacity``).
+    """
+    kind = resolve_kind(kind)
+    expected = _MODELS[kind]
+    if not isinstance(obj, expected):
+        raise Invalid(f"to_manifest: expected a {kind}, got {type(obj).__name__}")
+    body = obj.to_dict()
+    name = body.pop("name")
+    metadata: dict[str, Any] = {"name": name}
+    if isinstance(obj, Node):
+        if obj.labels:
+            metadata["labels"] = dict(obj.labels)
+        annotations: dict[str, str] = {}
+        if obj.state is not AdminState.UP:
+            annotations[STATE_ANNOTATION] = obj.state.value
+        if obj.reason:
+            annotations[REASON_ANNOTATION] = obj.reason
+        if annotations:
+            metadata["annotations"] = annotations
+        spec: dict[str, Any] = {}
+        if obj.taints:
+            spec["taints"] = [t.to_dict() for t in obj.taints]
+        if obj.state is not AdminState.UP:
+            spec["unschedulable"] = True
+        out: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "metadata": metadata}
+        if spec:
+            out["spec"] = spec
+        out["status"] = {"capacity": format_resources(obj.capacity)}
+        return out
+    if isinstance(obj, PriorityClass):
+        out = {
+            "apiVersion": KUEUE_V1BETA2,
+            "kind": "WorkloadPriorityClass",
+            "metadata": metadata,
+            "value": obj.value,
+        }
+        if obj.description:
+            out["description"] = obj.description
+        return out
+    if isinstance(obj, LocalQueue):
+        metadata["namespace"] = body.pop("namespace")
+    if isinstance(obj, ClusterQueue):
+        body.pop("annotations", None)
+        annotations = dict(obj.annotations)
+        scope = annotations.pop(ADMISSION_SCOPE_ANNOTATION, None)
+        if scope is not None:
+            try:
+                body["admissionScope"] = json.loads(scope)
+            except ValueError:
+                annotations[ADMISSION_SCOPE_ANNOTATION] = scope
+        if annotations:
+            metadata["annotations"] = annotations
+    api_version = PHALANX_V1 if isinstance(obj, Tenant) else KUEUE_V1BETA2
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": body}

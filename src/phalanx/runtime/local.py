@@ -1,0 +1,327 @@
+"""The local runtime: one detached supervisor process per job attempt, on this machine.
+
+Every attempt of a job gets ``STATE/runtime/jobs/<job_id>/<attempt>/``; its
+creation (``os.mkdir``) is the guard that keeps an attempt from running twice.
+The control plane writes ``launch.json`` there and starts
+``python -I -m phalanx.runtime.supervisor DIR`` (see
+:mod:`phalanx.runtime.supervisor`), which detaches and reports through
+``status.json``. :meth:`LocalRuntime.poll` turns those files into
+:class:`~phalanx.runtime.spec.Started` / :class:`~phalanx.runtime.spec.Exited`
+events; a supervisor that vanished without writing its exit (its lock on
+``supervisor.lock`` is free) is reported as ``NODE_FAIL``.
+
+``-I`` (isolated mode) is used on purpose: the supervisor ignores
+``PYTHONPATH``, the user site and the current directory, and finds phalanx in
+the interpreter's site-packages (the editable install's ``.pth`` hook keeps
+working under ``-I``). Set :attr:`LocalRuntime.supervisor_command` to change it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from phalanx.runtime.spec import AlreadyLaunched, Exited, LaunchSpec, RuntimeEvent, Started
+
+__all__ = ["LocalRuntime"]
+
+LIVENESS_INTERVAL_S = 1.0
+"""How often (per job) :meth:`LocalRuntime.poll` checks that a supervisor is alive."""
+
+START_GRACE_S = 10.0
+"""How long an adopted attempt may lack both ``status.json`` and a live supervisor."""
+
+
+@dataclass(slots=True)
+class _Attempt:
+    job_id: int
+    attempt: int
+    path: Path
+    process: subprocess.Popen[bytes] | None = None
+    """The first supervisor process (it exits once the real one holds the lock)."""
+    failed_to_start: bool = False
+    status_key: tuple[int, int, int, int] | None = None
+    status: dict[str, Any] = field(default_factory=dict)
+    started: bool = False
+    exited: bool = False
+    next_liveness: float = 0.0
+    tracked_at: float = field(default_factory=time.monotonic)
+
+
+class LocalRuntime:
+    """Runs admitted jobs on this machine, one detached supervisor per attempt."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = Path(state_dir)
+        self.root = self.state_dir / "runtime"
+        self.jobs_dir = self.root / "jobs"
+        self.logs_dir = self.root / "logs"
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.supervisor_command: list[str] = [
+            sys.executable,
+            "-I",
+            "-m",
+            "phalanx.runtime.supervisor",
+        ]
+        """The command line the job directory is appended to."""
+        self._attempts: dict[tuple[int, int], _Attempt] = {}
+        self._backlog: list[RuntimeEvent] = []
+
+    # -- paths ----------------------------------------------------------------
+
+    def attempt_dir(self, job_id: int, attempt: int) -> Path:
+        return self.jobs_dir / str(job_id) / str(attempt)
+
+    def default_output(self, job_id: int) -> Path:
+        """Where a job's output goes when the submission names no file."""
+        return self.logs_dir / f"{job_id}.out"
+
+    # -- commands -------------------------------------------------------------
+
+    def launch(self, spec: LaunchSpec) -> None:
+        """Start the supervisor of ``spec``'s attempt; :class:`AlreadyLaunched` if it exists."""
+        path = self.attempt_dir(spec.job_id, spec.attempt)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            raise AlreadyLaunched(
+                f"job {spec.job_id} attempt {spec.attempt} was launched already ({path})"
+            ) from None
+        _write_json(path / "launch.json", dataclasses.asdict(spec))
+        record = _Attempt(spec.job_id, spec.attempt, path)
+        self._attempts[(spec.job_id, spec.attempt)] = record
+        with open(path / "supervisor.log", "ab") as log:
+            try:
+                record.process = subprocess.Popen(
+                    [*self.supervisor_command, str(path)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    close_fds=True,
+                    start_new_session=True,
+                    cwd="/",
+                )
+            except OSError as exc:
+                # The directory exists now, so it is never retried: report NODE_FAIL.
+                log.write(f"cannot start the supervisor: {exc}\n".encode())
+                record.failed_to_start = True
+
+    def cancel(self, job_id: int) -> None:
+        """Cancel the current attempt of ``job_id`` (marker file first, then SIGTERM)."""
+        attempt = self._current_attempt(job_id)
+        if attempt is None:
+            return
+        path = self.attempt_dir(job_id, attempt)
+        with contextlib.suppress(FileNotFoundError):
+            (path / "cancel").touch()
+        pid = _read_pid(path)
+        if pid is not None and _supervisor_alive(path):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+
+    def adopt(self, job_id: int, attempt: int) -> bool:
+        """Track an attempt started before a restart; False when it was never launched."""
+        key = (job_id, attempt)
+        if key in self._attempts:
+            return True
+        path = self.attempt_dir(job_id, attempt)
+        if not path.is_dir():
+            return False
+        self._attempts[key] = _Attempt(job_id, attempt, path)
+        return True
+
+    def forget(self, job_id: int, attempt: int | None = None) -> None:
+        """Stop tracking ``attempt`` (default: every attempt) of ``job_id``; supervisors run on."""
+        for key in [k for k in self._attempts if k[0] == job_id and attempt in (None, k[1])]:
+            record = self._attempts.pop(key)
+            if record.process is not None:
+                record.process.poll()
+        self._backlog = [
+            e for e in self._backlog if not (e.job_id == job_id and attempt in (None, e.attempt))
+        ]
+
+    def close(self) -> None:
+        """Stop tracking; running supervisors keep running."""
+        for record in self._attempts.values():
+            if record.process is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    record.process.wait(timeout=1.0)
+        self._attempts.clear()
+        self._backlog.clear()
+
+    # -- events ---------------------------------------------------------------
+
+    def poll(self) -> list[RuntimeEvent]:
+        """Events since the last call: Started once per attempt, then Exited once."""
+        self._collect()
+        events, self._backlog = self._backlog, []
+        return events
+
+    def wait(self, job_id: int, timeout: float) -> Exited | None:
+        """Poll until ``job_id`` exits (its events stay queued for :meth:`poll`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._collect()
+            for event in self._backlog:
+                if isinstance(event, Exited) and event.job_id == job_id:
+                    return event
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+
+    def _collect(self) -> None:
+        now = time.monotonic()
+        for record in list(self._attempts.values()):
+            if record.exited:
+                continue
+            if record.process is not None:
+                rc = record.process.poll()
+                if rc is not None:
+                    record.process = None
+                    if rc != 0:
+                        record.failed_to_start = True
+                        record.next_liveness = now  # find out at once
+            if self._read_status(record):
+                self._report(record)
+            if record.exited or now < record.next_liveness:
+                continue
+            record.next_liveness = now + LIVENESS_INTERVAL_S
+            if record.process is not None or _supervisor_alive(record.path):
+                continue
+            # Dead: it may have written its exit just before going.
+            record.status_key = None
+            if self._read_status(record):
+                self._report(record)
+            if record.exited:
+                continue
+            if (
+                not record.status
+                and not record.failed_to_start
+                and now - record.tracked_at < START_GRACE_S
+                and not (record.path / "supervisor.pid").exists()
+            ):
+                continue  # adopted while a previous control plane was still starting it
+            message = "supervisor failed to start" if not record.status else "supervisor lost"
+            self._lost(record, message)
+
+    def _read_status(self, record: _Attempt) -> bool:
+        path = record.path / "status.json"
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return False
+        key = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_size)
+        if key == record.status_key:
+            return False
+        try:
+            with open(path, encoding="utf-8") as fh:
+                status = json.load(fh)
+        except (OSError, ValueError):
+            return False
+        record.status_key = key
+        record.status = status
+        return True
+
+    def _report(self, record: _Attempt) -> None:
+        status = record.status
+        state = status.get("state")
+        start = status.get("start_time")
+        if state in ("running", "exited") and start is not None and not record.started:
+            record.started = True
+            self._backlog.append(Started(record.job_id, record.attempt, float(start)))
+        if state == "exited":
+            record.exited = True
+            self._backlog.append(
+                Exited(
+                    job_id=record.job_id,
+                    attempt=record.attempt,
+                    state=str(status.get("job_state") or "FAILED"),
+                    exit_code=status.get("exit_code"),
+                    signal=status.get("signal"),
+                    start_time=float(start) if start is not None else None,
+                    end_time=float(status.get("end_time") or time.time()),
+                    message=str(status.get("message") or ""),
+                )
+            )
+
+    def _lost(self, record: _Attempt, message: str) -> None:
+        record.exited = True
+        # Its tasks must not outlive it holding GPUs that are about to be given away;
+        # each task leads its own process group (best effort).
+        for pid in record.status.get("tasks") or ():
+            if isinstance(pid, int) and pid > 1:
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+        start = record.status.get("start_time")
+        self._backlog.append(
+            Exited(
+                job_id=record.job_id,
+                attempt=record.attempt,
+                state="NODE_FAIL",
+                exit_code=None,
+                signal=None,
+                start_time=float(start) if start is not None else None,
+                end_time=time.time(),
+                message=message,
+            )
+        )
+
+    def _current_attempt(self, job_id: int) -> int | None:
+        tracked = [a for (j, a) in self._attempts if j == job_id]
+        if tracked:
+            return max(tracked)
+        try:
+            names = os.listdir(self.jobs_dir / str(job_id))
+        except FileNotFoundError:
+            return None
+        attempts = [int(n) for n in names if n.isdigit()]
+        return max(attempts) if attempts else None
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f"{path.name}.tmp")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int((path / "supervisor.pid").read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        pass
+    try:
+        pid = json.loads((path / "status.json").read_text(encoding="utf-8")).get("pid")
+    except (OSError, ValueError):
+        return None
+    return int(pid) if isinstance(pid, int) else None
+
+
+def _supervisor_alive(path: Path) -> bool:
+    """True while a supervisor holds ``supervisor.lock`` (a free lock means none is alive)."""
+    try:
+        fd = os.open(path / "supervisor.lock", os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return True
+        raise
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)

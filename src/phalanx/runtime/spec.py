@@ -1,0 +1,61 @@
+"""What the control plane asks of a runtime, and what a runtime reports back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["AlreadyLaunched", "Exited", "LaunchSpec", "RuntimeEvent", "Started", "TaskSpec"]
+
+
+class AlreadyLaunched(Exception):
+    """A supervisor for this job attempt exists already: launching again would run it twice."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """One task (rank) of a job: where it runs and which GPU indices it sees."""
+
+    node: str
+    rank: int
+    gpus: tuple[int, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    """Per-task additions to the job environment."""
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    job_id: int
+    attempt: int
+    command: tuple[str, ...]
+    working_dir: str
+    env: dict[str, str]
+    tasks: tuple[TaskSpec, ...]
+    output: str
+    """Absolute path; every task appends to it."""
+    error: str | None = None
+    """Absolute path for standard error; ``None`` sends it to ``output``."""
+    time_limit_s: float | None = None
+    kill_wait_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    job_id: int
+    attempt: int
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class Exited:
+    job_id: int
+    attempt: int
+    state: str
+    """COMPLETED, FAILED, CANCELLED, TIMEOUT or NODE_FAIL (a :class:`~phalanx.model.JobState`)."""
+    exit_code: int | None
+    signal: int | None
+    start_time: float | None
+    end_time: float
+    message: str = ""
+
+
+RuntimeEvent = Started | Exited

@@ -1,0 +1,385 @@
+"""The per-job supervisor: ``python -I -m phalanx.runtime.supervisor JOBDIR``.
+
+Standard library only (and nothing from phalanx), so it starts in a few tens
+of milliseconds. The control plane starts it with ``start_new_session=True``,
+stdin on ``/dev/null`` and stdout/stderr on ``JOBDIR/supervisor.log``; the
+process then forks once more so that the real supervisor is not a child of the
+control plane (the first process exits as soon as the second one holds the job
+lock), and it keeps running when the control plane is killed.
+
+Files in ``JOBDIR``:
+
+``launch.json``
+    The :class:`~phalanx.runtime.spec.LaunchSpec` as JSON (written by the
+    control plane before the supervisor starts).
+``status.json``
+    Written here, atomically (temporary file + ``os.replace``)::
+
+        {"state": "starting|running|exited", "pid", "tasks": [pids],
+         "start_time", "end_time", "job_state": "COMPLETED|FAILED|CANCELLED|TIMEOUT",
+         "exit_code", "signal", "message"}
+
+``supervisor.lock``
+    ``flock``-ed (exclusively) by the supervisor for its whole life; a lock
+    that can be taken means no supervisor is alive (immune to pid reuse).
+``supervisor.pid``
+    The real supervisor's pid, written by the first process before it exits.
+``cancel``
+    A marker the control plane creates to cancel; checked before the tasks
+    start and every :data:`TICK_S` seconds, so a cancel is never lost even when
+    it comes before the supervisor is up. SIGTERM to the supervisor means the
+    same thing, immediately.
+
+Each task runs in its own process group and session with ``cwd=working_dir``
+and an environment built from scratch: ``PATH``, ``HOME`` and ``LANG`` of the
+supervisor, then the job's env, the task's env, then ``PHALANX_JOB_ID``,
+``PHALANX_NODE_NAME``, ``PHALANX_TASK_RANK``, ``PHALANX_TASK_COUNT`` and, only
+when the task has GPUs (as Slurm does), ``CUDA_VISIBLE_DEVICES``.
+
+Job states follow Slurm: COMPLETED when every task exits 0; FAILED otherwise,
+with ``exit_code`` the largest exit code and ``signal`` the first terminating
+signal (Slurm's derived exit code ``code:signal``); TIMEOUT when
+``time_limit_s`` passes and CANCELLED on cancel, both after SIGTERM to every
+task's process group, ``kill_wait_s`` seconds, then SIGKILL. A missing working
+directory fails the job with exit code 1 and a command that cannot be executed
+with exit code 2; either way a ``slurmstepd: error:`` line goes to the output
+file and into ``message``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+__all__ = ["TICK_S", "main"]
+
+TICK_S = 0.2
+"""Longest sleep of the supervisor loop: how often it looks at the cancel marker."""
+
+BASE_ENV = ("PATH", "HOME", "LANG")
+"""Variables taken from the supervisor's own environment into every task's."""
+
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+
+
+def _open_append(path: str) -> int:
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+
+class Supervisor:
+    """Runs the tasks of one job attempt and records what happened in ``status.json``."""
+
+    def __init__(self, jobdir: str) -> None:
+        self.jobdir = jobdir
+        self.status_path = os.path.join(jobdir, "status.json")
+        self.cancel_path = os.path.join(jobdir, "cancel")
+        with open(os.path.join(jobdir, "launch.json"), encoding="utf-8") as fh:
+            self.spec: dict[str, Any] = json.load(fh)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.returncodes: dict[int, int] = {}
+        self.start_time: float | None = None
+        self.reason: str | None = None
+        """CANCELLED or TIMEOUT once termination began."""
+        self.kill_deadline: float | None = None
+        self.killed = False
+        self.cancel_requested = False
+        self.status: dict[str, Any] = {
+            "state": "starting",
+            "pid": os.getpid(),
+            "tasks": [],
+            "start_time": None,
+            "end_time": None,
+            "job_state": None,
+            "exit_code": None,
+            "signal": None,
+            "message": "",
+        }
+
+    # -- status ---------------------------------------------------------------
+
+    def write_status(self, **changes: Any) -> None:
+        self.status.update(changes)
+        _write_json(self.status_path, self.status)
+
+    def finish(
+        self, job_state: str, exit_code: int | None, sig: int | None, message: str = ""
+    ) -> None:
+        self.write_status(
+            state="exited",
+            end_time=time.time(),
+            job_state=job_state,
+            exit_code=exit_code,
+            signal=sig,
+            message=message,
+        )
+
+    # -- signals --------------------------------------------------------------
+
+    def _on_term(self, signum: int, frame: Any) -> None:
+        self.cancel_requested = True
+
+    def install_signals(self) -> int:
+        rfd, wfd = os.pipe()
+        os.set_blocking(rfd, False)
+        os.set_blocking(wfd, False)
+        signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        # Handlers rather than SIG_IGN: caught signals reset to default on exec,
+        # ignored ones would stay ignored in the tasks.
+        signal.signal(signal.SIGHUP, lambda signum, frame: None)
+        return rfd
+
+    def cancelled(self) -> bool:
+        if not self.cancel_requested and os.path.exists(self.cancel_path):
+            self.cancel_requested = True
+        return self.cancel_requested
+
+    # -- tasks ----------------------------------------------------------------
+
+    def task_env(self, task: dict[str, Any]) -> dict[str, str]:
+        env = {name: os.environ[name] for name in BASE_ENV if name in os.environ}
+        env.setdefault("PATH", DEFAULT_PATH)
+        env.update({str(k): str(v) for k, v in (self.spec.get("env") or {}).items()})
+        env.update({str(k): str(v) for k, v in (task.get("env") or {}).items()})
+        env["PHALANX_JOB_ID"] = str(self.spec["job_id"])
+        env["PHALANX_NODE_NAME"] = str(task["node"])
+        env["PHALANX_TASK_RANK"] = str(task["rank"])
+        env["PHALANX_TASK_COUNT"] = str(len(self.spec["tasks"]))
+        gpus = task.get("gpus") or ()
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+        return env
+
+    def launch_error(self, out_fd: int, err_fd: int, message: str) -> None:
+        line = f"slurmstepd: error: {message}\n".encode()
+        for fd in {out_fd, err_fd}:
+            with contextlib.suppress(OSError):
+                os.write(fd, line)
+
+    def start_tasks(self) -> tuple[str, int] | None:
+        """Start every task; on failure return ``(message, exit_code)``."""
+        spec = self.spec
+        out_fd = _open_append(spec["output"])
+        err_fd = _open_append(spec["error"]) if spec.get("error") else out_fd
+        try:
+            workdir = spec["working_dir"]
+            if not os.path.isdir(workdir):
+                message = f"couldn't chdir to `{workdir}': No such file or directory"
+                self.launch_error(out_fd, err_fd, message)
+                return message, 1
+            command = [str(part) for part in spec["command"]]
+            if not command:
+                message = "execve(): empty command"
+                self.launch_error(out_fd, err_fd, message)
+                return message, 2
+            for task in sorted(spec["tasks"], key=lambda t: int(t["rank"])):
+                try:
+                    proc = subprocess.Popen(
+                        command,
+                        cwd=workdir,
+                        env=self.task_env(task),
+                        stdin=subprocess.DEVNULL,
+                        stdout=out_fd,
+                        stderr=err_fd,
+                        close_fds=True,
+                        start_new_session=True,
+                        restore_signals=True,
+                    )
+                except OSError as exc:
+                    reason = exc.strerror or str(exc)
+                    message = f"execve(): {command[0]}: {reason}"
+                    self.launch_error(out_fd, err_fd, message)
+                    return message, 2
+                self.procs.append(proc)
+            return None
+        finally:
+            os.close(out_fd)
+            if err_fd != out_fd:
+                os.close(err_fd)
+
+    def signal_groups(self, signum: int) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signum)
+
+    def reap(self) -> None:
+        for proc in self.procs:
+            if proc.pid not in self.returncodes:
+                rc = proc.poll()
+                if rc is not None:
+                    self.returncodes[proc.pid] = rc
+
+    def alive(self) -> bool:
+        return len(self.returncodes) < len(self.procs)
+
+    def begin_termination(self, reason: str) -> None:
+        self.reason = reason
+        self.signal_groups(signal.SIGTERM)
+        self.kill_deadline = time.monotonic() + float(self.spec.get("kill_wait_s", 30.0))
+
+    # -- main loop ------------------------------------------------------------
+
+    def run(self) -> None:
+        wakeup = self.install_signals()
+        self.write_status()
+        if self.cancelled():
+            self.finish("CANCELLED", None, None, "cancelled before start")
+            return
+        self.start_time = time.time()
+        started = time.monotonic()
+        failure = self.start_tasks()
+        self.write_status(
+            state="running",
+            tasks=[proc.pid for proc in self.procs],
+            start_time=self.start_time,
+        )
+        if failure is not None:
+            message, code = failure
+            if self.procs:
+                self.signal_groups(signal.SIGKILL)
+                for proc in self.procs:
+                    proc.wait()
+            self.finish("FAILED", code, None, message)
+            return
+        limit = self.spec.get("time_limit_s")
+        deadline = started + float(limit) if limit is not None else None
+        while True:
+            self.reap()
+            if not self.alive():
+                break
+            now = time.monotonic()
+            if self.reason is None:
+                if self.cancelled():
+                    self.begin_termination("CANCELLED")
+                elif deadline is not None and now >= deadline:
+                    self.begin_termination("TIMEOUT")
+            if self.kill_deadline is not None and not self.killed and now >= self.kill_deadline:
+                self.signal_groups(signal.SIGKILL)
+                self.killed = True
+            timeout = TICK_S
+            if self.reason is None and deadline is not None:
+                timeout = min(timeout, max(0.0, deadline - now))
+            if self.kill_deadline is not None and not self.killed:
+                timeout = min(timeout, max(0.0, self.kill_deadline - now))
+            self.sleep(wakeup, timeout)
+        # Leftover processes in the tasks' groups die with the job, as under Slurm.
+        self.signal_groups(signal.SIGKILL)
+        self.conclude()
+
+    def sleep(self, wakeup: int, timeout: float) -> None:
+        try:
+            ready, _, _ = select.select([wakeup], [], [], timeout)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries select
+            return
+        if ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(wakeup, 512):
+                    pass
+
+    def conclude(self) -> None:
+        codes = [self.returncodes[proc.pid] for proc in self.procs]
+        exit_code = max((c for c in codes if c >= 0), default=0)
+        sig = next((-c for c in codes if c < 0), None)
+        if self.reason is not None:
+            message = "cancelled" if self.reason == "CANCELLED" else "time limit reached"
+            self.finish(self.reason, exit_code, sig, message)
+        elif exit_code == 0 and sig is None:
+            self.finish("COMPLETED", 0, None)
+        else:
+            self.finish("FAILED", exit_code, sig)
+
+
+def _lock(jobdir: str) -> int | None:
+    """Take ``supervisor.lock``; None when another supervisor holds it.
+
+    Retries briefly: the control plane's liveness check holds the lock for
+    microseconds when it finds it free.
+    """
+    fd = os.open(os.path.join(jobdir, "supervisor.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    for _ in range(25):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                os.close(fd)
+                raise
+            time.sleep(0.02)
+        else:
+            return fd
+    os.close(fd)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: detach (fork once more), take the job lock and supervise the job."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -I -m phalanx.runtime.supervisor JOBDIR", file=sys.stderr)
+        return 2
+    jobdir = os.path.abspath(args[0])
+    rfd, wfd = os.pipe()
+    child = os.fork()
+    if child > 0:
+        # First process: wait until the supervisor holds the lock, then leave.
+        os.close(wfd)
+        ok = os.read(rfd, 1) == b"1"
+        if ok:
+            _write_json_pidfile(jobdir, child)
+        os._exit(0 if ok else 1)
+    os.close(rfd)
+    with contextlib.suppress(OSError):
+        os.setsid()
+    os.chdir("/")
+    lock = _lock(jobdir)
+    if lock is None:
+        print(f"supervisor: {jobdir} is supervised already", file=sys.stderr)
+        os.close(wfd)
+        return 1
+    supervisor: Supervisor | None = None
+    try:
+        supervisor = Supervisor(jobdir)
+        supervisor.write_status()
+        os.write(wfd, b"1")
+        os.close(wfd)
+        supervisor.run()
+    except BaseException as exc:
+        print(f"supervisor: {exc!r}", file=sys.stderr)
+        if supervisor is not None:
+            supervisor.signal_groups(signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                supervisor.finish("FAILED", 1, None, f"supervisor error: {exc!r}")
+        raise
+    return 0
+
+
+def _write_json_pidfile(jobdir: str, pid: int) -> None:
+    path = os.path.join(jobdir, "supervisor.pid")
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="ascii") as fh:
+        fh.write(f"{pid}\n")
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

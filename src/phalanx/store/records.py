@@ -1,0 +1,99 @@
+"""What the store hands out and takes in: plain frozen records, no ORM objects.
+
+Rows leave the store as these records so that nothing outside ``store/`` ever
+holds a session or lazily loads an attribute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["ApplyOutcome", "JobEventRow", "JobRow", "NewJob", "ObjectRow", "TokenRow"]
+
+ApplyOutcome = Literal["created", "configured", "unchanged"]
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job to insert; the store gives it its id (from the database)."""
+
+    name: str
+    tenant: str
+    user: str
+    queue: str | None
+    cluster_queue: str | None
+    priority_class: str | None
+    priority: int | None
+    gpus: int
+    submission: dict[str, Any]
+    """``JobSubmission.to_dict()`` with tenant, user and queue resolved."""
+    submit_time: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    id: int
+    name: str
+    tenant: str
+    user: str
+    queue: str | None
+    cluster_queue: str | None
+    priority_class: str | None
+    priority: int | None
+    state: str
+    """A :class:`~phalanx.model.JobState` value."""
+    reason: str
+    message: str
+    flavor: str | None
+    nodes: list[str]
+    gpus: int
+    submission: dict[str, Any]
+    assignment: dict[str, Any] | None
+    """``{"admit": Admit.to_dict(), "gpus": {node: [index, ...]}, "attempt": n}`` once admitted."""
+    submit_time: float
+    start_time: float | None
+    end_time: float | None
+    exit_code: int | None
+    signal: int | None
+    cancel_requested: bool
+    attempt: int
+    """0 before the first admission; each admission (first run, rerun after a requeue) adds one."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobEventRow:
+    """One entry of a job's append-only history."""
+
+    id: int
+    job_id: int
+    time: float
+    kind: str
+    """Submitted, Admitted, Started, Finished, Cancelled, Requeued, Pending."""
+    reason: str = ""
+    message: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRow:
+    """A configuration object: ``spec`` is the model's ``to_dict()``."""
+
+    kind: str
+    name: str
+    spec: dict[str, Any]
+    generation: int
+    created: float
+    updated: float
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRow:
+    id: int
+    name: str
+    user: str
+    tenants: list[str]
+    admin: bool
+    created: float
+    expires: float | None
+    revoked: bool

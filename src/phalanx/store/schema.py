@@ -1,0 +1,150 @@
+"""The durable schema: SQLAlchemy 2.0 declarative tables shared by SQLite and PostgreSQL.
+
+The tables are declared with the ORM's declarative syntax for readability, but the
+store reads and writes them only through SQLAlchemy Core (``Base.metadata`` and the
+``Table`` objects exported below), never by loading ORM objects.
+
+Every change here needs a matching Alembic revision in ``migrations/versions``; the
+test suite checks that the migrated database and this metadata do not differ.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    false,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = [
+    "NAMING_CONVENTION",
+    "Base",
+    "Job",
+    "JobEvent",
+    "Object",
+    "Token",
+    "job_events",
+    "jobs",
+    "metadata",
+    "objects",
+    "tokens",
+]
+
+NAMING_CONVENTION: dict[str, str] = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    """Declarative base holding the store's :class:`~sqlalchemy.MetaData`."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Job(Base):
+    """One job; column order follows :class:`~phalanx.store.records.JobRow`."""
+
+    __tablename__ = "jobs"
+    __table_args__: Any = (
+        Index("ix_jobs_tenant_state", "tenant", "state"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String, nullable=False)
+    tenant: Mapped[str] = mapped_column(String, nullable=False)
+    user: Mapped[str] = mapped_column(String, nullable=False)
+    queue: Mapped[str | None] = mapped_column(String, nullable=True)
+    cluster_queue: Mapped[str | None] = mapped_column(String, nullable=True)
+    priority_class: Mapped[str | None] = mapped_column(String, nullable=True)
+    priority: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    state: Mapped[str] = mapped_column(String, nullable=False, index=True)
+    reason: Mapped[str] = mapped_column(String, nullable=False, default="")
+    message: Mapped[str] = mapped_column(String, nullable=False, default="")
+    flavor: Mapped[str | None] = mapped_column(String, nullable=True)
+    nodes: Mapped[list[str]] = mapped_column(JSON, nullable=False, default=list)
+    gpus: Mapped[int] = mapped_column(Integer, nullable=False)
+    submission: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    assignment: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON(none_as_null=True), nullable=True
+    )
+    submit_time: Mapped[float] = mapped_column(Float, nullable=False)
+    start_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, default=False, server_default=false()
+    )
+    attempt: Mapped[int] = mapped_column(
+        Integer, nullable=False, default=0, server_default=text("0")
+    )
+
+
+class JobEvent(Base):
+    """One entry of a job's append-only history."""
+
+    __tablename__ = "job_events"
+    __table_args__: Any = {"sqlite_autoincrement": True}
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    time: Mapped[float] = mapped_column(Float, nullable=False)
+    kind: Mapped[str] = mapped_column(String, nullable=False)
+    reason: Mapped[str] = mapped_column(String, nullable=False, default="")
+    message: Mapped[str] = mapped_column(String, nullable=False, default="")
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
+
+
+class Object(Base):
+    """A configuration object (flavor, ClusterQueue, node, ...) keyed by kind and name."""
+
+    __tablename__ = "objects"
+
+    kind: Mapped[str] = mapped_column(String, primary_key=True)
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    generation: Mapped[int] = mapped_column(Integer, nullable=False)
+    created: Mapped[float] = mapped_column(Float, nullable=False)
+    updated: Mapped[float] = mapped_column(Float, nullable=False)
+
+
+class Token(Base):
+    """An API token; only its hash is stored."""
+
+    __tablename__ = "tokens"
+    __table_args__: Any = {"sqlite_autoincrement": True}
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String, nullable=False)
+    user: Mapped[str] = mapped_column(String, nullable=False)
+    tenants: Mapped[list[str]] = mapped_column(JSON, nullable=False, default=list)
+    admin: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    token_hash: Mapped[str] = mapped_column(String, nullable=False, unique=True, index=True)
+    created: Mapped[float] = mapped_column(Float, nullable=False)
+    expires: Mapped[float | None] = mapped_column(Float, nullable=True)
+    revoked: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+
+
+metadata: MetaData = Base.metadata
+jobs: Table = Job.__table__  # type: ignore[assignment]
+job_events: Table = JobEvent.__table__  # type: ignore[assignment]
+objects: Table = Object.__table__  # type: ignore[assignment]
+tokens: Table = Token.__table__  # type: ignore[assignment]

@@ -1,0 +1,722 @@
+"""The durable store: one SQLAlchemy engine, Core statements, plain records out.
+
+Writes happen only inside ``with store.begin() as tx:`` (one transaction: commit on
+normal exit, rollback on an exception). Reads on :class:`Store` each take a pooled
+connection for one short transaction, so they see everything committed before they
+start, whichever thread committed it.
+
+SQLite (the default, ``STATE/phalanx.db``) runs in WAL mode so readers never block the
+writer; write transactions start with ``BEGIN IMMEDIATE`` so that concurrent writers
+queue on ``busy_timeout`` instead of failing on a lock upgrade. PostgreSQL is reached
+through psycopg 3 (``postgresql+psycopg://...``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Select,
+    and_,
+    bindparam,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    true,
+    update,
+)
+from sqlalchemy.engine import make_url
+
+from phalanx.model.job import JobState
+from phalanx.store.records import (
+    ApplyOutcome,
+    JobEventRow,
+    JobRow,
+    NewJob,
+    ObjectRow,
+    TokenRow,
+)
+from phalanx.store.schema import job_events, jobs, objects, tokens
+
+__all__ = ["EventTuple", "Store", "Tx"]
+
+EventTuple = tuple[int, str, float, str, str, "dict[str, Any] | None"]
+"""``(job_id, kind, time, reason, message, data)`` as taken by :meth:`Tx.add_events`."""
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+"""Alembic script directory shipped inside the package."""
+
+_SQLITE_DB_NAME = "phalanx.db"
+_WRITE_OPTION = "phalanx_write"
+_PG_MIGRATION_LOCK = 0x7068616C616E78  # "phalanx": serialises concurrent Store.open calls
+
+_JOB_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(JobRow))
+_JOB_COLUMNS = tuple(jobs.c[name] for name in _JOB_FIELDS)
+_UPDATABLE_JOB_FIELDS: frozenset[str] = frozenset(_JOB_FIELDS) - {"id"}
+_EVENT_COLUMNS = tuple(job_events.c[f.name] for f in dataclasses.fields(JobEventRow))
+_EVENT_INSERT_FIELDS = ("job_id", "kind", "time", "reason", "message", "data")
+_JOB_JSON_POSITIONS = tuple(
+    i for i, name in enumerate(_JOB_FIELDS) if name in ("nodes", "submission", "assignment")
+)
+_BULK_MIN_ROWS = 64
+_OBJECT_COLUMNS = tuple(objects.c[f.name] for f in dataclasses.fields(ObjectRow))
+_TOKEN_COLUMNS = tuple(tokens.c[f.name] for f in dataclasses.fields(TokenRow))
+
+UNFINISHED_STATES: tuple[str, ...] = (
+    JobState.PENDING.value,
+    JobState.ADMITTED.value,
+    JobState.RUNNING.value,
+    JobState.COMPLETING.value,
+)
+"""States of jobs that recovery must rebuild into the engine."""
+
+_SELECT_JOBS: Select[Any] = select(*_JOB_COLUMNS)
+_SELECT_EVENTS: Select[Any] = select(*_EVENT_COLUMNS)
+_SELECT_OBJECTS: Select[Any] = select(*_OBJECT_COLUMNS)
+_SELECT_TOKENS: Select[Any] = select(*_TOKEN_COLUMNS)
+
+
+_JSON_DECODER = json.JSONDecoder()
+_scan_json = json.scanner.make_scanner(_JSON_DECODER)  # type: ignore[attr-defined]
+
+
+def _json_loads(value: str) -> Any:
+    """``json.loads`` without its wrapper overhead (JSON columns are decoded per row)."""
+    try:
+        return _scan_json(value, 0)[0]
+    except StopIteration:
+        return json.loads(value)  # leading whitespace or invalid: let json say why
+
+
+def _job(row: Any) -> JobRow:
+    return JobRow(*row)
+
+
+def _event(row: Any) -> JobEventRow:
+    return JobEventRow(*row)
+
+
+def _object(row: Any) -> ObjectRow:
+    return ObjectRow(*row)
+
+
+def _token(row: Any) -> TokenRow:
+    return TokenRow(*row)
+
+
+def _check_job_fields(fields: Iterable[str]) -> None:
+    unknown = sorted(set(fields) - _UPDATABLE_JOB_FIELDS)
+    if unknown:
+        raise ValueError(f"not updatable job fields: {', '.join(unknown)}")
+
+
+def _get_job(conn: Connection, job_id: int) -> JobRow | None:
+    row = conn.execute(_SELECT_JOBS.where(jobs.c.id == job_id)).first()
+    return None if row is None else _job(row)
+
+
+def _json_rows(rows: Iterable[Sequence[Any]], json_at: Sequence[int]) -> Iterator[Sequence[Any]]:
+    """Rows with the values at ``json_at`` serialised to JSON text (``None`` stays NULL)."""
+    if not json_at:
+        yield from rows
+        return
+    dumps = json.dumps
+    for row in rows:
+        values = list(row)
+        for i in json_at:
+            if values[i] is not None:
+                values[i] = dumps(values[i])
+        yield values
+
+
+def _bulk_insert(
+    conn: Connection,
+    table: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    json_at: Sequence[int] = (),
+) -> None:
+    """Insert many rows at driver level: COPY on PostgreSQL, executemany on SQLite.
+
+    Bypasses SQLAlchemy's per-row parameter processing (and, on PostgreSQL, psycopg
+    parsing every placeholder of a multi-row INSERT in Python), which dominates the
+    cost of large batches. ``json_at`` names the positions holding JSON values.
+    """
+    preparer = conn.dialect.identifier_preparer
+    column_list = ", ".join(preparer.quote(c) for c in columns)
+    if conn.dialect.name == "postgresql":
+        _pg_copy(conn, f"COPY {preparer.quote(table)} ({column_list}) FROM STDIN", rows, json_at)
+        return
+    placeholders = ", ".join("?" for _ in columns)
+    conn.exec_driver_sql(
+        f"INSERT INTO {preparer.quote(table)} ({column_list}) VALUES ({placeholders})",
+        [tuple(r) for r in _json_rows(rows, json_at)],
+    )
+
+
+def _pg_copy(
+    conn: Connection, statement: str, rows: Iterable[Sequence[Any]], json_at: Sequence[int]
+) -> None:
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    with driver.cursor() as cursor, cursor.copy(statement) as copy:
+        for row in _json_rows(rows, json_at):
+            copy.write_row(row)
+
+
+class Tx:
+    """One write transaction, handed out by :meth:`Store.begin`; not thread-safe."""
+
+    __slots__ = ("_conn", "_open")
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._open = True
+
+    @property
+    def connection(self) -> Connection:
+        """The underlying connection (for tests and diagnostics)."""
+        self._check()
+        return self._conn
+
+    def _check(self) -> None:
+        if not self._open:
+            raise RuntimeError("transaction is finished")
+
+    def _close(self) -> None:
+        self._open = False
+
+    # -- jobs ---------------------------------------------------------------------
+
+    def insert_jobs(self, new_jobs: Sequence[NewJob]) -> list[int]:
+        """Insert PENDING jobs; return their database ids in input order.
+
+        The ids come from the database (PostgreSQL: the ``jobs.id`` sequence; SQLite:
+        the AUTOINCREMENT counter, read under the write lock this transaction holds)
+        and are increasing in input order. Each job also gets a ``Submitted`` event at
+        its ``submit_time``.
+        """
+        self._check()
+        if not new_jobs:
+            return []
+        ids = self._allocate_job_ids(len(new_jobs))
+        pending = JobState.PENDING.value
+        # Tuples in _JOB_FIELDS order.
+        rows: list[tuple[Any, ...]] = [
+            (
+                job_id,
+                j.name,
+                j.tenant,
+                j.user,
+                j.queue,
+                j.cluster_queue,
+                j.priority_class,
+                j.priority,
+                pending,
+                "",
+                "",
+                None,
+                [],
+                j.gpus,
+                j.submission,
+                None,
+                j.submit_time,
+                None,
+                None,
+                None,
+                None,
+                False,
+                0,
+            )
+            for job_id, j in zip(ids, new_jobs, strict=True)
+        ]
+        events: list[EventTuple] = [
+            (job_id, "Submitted", j.submit_time, "", "", None)
+            for job_id, j in zip(ids, new_jobs, strict=True)
+        ]
+        _bulk_insert(self._conn, "jobs", _JOB_FIELDS, rows, json_at=_JOB_JSON_POSITIONS)
+        self.add_events(events)
+        return ids
+
+    def _allocate_job_ids(self, n: int) -> list[int]:
+        if self._conn.dialect.name == "postgresql":
+            values = self._conn.execute(
+                text(
+                    "SELECT nextval(pg_get_serial_sequence('jobs', 'id')) "
+                    "FROM generate_series(1, :n)"
+                ),
+                {"n": n},
+            ).scalars()
+            return sorted(int(v) for v in values)
+        # SQLite: the transaction began with BEGIN IMMEDIATE, so nobody else can insert
+        # until it ends; AUTOINCREMENT would hand out exactly these ids. Inserting them
+        # explicitly keeps sqlite_sequence up to date, and a wrong guess would fail on
+        # the primary key rather than return wrong ids.
+        last = self._conn.execute(
+            text(
+                "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0), "
+                "coalesce((SELECT max(id) FROM jobs), 0))"
+            )
+        ).scalar()
+        first = int(last or 0) + 1
+        return list(range(first, first + n))
+
+    def update_job(self, job_id: int, **fields: Any) -> None:
+        """Set some of a job's columns (names as in :class:`JobRow`, except ``id``)."""
+        self._check()
+        _check_job_fields(fields)
+        if not fields:
+            return
+        self._conn.execute(update(jobs).where(jobs.c.id == job_id).values(**fields))
+
+    def update_jobs(self, updates: Sequence[tuple[int, Mapping[str, Any]]]) -> None:
+        """Apply many :meth:`update_job` calls, one executemany per distinct set of fields."""
+        self._check()
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for job_id, fields in updates:
+            _check_job_fields(fields)
+            if not fields:
+                continue
+            key = tuple(sorted(fields))
+            groups.setdefault(key, []).append({"_job_id": job_id, **fields})
+        for key, params in groups.items():
+            stmt = (
+                update(jobs)
+                .where(jobs.c.id == bindparam("_job_id"))
+                .values({name: bindparam(name) for name in key})
+            )
+            self._conn.execute(stmt, params)
+
+    def get_job(self, job_id: int) -> JobRow | None:
+        """Read a job inside this transaction (sees this transaction's own writes)."""
+        self._check()
+        return _get_job(self._conn, job_id)
+
+    # -- events -------------------------------------------------------------------
+
+    def add_event(
+        self,
+        job_id: int,
+        kind: str,
+        time: float,
+        reason: str = "",
+        message: str = "",
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """Append one event to a job's history."""
+        self.add_events([(job_id, kind, time, reason, message, data)])
+
+    def add_events(self, rows: Sequence[EventTuple]) -> None:
+        """Append many events: ``(job_id, kind, time, reason, message, data)`` each."""
+        self._check()
+        if not rows:
+            return
+        if len(rows) >= _BULK_MIN_ROWS:
+            _bulk_insert(
+                self._conn,
+                "job_events",
+                _EVENT_INSERT_FIELDS,
+                [(j, k, t, r, m, {} if d is None else d) for j, k, t, r, m, d in rows],
+                json_at=(5,),
+            )
+            return
+        self._conn.execute(
+            insert(job_events),
+            [
+                {
+                    "job_id": job_id,
+                    "kind": kind,
+                    "time": t,
+                    "reason": reason,
+                    "message": message,
+                    "data": {} if data is None else data,
+                }
+                for job_id, kind, t, reason, message, data in rows
+            ],
+        )
+
+    # -- configuration objects ----------------------------------------------------
+
+    def put_object(self, kind: str, name: str, spec: dict[str, Any]) -> ApplyOutcome:
+        """Create or replace an object; a changed spec bumps its generation."""
+        self._check()
+        now = time.time()
+        row = self._conn.execute(
+            select(objects.c.spec, objects.c.generation)
+            .where(objects.c.kind == kind, objects.c.name == name)
+            .with_for_update()
+        ).first()
+        if row is None:
+            self._conn.execute(
+                insert(objects).values(
+                    kind=kind, name=name, spec=spec, generation=1, created=now, updated=now
+                )
+            )
+            return "created"
+        # Compare as stored: tuples become lists, keys become strings, and so on.
+        if row.spec == json.loads(json.dumps(spec)):
+            return "unchanged"
+        self._conn.execute(
+            update(objects)
+            .where(objects.c.kind == kind, objects.c.name == name)
+            .values(spec=spec, generation=row.generation + 1, updated=now)
+        )
+        return "configured"
+
+    def delete_object(self, kind: str, name: str) -> bool:
+        """Delete an object; return whether it existed."""
+        self._check()
+        result = self._conn.execute(
+            delete(objects).where(objects.c.kind == kind, objects.c.name == name)
+        )
+        return result.rowcount > 0
+
+    # -- tokens -------------------------------------------------------------------
+
+    def create_token(
+        self,
+        *,
+        name: str,
+        user: str,
+        tenants: Sequence[str],
+        admin: bool,
+        token_hash: str,
+        created: float,
+        expires: float | None = None,
+    ) -> TokenRow:
+        """Store a new token (its hash only) and return it with its id."""
+        self._check()
+        row = self._conn.execute(
+            insert(tokens)
+            .values(
+                name=name,
+                user=user,
+                tenants=list(tenants),
+                admin=admin,
+                token_hash=token_hash,
+                created=created,
+                expires=expires,
+                revoked=False,
+            )
+            .returning(*_TOKEN_COLUMNS)
+        ).one()
+        return _token(row)
+
+    def revoke_token(self, token_id: int) -> bool:
+        """Mark a token revoked; return whether it exists (revoking twice is fine)."""
+        self._check()
+        result = self._conn.execute(
+            update(tokens).where(tokens.c.id == token_id).values(revoked=True)
+        )
+        return result.rowcount > 0
+
+
+def _in(column: Any, values: Iterable[Any] | None) -> ColumnElement[bool] | None:
+    if values is None:
+        return None
+    if isinstance(values, str):
+        values = [values]
+    condition: ColumnElement[bool] = column.in_(list(values))
+    return condition
+
+
+class Store:
+    """The durable store; open it with :meth:`Store.open`. Safe to share between threads."""
+
+    def __init__(self, engine: Engine) -> None:
+        """Wrap an engine whose database is already migrated; use :meth:`open` instead."""
+        self._engine = engine
+        self._closed = False
+        self._lock = threading.Lock()
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    @classmethod
+    def open(cls, url: str | None = None, *, state_dir: Path) -> Store:
+        """Open (creating and migrating as needed) the database at ``url``.
+
+        ``url`` defaults to ``sqlite:///{state_dir}/phalanx.db``; ``state_dir`` is
+        created if missing. Pending Alembic revisions are applied before returning.
+        """
+        state_dir = Path(state_dir)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        if url is None:
+            url = f"sqlite:///{state_dir / _SQLITE_DB_NAME}"
+        engine = _create_engine(url)
+        try:
+            _migrate(engine)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine)
+
+    def close(self) -> None:
+        """Release every pooled connection; the store is unusable afterwards."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        """The database URL (password hidden)."""
+        return self._engine.url.render_as_string(hide_password=True)
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (for tests and diagnostics)."""
+        return self._engine
+
+    @property
+    def dialect(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``."""
+        return self._engine.dialect.name
+
+    @contextmanager
+    def begin(self) -> Iterator[Tx]:
+        """One write transaction: commits on normal exit, rolls back on an exception."""
+        if self._closed:
+            raise RuntimeError("store is closed")
+        with self._engine.connect() as conn:
+            conn.execution_options(**{_WRITE_OPTION: True})
+            tx = Tx(conn)
+            try:
+                with conn.begin():
+                    yield tx
+            finally:
+                tx._close()
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        if self._closed:
+            raise RuntimeError("store is closed")
+        with self._engine.connect() as conn:
+            yield conn
+
+    # -- jobs ---------------------------------------------------------------------
+
+    def get_job(self, job_id: int) -> JobRow | None:
+        """One job by id, or None."""
+        with self._read() as conn:
+            return _get_job(conn, job_id)
+
+    def list_jobs(
+        self,
+        *,
+        states: Iterable[str] | None = None,
+        tenants: Iterable[str] | None = None,
+        users: Iterable[str] | None = None,
+        queue: str | None = None,
+        cluster_queue: str | None = None,
+        ids: Iterable[int] | None = None,
+        after_id: int | None = None,
+        limit: int | None = None,
+        descending: bool = False,
+    ) -> list[JobRow]:
+        """Jobs matching every given filter, in id order.
+
+        ``after_id`` is a keyset cursor: ids greater than it ascending, smaller than it
+        when ``descending``.
+        """
+        conditions = [
+            c
+            for c in (
+                _in(jobs.c.state, states),
+                _in(jobs.c.tenant, tenants),
+                _in(jobs.c.user, users),
+                _in(jobs.c.id, ids),
+            )
+            if c is not None
+        ]
+        if queue is not None:
+            conditions.append(jobs.c.queue == queue)
+        if cluster_queue is not None:
+            conditions.append(jobs.c.cluster_queue == cluster_queue)
+        if after_id is not None:
+            conditions.append(jobs.c.id < after_id if descending else jobs.c.id > after_id)
+        stmt = _SELECT_JOBS
+        if conditions:
+            stmt = stmt.where(and_(*conditions))
+        stmt = stmt.order_by(jobs.c.id.desc() if descending else jobs.c.id.asc())
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self._read() as conn:
+            rows = conn.execute(stmt).all()
+        return [_job(row) for row in rows]
+
+    def count_jobs(
+        self, *, states: Iterable[str] | None = None, tenants: Iterable[str] | None = None
+    ) -> dict[str, int]:
+        """Number of jobs per state (states with none are absent)."""
+        stmt = select(jobs.c.state, func.count()).group_by(jobs.c.state)
+        for condition in (_in(jobs.c.state, states), _in(jobs.c.tenant, tenants)):
+            if condition is not None:
+                stmt = stmt.where(condition)
+        with self._read() as conn:
+            return {state: int(n) for state, n in conn.execute(stmt)}
+
+    def unfinished_jobs(self) -> list[JobRow]:
+        """PENDING, ADMITTED, RUNNING and COMPLETING jobs in id order (for recovery)."""
+        return self.list_jobs(states=UNFINISHED_STATES)
+
+    def max_job_id(self) -> int:
+        """The largest job id so far, 0 when there are no jobs."""
+        with self._read() as conn:
+            value = conn.execute(select(func.max(jobs.c.id))).scalar()
+        return int(value or 0)
+
+    def job_events(self, job_id: int) -> list[JobEventRow]:
+        """A job's history, oldest first."""
+        stmt = _SELECT_EVENTS.where(job_events.c.job_id == job_id).order_by(job_events.c.id)
+        with self._read() as conn:
+            return [_event(row) for row in conn.execute(stmt)]
+
+    # -- configuration objects ----------------------------------------------------
+
+    def objects(self, kind: str | None = None) -> list[ObjectRow]:
+        """Every object (of ``kind``), ordered by kind then name."""
+        stmt = _SELECT_OBJECTS
+        if kind is not None:
+            stmt = stmt.where(objects.c.kind == kind)
+        stmt = stmt.order_by(objects.c.kind, objects.c.name)
+        with self._read() as conn:
+            return [_object(row) for row in conn.execute(stmt)]
+
+    def get_object(self, kind: str, name: str) -> ObjectRow | None:
+        """One object, or None."""
+        stmt = _SELECT_OBJECTS.where(objects.c.kind == kind, objects.c.name == name)
+        with self._read() as conn:
+            row = conn.execute(stmt).first()
+        return None if row is None else _object(row)
+
+    # -- tokens -------------------------------------------------------------------
+
+    def find_token(self, token_hash: str) -> TokenRow | None:
+        """The token with this hash, revoked or expired ones included (callers check)."""
+        stmt = _SELECT_TOKENS.where(tokens.c.token_hash == token_hash)
+        with self._read() as conn:
+            row = conn.execute(stmt).first()
+        return None if row is None else _token(row)
+
+    def tokens(self) -> list[TokenRow]:
+        """Every token, in id order."""
+        with self._read() as conn:
+            return [_token(row) for row in conn.execute(_SELECT_TOKENS.order_by(tokens.c.id))]
+
+    def has_admin_token(self) -> bool:
+        """Whether some admin token is neither revoked nor expired."""
+        now = time.time()
+        stmt = (
+            select(tokens.c.id)
+            .where(
+                tokens.c.admin == true(),
+                tokens.c.revoked == False,  # noqa: E712 - SQL comparison
+                or_(tokens.c.expires.is_(None), tokens.c.expires > now),
+            )
+            .limit(1)
+        )
+        with self._read() as conn:
+            return conn.execute(stmt).first() is not None
+
+
+# -- engine and migrations ------------------------------------------------------------
+
+
+def _create_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        if parsed.database in (None, "", ":memory:"):
+            raise ValueError("the store needs a file database, not an in-memory SQLite")
+        engine = create_engine(
+            parsed,
+            connect_args={"check_same_thread": False, "timeout": 5.0},
+            json_deserializer=_json_loads,
+            pool_pre_ping=True,
+            pool_size=8,
+            max_overflow=16,
+        )
+        _configure_sqlite(engine)
+        return engine
+    if backend == "postgresql":
+        if parsed.get_driver_name() != "psycopg":
+            raise ValueError(f"PostgreSQL URLs must use psycopg 3 (postgresql+psycopg://): {url}")
+        return create_engine(parsed, pool_pre_ping=True, pool_size=8, max_overflow=16)
+    raise ValueError(f"unsupported database URL (use sqlite:// or postgresql+psycopg://): {url}")
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy (below) emit BEGIN itself instead of pysqlite's implicit one.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA busy_timeout=5000")
+            cursor.execute("PRAGMA foreign_keys=ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Writers take the write lock up front: a deferred transaction that reads and
+        # then writes fails with SQLITE_BUSY on the upgrade instead of waiting.
+        write = conn.get_execution_options().get(_WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _alembic_config(conn: Connection) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["connection"] = conn
+    return config
+
+
+def _migrate(engine: Engine) -> None:
+    """Bring the database to the newest revision, in one transaction."""
+    with engine.connect() as conn:
+        conn.execution_options(**{_WRITE_OPTION: True})
+        with conn.begin():
+            if conn.dialect.name == "postgresql":
+                conn.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
+                )
+            command.upgrade(_alembic_config(conn), "head")
+
+
+def head_revision() -> str:
+    """The newest revision shipped with this package."""
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    head = ScriptDirectory.from_config(config).get_current_head()
+    if head is None:  # pragma: no cover - the package always ships revisions
+        raise RuntimeError("no migrations found")
+    return head
