@@ -16,11 +16,14 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
+import psycopg
 import pytest
+from sqlalchemy.engine import make_url
 
 _PG_SUPERUSER = "postgres"
 _PG_DATABASE = "phalanx_test"
@@ -138,3 +141,45 @@ def postgres_url() -> Iterator[str]:
                 check=False,
             )
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _admin_connect(url: str) -> psycopg.Connection:
+    parsed = make_url(url)
+    return psycopg.connect(
+        host=parsed.host,
+        port=parsed.port,
+        user=parsed.username,
+        dbname="postgres",
+        autocommit=True,
+    )
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """URL of a new, empty database on the parametrized backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'phalanx.db'}"
+        return
+    server_url: str = request.getfixturevalue("postgres_url")
+    name = f"t_{uuid.uuid4().hex}"
+    with _admin_connect(server_url) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    with _admin_connect(server_url) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | None]:
+    """The store URL for a test parametrized with ``backend`` (None: the embedded SQLite)."""
+    backend = getattr(request, "param", None) or request.getfixturevalue("backend")
+    if backend == "sqlite":
+        yield None
+        return
+    server_url: str = request.getfixturevalue("postgres_url")
+    name = f"t_{uuid.uuid4().hex}"
+    with _admin_connect(server_url) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    with _admin_connect(server_url) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -101,14 +101,16 @@ def job(
     )
 
 
-def make_plane(state: Path) -> ControlPlane:
-    store = Store.open(None, state_dir=state)
+def make_plane(state: Path, database: str | None = None) -> ControlPlane:
+    store = Store.open(database, state_dir=state)
     return ControlPlane(store, LocalRuntime(state), state_dir=state, poll_interval_s=0.01)
 
 
 @pytest.fixture
-def plane(tmp_path: Path) -> Iterator[ControlPlane]:
-    p = make_plane(tmp_path / "state")
+def plane(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """A running control plane on SQLite (and on PostgreSQL for tests parametrized by backend)."""
+    database = request.getfixturevalue("database") if "backend" in request.fixturenames else None
+    p = make_plane(tmp_path / "state", database)
     p.start()
     p.apply(ADMIN, cluster())
     yield p
@@ -128,7 +130,13 @@ def wait_for(plane: ControlPlane, job_id: int, *states: str, timeout: float = 15
     raise AssertionError(f"job {job_id} is {row.state}, not {states}")
 
 
-def test_job_runs_to_completion_with_its_history(plane: ControlPlane, tmp_path: Path) -> None:
+BOTH_STORES = pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+
+
+@BOTH_STORES
+def test_job_runs_to_completion_with_its_history(
+    plane: ControlPlane, tmp_path: Path, backend: str
+) -> None:
     [job_id] = plane.submit(
         ALICE, [job(["sh", "-c", "echo hello $CUDA_VISIBLE_DEVICES"], tmp=tmp_path)]
     )
@@ -294,9 +302,12 @@ def test_configuration_in_use_is_not_deleted(plane: ControlPlane, tmp_path: Path
     assert node not in plane.node_status()
 
 
-def test_restart_re_adopts_running_jobs_and_runs_nothing_twice(tmp_path: Path) -> None:
+@BOTH_STORES
+def test_restart_re_adopts_running_jobs_and_runs_nothing_twice(
+    tmp_path: Path, backend: str, database: str | None
+) -> None:
     state = tmp_path / "state"
-    first = make_plane(state)
+    first = make_plane(state, database)
     first.start()
     first.apply(ADMIN, cluster())
     ids = first.submit(
@@ -307,7 +318,7 @@ def test_restart_re_adopts_running_jobs_and_runs_nothing_twice(tmp_path: Path) -
     # The control plane goes away; supervisors keep running.
     first.stop()
     first.store.close()
-    second = make_plane(state)
+    second = make_plane(state, database)
     second.start()
     try:
         rows = [wait_for(second, i, "COMPLETED", timeout=30) for i in ids]

@@ -2,41 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from sqlalchemy.engine import make_url
 
 from phalanx.store import NewJob, Store
-
-
-def _admin_connect(url: str) -> psycopg.Connection:
-    parsed = make_url(url)
-    return psycopg.connect(
-        host=parsed.host,
-        port=parsed.port,
-        user=parsed.username,
-        dbname="postgres",
-        autocommit=True,
-    )
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """URL of a new, empty database on the parametrized backend."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'phalanx.db'}"
-        return
-    server_url: str = request.getfixturevalue("postgres_url")
-    name = f"t_{uuid.uuid4().hex}"
-    with _admin_connect(server_url) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    with _admin_connect(server_url) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.fixture
