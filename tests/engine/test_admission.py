@@ -709,3 +709,20 @@ def test_local_queue_reapplied_before_first_cycle() -> None:
     engine.apply(Upsert(local_queue("lq", "cq", namespace="team")))
     engine.apply(Upsert(local_queue("lq", "cq", namespace="team")))
     assert admitted_ids(engine.cycle(0.0)) == [1]
+
+
+def test_a_job_requesting_nothing_is_placed_on_the_first_flavors_nodes() -> None:
+    # Kueue admits a workload without requests; it charges no quota but its
+    # tasks still need nodes, taken from the ClusterQueue's first flavor.
+    engine = engine_with(
+        flavor("a", pool="a"),
+        flavor("b", pool="b"),
+        node("na", pool="a"),
+        node("nb", pool="b"),
+        cluster_queue("cq", {"a": 0, "b": 8}),
+    )
+    engine.apply(Submit(job("cq", gpus=0, count=3, id=1)))
+    out = engine.cycle(0.0)
+    [admit] = admits(out).values()
+    assert [(n.node, n.count) for n in admit.pod_sets[0].nodes] == [("na", 3)]
+    assert not any(quota_usage(engine).get("cq", {}).values())

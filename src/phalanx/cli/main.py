@@ -1,39 +1,71 @@
-"""Entry point of the ``phalanx`` command.
+"""Entry point of the ``phalanx`` command: runs the click app, renders every error as one line.
 
-Start-up is kept fast: subcommands import what they need when they run.
+Start-up is kept fast: this module imports only the standard library, and the
+commands import what they need when they run. Errors never show a traceback:
+``phalanx: error: <detail>`` on standard error, exit status 1 (2 for usage).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
-USAGE = """\
-usage: phalanx [--version] <command> [args]
+__all__ = ["main"]
 
-commands:
-  version      print the phalanx version
-  presets      list the scheduling policy presets
-"""
+
+def _error(message: str) -> None:
+    color = sys.stderr.isatty() and "NO_COLOR" not in os.environ
+    line = f"phalanx: error: {message}"
+    sys.stderr.write(f"\x1b[31m{line}\x1b[0m\n" if color else f"{line}\n")
+    sys.stderr.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help", "help"):
-        sys.stdout.write(USAGE)
-        return 0
-    command = args[0]
-    if command in ("--version", "version"):
+    """Run ``phalanx ARGS``; returns the exit status."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args in (["--version"], ["-V"]):
         from phalanx import __version__
 
         sys.stdout.write(f"phalanx {__version__}\n")
         return 0
-    if command == "presets":
-        from phalanx.engine.config import PRESETS
+    import click
 
-        sys.stdout.write("\n".join(PRESETS) + "\n")
+    from phalanx.cli.app import app
+    from phalanx.errors import PhalanxError
+
+    try:
+        result = app.main(args=args, prog_name="phalanx", standalone_mode=False)
+    except PhalanxError as exc:
+        for line in exc.detail.splitlines() or [exc.error]:
+            _error(line)
+        return 1
+    except click.exceptions.NoArgsIsHelpError as exc:
+        if exc.ctx is not None:
+            sys.stdout.write(exc.ctx.get_help() + "\n")
         return 0
-    sys.stderr.write(f"phalanx: unknown command {command!r}\n{USAGE}")
-    return 2
+    except click.UsageError as exc:
+        hint = ""
+        if exc.ctx is not None:
+            hint = f" (see '{exc.ctx.command_path} --help')"
+        _error(exc.format_message() + hint)
+        return 2
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code or 0)
+    except click.Abort:
+        _error("aborted")
+        return 130
+    except click.ClickException as exc:
+        _error(exc.format_message())
+        return exc.exit_code or 1
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+        return 130
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:
+        _error(str(exc))
+        return 1
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

@@ -215,11 +215,12 @@ class ControlPlane:
         return result
 
     def cancel(self, principal: Principal, job_id: int) -> JobRow:
-        self.job(principal, job_id)
+        """Cancel a job: a pending one at once, a running one through its supervisor."""
+        row = self.job(principal, job_id)
+        if JobState(row.state).finished:
+            raise Conflict(f"job {job_id} has already finished ({row.state})")
         self._call(_CancelCmd(principal, job_id))
-        row = self.store.get_job(job_id)
-        assert row is not None
-        return row
+        return self.job(principal, job_id)
 
     def job(self, principal: Principal, job_id: int) -> JobRow:
         """The job, if ``principal`` may see it (otherwise: not found, as for a missing job)."""
@@ -309,16 +310,28 @@ class ControlPlane:
         return generate_latest(self.metrics.registry)
 
     def _pending_by_cq(self) -> dict[str, tuple[int, int]]:
-        """ClusterQueue -> (active pending, inadmissible pending)."""
+        """ClusterQueue -> (active pending, inadmissible pending), as Kueue counts them.
+
+        Active jobs are candidates for the next cycle; inadmissible ones wait for a
+        change (quota freed, a stopped queue started) before they are tried again.
+        """
         counts: dict[str, tuple[int, int]] = {}
         for rec in self.engine.jobs.values():
             if rec.admission is not None or rec.cluster_queue is None:
                 continue
             active, inadmissible = counts.get(rec.cluster_queue, (0, 0))
-            if rec.reason is None:
-                active += 1
-            else:
+            sq = rec.queue
+            blocked = (
+                rec.waiting is not None
+                or sq is None
+                or sq.parked
+                or sq.cq.parked
+                or sq.cq.stopped is not None
+            )
+            if blocked:
                 inadmissible += 1
+            else:
+                active += 1
             counts[rec.cluster_queue] = (active, inadmissible)
         return counts
 

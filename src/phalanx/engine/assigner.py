@@ -202,6 +202,11 @@ class FlavorAssigner:
             if group not in groups:
                 groups.append(group)
         placing = next((g for g in groups if GPU in g.covered), groups[0] if groups else None)
+        if placing is None and cq.groups:
+            # Nothing requested (or nothing with quota): no quota is charged, but the
+            # tasks still need nodes; the first group's flavors say which.
+            placing = cq.groups[0]
+            groups.append(placing)
         # Non-placing groups first: their flavors' labels constrain the placing one's nodes.
         ordered = tuple(g for g in groups if g is not placing) + ((placing,) if placing else ())
         plan = (ordered, placing, undeclared)

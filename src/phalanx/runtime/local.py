@@ -10,6 +10,10 @@ The control plane writes ``launch.json`` there and starts
 events; a supervisor that vanished without writing its exit (its lock on
 ``supervisor.lock`` is free) is reported as ``NODE_FAIL``.
 
+Supervisors are forked by a fork server (:mod:`phalanx.runtime.forkserver`,
+about a millisecond each instead of a fresh interpreter); if it cannot be
+used the supervisor command is run directly.
+
 ``-I`` (isolated mode) is used on purpose: the supervisor ignores
 ``PYTHONPATH``, the user site and the current directory, and finds phalanx in
 the interpreter's site-packages (the editable install's ``.pth`` hook keeps
@@ -75,6 +79,10 @@ class LocalRuntime:
             "phalanx.runtime.supervisor",
         ]
         """The command line the job directory is appended to."""
+        self._default_command = list(self.supervisor_command)
+        self.use_forkserver = True
+        """Fork supervisors from a fork server (only with the default supervisor command)."""
+        self._forkserver: subprocess.Popen[str] | None = None
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._backlog: list[RuntimeEvent] = []
 
@@ -102,6 +110,9 @@ class LocalRuntime:
         _write_json(path / "launch.json", dataclasses.asdict(spec))
         record = _Attempt(spec.job_id, spec.attempt, path)
         self._attempts[(spec.job_id, spec.attempt)] = record
+        direct = not self.use_forkserver or self.supervisor_command != self._default_command
+        if not direct and self._fork(path):
+            return
         with open(path / "supervisor.log", "ab") as log:
             try:
                 record.process = subprocess.Popen(
@@ -117,6 +128,42 @@ class LocalRuntime:
                 # The directory exists now, so it is never retried: report NODE_FAIL.
                 log.write(f"cannot start the supervisor: {exc}\n".encode())
                 record.failed_to_start = True
+
+    def _fork(self, path: Path) -> bool:
+        """Have the fork server start the supervisor of ``path``; False if it cannot."""
+        for _ in range(2):
+            server = self._forkserver
+            if server is None or server.poll() is not None:
+                try:
+                    server = self._forkserver = subprocess.Popen(
+                        [*self._default_command[:-1], "phalanx.runtime.forkserver"],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL,
+                        text=True,
+                        close_fds=True,
+                        start_new_session=True,
+                        cwd="/",
+                    )
+                except OSError:
+                    self.use_forkserver = False
+                    return False
+            assert server.stdin is not None and server.stdout is not None
+            try:
+                server.stdin.write(f"{path}\n")
+                server.stdin.flush()
+                answer = server.stdout.readline()
+            except (BrokenPipeError, OSError):
+                answer = ""
+            if answer.startswith("ok "):
+                return True
+            if answer.startswith("error "):
+                return False
+            # The server died: start a fresh one and try once more.
+            with contextlib.suppress(OSError):
+                server.kill()
+            self._forkserver = None
+        return False
 
     def cancel(self, job_id: int) -> None:
         """Cancel the current attempt of ``job_id`` (marker file first, then SIGTERM)."""
@@ -154,6 +201,13 @@ class LocalRuntime:
 
     def close(self) -> None:
         """Stop tracking; running supervisors keep running."""
+        server, self._forkserver = self._forkserver, None
+        if server is not None:
+            with contextlib.suppress(OSError):
+                assert server.stdin is not None
+                server.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                server.wait(timeout=5)
         for record in self._attempts.values():
             if record.process is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):

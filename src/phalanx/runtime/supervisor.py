@@ -348,6 +348,10 @@ def main(argv: list[str] | None = None) -> int:
             _write_json_pidfile(jobdir, child)
         os._exit(0 if ok else 1)
     os.close(rfd)
+    # A cancel can come as soon as the lock is held (the pid file is written then),
+    # before the supervisor's own handlers are in place: note it, do not die of it.
+    early: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: early.append(signum))
     with contextlib.suppress(OSError):
         os.setsid()
     os.chdir("/")
@@ -359,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     supervisor: Supervisor | None = None
     try:
         supervisor = Supervisor(jobdir)
+        if early:
+            supervisor.cancel_requested = True
         supervisor.write_status()
         os.write(wfd, b"1")
         os.close(wfd)

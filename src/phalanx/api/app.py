@@ -1,0 +1,51 @@
+"""The FastAPI app: REST under ``/api/v1``, ``/healthz``, ``/metrics``, OpenAPI at ``/docs``.
+
+Routes are plain ``def`` functions: FastAPI runs them in its threadpool and
+the control plane's methods are thread-safe and block until a command is
+durable. Every route but ``/healthz``, ``/metrics`` and the docs needs a
+bearer token.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Response
+from fastapi.responses import JSONResponse
+
+from phalanx import __version__
+from phalanx.api import jobs, objects
+from phalanx.api.deps import Plane
+from phalanx.api.errors import install_error_handlers
+from phalanx.api.plane import ControlPlane
+
+__all__ = ["create_app"]
+
+
+def create_app(plane: ControlPlane) -> FastAPI:
+    """The API of ``plane``."""
+    app = FastAPI(
+        title="phalanx",
+        version=__version__,
+        description="GPU workload orchestrator: Slurm and Kueue dialects, one admission engine.",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.plane = plane
+    install_error_handlers(app)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz(plane: Plane) -> Response:
+        """200 once the server accepts work, 503 before (recovering) and while stopping."""
+        if plane.ready:
+            return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "starting"}, status_code=503)
+
+    @app.get("/metrics", tags=["health"], response_class=Response)
+    def metrics(plane: Plane) -> Response:
+        """Prometheus text exposition (Kueue's metric names where Kueue has one)."""
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        return Response(plane.render_metrics(), media_type=CONTENT_TYPE_LATEST)
+
+    app.include_router(jobs.router)
+    app.include_router(objects.router)
+    return app

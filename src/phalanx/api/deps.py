@@ -1,0 +1,33 @@
+"""Request dependencies: the control plane behind the app and the caller's principal."""
+
+from __future__ import annotations
+
+from typing import Annotated, cast
+
+from fastapi import Depends, Request
+
+from phalanx.api.plane import ControlPlane
+from phalanx.auth import Principal
+from phalanx.errors import Unauthorized
+
+__all__ = ["Caller", "Plane", "get_plane", "get_principal"]
+
+
+def get_plane(request: Request) -> ControlPlane:
+    return cast(ControlPlane, request.app.state.plane)
+
+
+def get_principal(request: Request) -> Principal:
+    """The principal of the request's ``Authorization: Bearer <token>``; 401 without one."""
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized(
+            "this API needs a token: send 'Authorization: Bearer <token>' "
+            "(the CLI reads PHALANX_TOKEN or the state directory's client.json)"
+        )
+    return get_plane(request).authenticate(token.strip())
+
+
+Plane = Annotated[ControlPlane, Depends(get_plane)]
+Caller = Annotated[Principal, Depends(get_principal)]

@@ -1,0 +1,132 @@
+"""Every failure as ``{"error", "detail"}`` JSON: phalanx errors, bad requests, genuine bugs.
+
+Bad input is always a 4xx naming the field path (``jobs[3].podSets[0].count:
+...``, one line per problem); only a bug in phalanx itself answers 500, and
+then without a traceback (that goes to the server log).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from phalanx.errors import PhalanxError
+
+__all__ = ["error_response", "field_path", "format_errors", "install_error_handlers"]
+
+log = logging.getLogger("phalanx.api")
+
+_SOURCES = {"body", "query", "path", "header", "cookie"}
+_HTTP_ERRORS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    413: "TooLarge",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+}
+
+
+def error_response(status: int, error: str, detail: str, **headers: str) -> JSONResponse:
+    return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
+
+
+def field_path(loc: Sequence[Any]) -> str:
+    """``("body", "jobs", 3, "podSets")`` -> ``jobs[3].podSets``."""
+    parts = list(loc)
+    where = ""
+    if parts and parts[0] in _SOURCES:
+        where = str(parts.pop(0))
+    path = ""
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif "[" in str(part):  # pydantic's validator/union tags, not fields
+            continue
+        else:
+            path += f".{part}" if path else str(part)
+    if where in ("query", "path", "header") and path:
+        return f"{path} ({where})"
+    return path or where or "request"
+
+
+def _message(error: dict[str, Any]) -> str:
+    if error.get("type") == "missing" and tuple(error.get("loc", ())) == ("body",):
+        return "a JSON request body is required"
+    msg = str(error.get("msg", "invalid"))
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix) :]
+    return msg
+
+
+def format_errors(errors: Iterable[dict[str, Any]], prefix: Sequence[Any] = ()) -> str:
+    """pydantic/FastAPI errors as one ``path: message`` line per problem."""
+    lines = []
+    for error in errors:
+        lines.append(f"{field_path([*prefix, *error.get('loc', ())])}: {_message(error)}")
+    return "\n".join(dict.fromkeys(lines)) or "invalid request"
+
+
+def _validation_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors())
+    bad_json = [e for e in errors if e.get("type") == "json_invalid"]
+    if bad_json:
+        ctx = bad_json[0].get("ctx") or {}
+        reason = ctx.get("error", "malformed")
+        position = bad_json[0].get("loc", ("body", "?"))[-1]
+        return error_response(
+            400, "BadRequest", f"the request body is not valid JSON: {reason} at {position}"
+        )
+    return error_response(422, "Invalid", format_errors(errors))
+
+
+def _pydantic_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ValidationError)
+    return error_response(422, "Invalid", format_errors(exc.errors()))  # type: ignore[arg-type]
+
+
+def _phalanx_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PhalanxError)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+    return error_response(exc.status, exc.error, exc.detail, **headers)
+
+
+def _http_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    status = exc.status_code
+    if status == 404 and exc.detail == "Not Found":
+        detail = f"no such API path: {request.method} {request.url.path}"
+    elif status == 405:
+        detail = f"{request.method} is not allowed on {request.url.path}"
+    else:
+        detail = str(exc.detail)
+    return error_response(
+        status, _HTTP_ERRORS.get(status, "Error"), detail, **dict(exc.headers or {})
+    )
+
+
+def _bug_handler(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("internal error answering %s %s", request.method, request.url.path)
+    return error_response(
+        500, "Internal", f"internal error ({type(exc).__name__}); the server log has the details"
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation_handler)
+    app.add_exception_handler(ValidationError, _pydantic_handler)
+    app.add_exception_handler(PhalanxError, _phalanx_handler)
+    app.add_exception_handler(StarletteHTTPException, _http_handler)
+    app.add_exception_handler(Exception, _bug_handler)

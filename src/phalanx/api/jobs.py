@@ -1,0 +1,178 @@
+"""``/api/v1/jobs``: submit, list (keyset pagination), inspect, cancel, events and output."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from phalanx.api.deps import Caller, Plane
+from phalanx.api.views import EventView, JobList, JobView, event_view, job_view
+from phalanx.errors import Invalid, NotFound
+from phalanx.model.job import JobState
+from phalanx.model.submission import JobSubmission
+
+__all__ = ["MAX_BATCH", "MAX_LIST", "router"]
+
+MAX_BATCH = 10_000
+MAX_LIST = 10_000
+DEFAULT_LIST = 500
+MAX_LOG_CHUNK = 16 << 20
+MAX_ID = 2**63 - 1
+
+JobId = Annotated[int, Path(ge=0, le=MAX_ID, description="the job's id")]
+
+router = APIRouter(prefix="/api/v1", tags=["jobs"])
+
+
+class Submitted(BaseModel):
+    id: int
+    ids: list[int]
+
+
+class BatchRequest(BaseModel):
+    jobs: list[JobSubmission] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class BatchSubmitted(BaseModel):
+    ids: list[int]
+
+
+def _states(values: list[str]) -> list[str] | None:
+    states: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            name = part.strip().upper()
+            if not name:
+                continue
+            if name not in JobState.__members__:
+                known = ", ".join(JobState.__members__)
+                raise Invalid(f"state (query): unknown job state {part.strip()!r}; one of {known}")
+            states.append(name)
+    return states or None
+
+
+def _split(values: list[str]) -> list[str]:
+    return [p.strip() for v in values for p in v.split(",") if p.strip()]
+
+
+@router.get("/jobs", responses={200: {"model": JobList}})
+def list_jobs(
+    plane: Plane,
+    principal: Caller,
+    state: Annotated[list[str], Query(description="repeatable or comma-separated")] = [],  # noqa: B006
+    tenant: Annotated[list[str], Query()] = [],  # noqa: B006
+    user: Annotated[list[str], Query()] = [],  # noqa: B006
+    queue: str | None = None,
+    cluster_queue: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = DEFAULT_LIST,
+    continue_: Annotated[str | None, Query(alias="continue")] = None,
+    order: Literal["asc", "desc"] = "asc",
+) -> Response:
+    """Jobs visible to the caller, oldest first (``order=desc``: newest first)."""
+    tenants: list[str] | None = _split(tenant) or None
+    if not principal.admin:
+        tenants = sorted(set(tenants or principal.tenants) & principal.tenants)
+        if not tenants:
+            return JSONResponse({"items": [], "continue": None})
+    after_id = None
+    if continue_:
+        try:
+            after_id = int(continue_)
+        except ValueError:
+            after_id = -1
+        if not 0 <= after_id <= MAX_ID:
+            raise Invalid(f"continue (query): {continue_!r} is not a token this API gave")
+    rows = plane.store.list_jobs(
+        states=_states(state),
+        tenants=tenants,
+        users=_split(user) or None,
+        queue=queue,
+        cluster_queue=cluster_queue,
+        after_id=after_id,
+        limit=limit + 1,
+        descending=order == "desc",
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    token = str(rows[-1].id) if more and rows else None
+    return JSONResponse({"items": [job_view(r) for r in rows], "continue": token})
+
+
+@router.post("/jobs", status_code=201, response_model=Submitted)
+def submit(plane: Plane, principal: Caller, job: JobSubmission) -> dict[str, Any]:
+    """Submit one job; answers once it is durable."""
+    ids = plane.submit(principal, [job])
+    return {"id": ids[0], "ids": ids}
+
+
+@router.post("/jobs/batch", status_code=201, response_model=BatchSubmitted)
+def submit_batch(plane: Plane, principal: Caller, batch: BatchRequest) -> dict[str, Any]:
+    """Submit up to 10,000 jobs in one transaction: all are accepted, or none."""
+    return {"ids": plane.submit(principal, list(batch.jobs))}
+
+
+@router.get("/jobs/{job_id}", responses={200: {"model": JobView}})
+def get_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
+    return JSONResponse(job_view(plane.job(principal, job_id)))
+
+
+@router.delete("/jobs/{job_id}", responses={200: {"model": JobView}})
+def cancel_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
+    """Cancel a job (pending: removed from its queue; running: SIGTERM, grace, SIGKILL)."""
+    return JSONResponse(job_view(plane.cancel(principal, job_id)))
+
+
+@router.get("/jobs/{job_id}/events", responses={200: {"model": list[EventView]}})
+def job_events(plane: Plane, principal: Caller, job_id: JobId) -> Response:
+    plane.job(principal, job_id)
+    return JSONResponse({"items": [event_view(e) for e in plane.store.job_events(job_id)]})
+
+
+@router.get("/jobs/{job_id}/log", response_class=Response)
+def job_log(
+    plane: Plane,
+    principal: Caller,
+    job_id: JobId,
+    stream: Literal["stdout", "stderr"] = "stdout",
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_LOG_CHUNK)] = 1 << 20,
+) -> Response:
+    """Bytes ``offset..offset+limit`` of the job's output.
+
+    ``X-Phalanx-Offset`` is where the next read starts; ``X-Phalanx-Finished``
+    is ``true`` once the job has finished and everything was read.
+    """
+    row = plane.job(principal, job_id)
+    stdout, stderr = plane.output_paths(row)
+    path = stdout if stream == "stdout" else stderr
+    if path is None:
+        raise NotFound(
+            f"job {job_id} has no separate standard error: it goes to the output file "
+            "(submit with --error FILE to split it)"
+        )
+    data = b""
+    size = 0
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if offset < size:
+                f.seek(offset)
+                data = f.read(limit)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise Invalid(f"job {job_id}'s {stream} ({path}) cannot be read: {exc.strerror}") from None
+    next_offset = offset + len(data)
+    finished = JobState(row.state).finished and next_offset >= size
+    return Response(
+        content=data,
+        media_type="text/plain; charset=utf-8",
+        headers={
+            "X-Phalanx-Offset": str(next_offset),
+            "X-Phalanx-Finished": "true" if finished else "false",
+        },
+    )

@@ -1,0 +1,187 @@
+"""Configuration objects as Kueue-style manifests: apply, list, get, delete; and tokens.
+
+``/api/v1/{plural}`` takes Kubernetes' plural or short names (``clusterqueues``,
+``cq``, ``localqueues``, ``nodes``, ...); a LocalQueue's name is
+``namespace/name``. ClusterQueues and Nodes carry a live ``status``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from phalanx.api.deps import Caller, Plane
+from phalanx.api.plane import ControlPlane
+from phalanx.api.views import TokenView, principal_view, token_view
+from phalanx.errors import Forbidden, Invalid, NotFound
+from phalanx.store.records import ObjectRow
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/api/v1")
+
+_YAML_TYPES = frozenset(
+    {"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain"}
+)
+
+
+class TokenRequest(BaseModel):
+    user: str = Field(min_length=1)
+    tenants: list[str] = Field(default_factory=list)
+    admin: bool = False
+    name: str = ""
+    expires: float | None = None
+    """Epoch seconds; ``None`` never expires."""
+
+
+class NewToken(TokenView):
+    token: str
+    """The bearer token; shown once, stored only hashed."""
+
+
+def _kind(plural: str) -> str:
+    from phalanx.dialects import kueue
+
+    try:
+        return str(kueue.resolve_kind(plural))
+    except Invalid as exc:
+        raise NotFound(exc.detail) from None
+
+
+def _manifest(plane: ControlPlane, row: ObjectRow, status: dict[str, Any] | None) -> dict[str, Any]:
+    from phalanx.control.registry import MODEL_BY_KIND
+    from phalanx.dialects import kueue
+
+    obj = MODEL_BY_KIND[row.kind].model_validate(row.spec)
+    manifest = dict(kueue.to_manifest(row.kind, obj))
+    if status is not None:
+        extra = status.get(row.name)
+        if extra is not None:
+            merged = dict(manifest.get("status") or {})
+            merged.update(extra)
+            manifest["status"] = merged
+    return manifest
+
+
+def _status(plane: ControlPlane, kind: str) -> dict[str, Any] | None:
+    if kind == "ClusterQueue":
+        return plane.cluster_queue_status()
+    if kind == "Node":
+        return plane.node_status()
+    return None
+
+
+@router.get("/whoami", tags=["auth"])
+def whoami(principal: Caller) -> dict[str, Any]:
+    """The user, tenants and admin flag the token stands for."""
+    return principal_view(principal)
+
+
+@router.post("/tokens", status_code=201, response_model=NewToken, tags=["auth"])
+def create_token(plane: Plane, principal: Caller, request: TokenRequest) -> dict[str, Any]:
+    """A new bearer token (admin only); its plaintext is in this answer only."""
+    token, row = plane.create_token(
+        principal,
+        user=request.user,
+        tenants=request.tenants,
+        admin=request.admin,
+        name=request.name,
+        expires=request.expires,
+    )
+    return {"token": token, **token_view(row)}
+
+
+@router.get("/tokens", tags=["auth"])
+def list_tokens(plane: Plane, principal: Caller) -> dict[str, Any]:
+    if not principal.admin:
+        raise Forbidden("only the admin may list tokens")
+    return {"items": [token_view(t) for t in plane.store.tokens()]}
+
+
+@router.post(
+    "/apply",
+    tags=["objects"],
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {
+                            "documents": {"type": "array", "items": {"type": "object"}},
+                            "source": {"type": "string"},
+                        },
+                        "required": ["documents"],
+                    }
+                },
+                "application/yaml": {"schema": {"type": "string"}},
+            },
+            "required": True,
+        }
+    },
+)
+async def apply(
+    request: Request, plane: Plane, principal: Caller, source: str | None = Query(None)
+) -> dict[str, Any]:
+    """Create or update objects from manifests: all of them, or none (admin only)."""
+    from phalanx.dialects import kueue
+
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    body = await request.body()
+    if ctype in _YAML_TYPES:
+        try:
+            text = body.decode()
+        except UnicodeDecodeError:
+            raise Invalid("the manifest text is not UTF-8") from None
+        manifests = await run_in_threadpool(kueue.load_text, text, source or "request")
+    else:
+        try:
+            payload = json.loads(body or b"null")
+        except ValueError as exc:
+            raise Invalid(f"the request body is not valid JSON: {exc}") from None
+        if not isinstance(payload, dict) or not isinstance(payload.get("documents"), list):
+            raise Invalid(
+                'documents: expected {"documents": [manifest, ...], "source": "..."} '
+                "or a YAML body with Content-Type: application/yaml"
+            )
+        docs = payload["documents"]
+        if not all(isinstance(d, dict) for d in docs):
+            bad = next(i for i, d in enumerate(docs) if not isinstance(d, dict))
+            raise Invalid(f"documents[{bad}]: a manifest is a mapping")
+        name = source or str(payload.get("source") or "request")
+        manifests = await run_in_threadpool(kueue.load_documents, docs, name)
+    results = await run_in_threadpool(plane.apply, principal, manifests)
+    return {
+        "results": [
+            {"kind": kind, "name": name, "outcome": outcome} for kind, name, outcome in results
+        ]
+    }
+
+
+@router.get("/{plural}", tags=["objects"])
+def list_objects(plane: Plane, principal: Caller, plural: str) -> dict[str, Any]:
+    kind = _kind(plural)
+    status = _status(plane, kind)
+    rows = plane.store.objects(kind)
+    return {"kind": kind, "items": [_manifest(plane, r, status) for r in rows]}
+
+
+@router.get("/{plural}/{name:path}", tags=["objects"])
+def get_object(plane: Plane, principal: Caller, plural: str, name: str) -> dict[str, Any]:
+    kind = _kind(plural)
+    row = plane.store.get_object(kind, name)
+    if row is None:
+        raise NotFound(f"{kind.lower()}/{name} not found")
+    return _manifest(plane, row, _status(plane, kind))
+
+
+@router.delete("/{plural}/{name:path}", tags=["objects"])
+def delete_object(plane: Plane, principal: Caller, plural: str, name: str) -> dict[str, Any]:
+    """Delete an object (admin only); 409 while jobs or other objects use it."""
+    kind = _kind(plural)
+    plane.delete(principal, kind, name)
+    return {"kind": kind, "name": name, "outcome": "deleted"}

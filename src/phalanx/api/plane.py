@@ -1,0 +1,80 @@
+"""What the API needs from the control plane: the commands it forwards and the store it reads.
+
+A :class:`typing.Protocol`, so the API depends on a shape, not on the control
+package; every method is thread-safe and called from FastAPI's threadpool.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from phalanx.auth import Principal
+from phalanx.store.records import JobEventRow, JobRow, ObjectRow, TokenRow
+
+__all__ = ["ControlPlane", "StoreReader"]
+
+
+class StoreReader(Protocol):
+    def get_job(self, job_id: int) -> JobRow | None: ...
+
+    def list_jobs(
+        self,
+        *,
+        states: Any = None,
+        tenants: Any = None,
+        users: Any = None,
+        queue: str | None = None,
+        cluster_queue: str | None = None,
+        ids: Any = None,
+        after_id: int | None = None,
+        limit: int | None = None,
+        descending: bool = False,
+    ) -> list[JobRow]: ...
+
+    def job_events(self, job_id: int) -> list[JobEventRow]: ...
+
+    def objects(self, kind: str | None = None) -> list[ObjectRow]: ...
+
+    def get_object(self, kind: str, name: str) -> ObjectRow | None: ...
+
+    def tokens(self) -> list[TokenRow]: ...
+
+
+class ControlPlane(Protocol):
+    @property
+    def store(self) -> Any: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    def authenticate(self, token: str) -> Principal: ...
+
+    def submit(self, principal: Principal, submissions: list[Any]) -> list[int]: ...
+
+    def cancel(self, principal: Principal, job_id: int) -> JobRow: ...
+
+    def job(self, principal: Principal, job_id: int) -> JobRow: ...
+
+    def apply(self, principal: Principal, manifests: list[Any]) -> list[tuple[str, str, str]]: ...
+
+    def delete(self, principal: Principal, kind: str, name: str) -> None: ...
+
+    def create_token(
+        self,
+        principal: Principal,
+        *,
+        user: str,
+        tenants: list[str],
+        admin: bool = False,
+        name: str = "",
+        expires: float | None = None,
+    ) -> tuple[str, TokenRow]: ...
+
+    def output_paths(self, job: JobRow) -> tuple[Path, Path | None]: ...
+
+    def cluster_queue_status(self) -> dict[str, dict[str, Any]]: ...
+
+    def node_status(self) -> dict[str, dict[str, Any]]: ...
+
+    def render_metrics(self) -> bytes: ...

@@ -1,0 +1,377 @@
+"""The ``phalanx`` commands. Each imports what it needs when it runs.
+
+Built on click directly (with rich for tables) rather than typer: typer 0.29
+builds a pydantic adapter for every parameter of every command at start-up,
+which alone costs more than the 150 ms ``phalanx get jobs`` may take. Server
+commands go through :class:`phalanx.client.Client` (standard-library HTTP),
+so ``phalanx get jobs`` loads neither pydantic nor the server; only ``up`` and
+``apply`` (which checks manifests locally for file:line errors) load the model.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from phalanx.client import Client
+
+__all__ = ["app"]
+
+_JOB_KINDS = frozenset({"job", "jobs", "j", "workload", "workloads", "wl"})
+_OUTPUTS = ("table", "wide", "json", "yaml")
+_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group(
+    name="phalanx",
+    context_settings=_CONTEXT,
+    help="phalanx: GPU workload orchestrator (Slurm and Kueue dialects, one admission engine).",
+)
+def app() -> None:
+    pass
+
+
+@app.group(name="token", help="Create and list API tokens (admin).")
+def token_app() -> None:
+    pass
+
+
+def _client() -> Client:
+    from phalanx.client import Client
+
+    return Client()
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _split(values: tuple[str, ...] | list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [p.strip() for v in values for p in v.split(",") if p.strip()]
+
+
+def _job_id(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a job id (a number)") from None
+
+
+# --------------------------------------------------------------------------- basics
+
+
+@app.command()
+def version() -> None:
+    """Print the phalanx version."""
+    from phalanx import __version__
+
+    _out(f"phalanx {__version__}\n")
+
+
+@app.command()
+def presets() -> None:
+    """List the scheduling policy presets (phalanx up --preset)."""
+    from phalanx.engine.config import PRESETS
+
+    _out("\n".join(PRESETS) + "\n")
+
+
+@app.command()
+@click.option("--state-dir", type=click.Path(path_type=Path), help="state directory")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--port", default=6900, show_default=True, help="port to listen on")
+@click.option(
+    "--config",
+    "-c",
+    "configs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="manifests (FILE or DIR) to apply at start; repeatable",
+)
+@click.option("--database", help="SQLAlchemy URL (default: SQLite in the state dir)")
+@click.option(
+    "--preset", default="phalanx", show_default=True, help="policy preset (phalanx presets)"
+)
+@click.option("--detect", is_flag=True, help="declare this machine's GPUs (NVML) as a node")
+def up(
+    state_dir: Path | None,
+    host: str,
+    port: int,
+    configs: tuple[Path, ...],
+    database: str | None,
+    preset: str,
+    detect: bool,
+) -> None:
+    """Run the control plane, the API and the local runtime in the foreground."""
+    from phalanx.control.server import run_server
+
+    run_server(
+        state_dir=state_dir,
+        host=host,
+        port=port,
+        configs=list(configs),
+        database=database,
+        preset=preset,
+        detect=detect,
+    )
+
+
+# --------------------------------------------------------------------------- objects
+
+
+def _load_manifests(paths: tuple[str, ...]) -> tuple[list[dict[str, Any]], str]:
+    from phalanx.dialects import kueue
+
+    manifests = []
+    for path in paths:
+        if path == "-":
+            manifests += kueue.load_text(sys.stdin.read(), "<stdin>")
+        else:
+            manifests += kueue.load_path(Path(path))
+    docs = [kueue.to_manifest(m.kind, m.obj) for m in manifests]
+    return docs, ", ".join(paths)
+
+
+@app.command()
+@click.option(
+    "--filename",
+    "-f",
+    "filenames",
+    multiple=True,
+    required=True,
+    help="manifest FILE or DIR ('-': stdin); repeatable",
+)
+def apply(filenames: tuple[str, ...]) -> None:
+    """Create or update objects from Kueue / Kubernetes manifests (all or none)."""
+    docs, source = _load_manifests(filenames)
+    if not docs:
+        from phalanx.errors import Invalid
+
+        raise Invalid(f"{source}: no manifests found")
+    with _client() as client:
+        for result in client.apply(docs, source=source):
+            _out(f"{result['kind'].lower()}/{result['name']} {result['outcome']}\n")
+
+
+def _get_jobs(
+    client: Client,
+    name: str | None,
+    output: str,
+    *,
+    state: list[str] | None,
+    tenant: list[str] | None,
+    user: list[str] | None,
+    queue: str | None,
+    limit: int | None,
+) -> None:
+    from phalanx.cli import render
+
+    if name is not None:
+        jobs = [client.get(_job_id(name))]
+    else:
+        jobs = list(client.jobs(state=state, tenant=tenant, user=user, queue=queue, limit=limit))
+    if output in ("json", "yaml"):
+        _out(render.dump(jobs, output))
+        return
+    header, rows = render.job_rows(jobs, wide=output == "wide")
+    if not rows:
+        sys.stderr.write("No jobs found.\n")
+        return
+    render.print_table(header, rows, state_col=5)
+
+
+@app.command()
+@click.argument("kind")
+@click.argument("name", required=False)
+@click.option("--output", "-o", default="table", type=click.Choice(_OUTPUTS), help="output format")
+@click.option("--state", "-t", multiple=True, help="job states (repeatable or a,b)")
+@click.option("--tenant", "-n", multiple=True, help="tenants")
+@click.option("--user", "-u", multiple=True, help="users")
+@click.option("--queue", "-q", help="LocalQueue")
+@click.option("--all", "-A", "all_tenants", is_flag=True, help="every tenant the token may see")
+@click.option("--limit", type=int, help="at most this many jobs")
+def get(
+    kind: str,
+    name: str | None,
+    output: str,
+    state: tuple[str, ...],
+    tenant: tuple[str, ...],
+    user: tuple[str, ...],
+    queue: str | None,
+    all_tenants: bool,
+    limit: int | None,
+) -> None:
+    """List jobs or objects: KIND is jobs, clusterqueues (cq), localqueues (lq), nodes, ..."""
+    from phalanx.cli import render
+
+    with _client() as client:
+        if kind.lower() in _JOB_KINDS:
+            _get_jobs(
+                client,
+                name,
+                output,
+                state=_split(state),
+                tenant=None if all_tenants else _split(tenant),
+                user=_split(user),
+                queue=queue,
+                limit=limit,
+            )
+            return
+        if name is not None:
+            manifest = client.get_object(kind, name)
+            if output in ("json", "yaml"):
+                _out(render.dump(manifest, output))
+                return
+            items = [manifest]
+        else:
+            items = client.get_objects(kind)
+            if output in ("json", "yaml"):
+                _out(render.dump(items, output))
+                return
+        if not items:
+            sys.stderr.write(f"No {kind} found.\n")
+            return
+        canonical = items[0]["kind"]
+        canonical = "PriorityClass" if canonical == "WorkloadPriorityClass" else canonical
+        header, rows = render.object_table(canonical, items)
+        render.print_table(header, rows)
+
+
+@app.command()
+@click.argument("kind")
+@click.argument("name")
+def describe(kind: str, name: str) -> None:
+    """Everything about one job (with its events) or one object (with its status)."""
+    from phalanx.cli import render
+
+    with _client() as client:
+        if kind.lower() in _JOB_KINDS:
+            job_id = _job_id(name)
+            _out(render.describe_job(client.get(job_id), client.events(job_id)))
+        else:
+            _out(render.describe_object(client.get_object(kind, name)))
+
+
+@app.command()
+@click.argument("kind")
+@click.argument("name")
+def delete(kind: str, name: str) -> None:
+    """Delete an object (admin), or cancel a job."""
+    with _client() as client:
+        if kind.lower() in _JOB_KINDS:
+            job = client.cancel(_job_id(name))
+            _out(f"job/{job['id']} cancelled\n")
+        else:
+            result = client.delete_object(kind, name)
+            _out(f"{result['kind'].lower()}/{result['name']} deleted\n")
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+@click.argument("command", nargs=-1, required=True)
+@click.option("--gpus", "-G", type=int, help="GPUs in total, spread evenly over --nodes")
+@click.option("--nodes", "-N", type=int, default=1, show_default=True, help="nodes")
+@click.option("--ntasks", "-n", type=int, help="tasks in total (default: one per node)")
+@click.option("--cpus", "-c", help="CPUs per task")
+@click.option("--mem", help="memory per node, e.g. 64Gi")
+@click.option("--queue", "-q", help="LocalQueue (default: the tenant's 'default')")
+@click.option("--partition", "-p", help="ClusterQueue (Slurm's partition)")
+@click.option("--tenant", "-A", help="tenant (Slurm's account)")
+@click.option("--priority-class", help="priority class (Slurm's QOS)")
+@click.option("--time", "-t", "time_limit", help="time limit, Slurm formats (10 = ten minutes)")
+@click.option("--name", "-J", help="job name (default: the program's name)")
+@click.option("--output", "-o", help="stdout file (%j: job id)")
+@click.option("--error", "-e", help="stderr file (%j: job id; default: with stdout)")
+@click.option("--chdir", "-D", help="working directory (default: the current one)")
+@click.option("--env", multiple=True, help="KEY=VALUE for the job's environment; repeatable")
+def submit(command: tuple[str, ...], **options: Any) -> None:
+    """Submit one job and print its id: phalanx submit [OPTIONS] -- COMMAND [ARG]..."""
+    from phalanx.cli.submit import build_submission
+
+    options["env"] = list(options["env"])
+    submission = build_submission(list(command), **options)
+    with _client() as client:
+        _out(f"{client.submit(submission)}\n")
+
+
+@app.command()
+@click.argument("ids", nargs=-1, required=True, type=int)
+def cancel(ids: tuple[int, ...]) -> None:
+    """Cancel jobs (pending: dequeued; running: SIGTERM, grace, SIGKILL)."""
+    from phalanx.errors import PhalanxError
+
+    failed = False
+    with _client() as client:
+        for job_id in ids:
+            try:
+                client.cancel(job_id)
+            except PhalanxError as exc:
+                if len(ids) == 1:
+                    raise
+                failed = True
+                sys.stderr.write(f"phalanx: error: {exc.detail}\n")
+                continue
+            _out(f"job/{job_id} cancelled\n")
+    if failed:
+        raise click.exceptions.Exit(1)
+
+
+@app.command()
+@click.argument("job_id", type=int)
+@click.option("--follow", "-f", is_flag=True, help="keep printing until the job ends")
+@click.option("--stderr", is_flag=True, help="the job's --error file instead of its output")
+def logs(job_id: int, follow: bool, stderr: bool) -> None:
+    """Print a job's output."""
+    with _client() as client:
+        for chunk in client.logs(job_id, stream="stderr" if stderr else "stdout", follow=follow):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+@token_app.command("create")
+@click.option("--user", required=True, help="the user the token stands for")
+@click.option("--tenant", "-t", multiple=True, help="a tenant it acts for; repeatable")
+@click.option("--admin", is_flag=True, help="a cluster-admin token")
+@click.option("--name", default="", help="a label for the token")
+def token_create(user: str, tenant: tuple[str, ...], admin: bool, name: str) -> None:
+    """Create a token and print it (it is shown only this once)."""
+    with _client() as client:
+        result = client.create_token(user, _split(tenant) or [], admin=admin, name=name)
+    _out(result["token"] + "\n")
+
+
+@token_app.command("list")
+def token_list() -> None:
+    """List tokens (never their secrets)."""
+    from phalanx.cli import render
+
+    with _client() as client:
+        items = client.tokens()
+    rows = [
+        [
+            str(t["id"]),
+            t.get("name") or "",
+            t["user"],
+            ",".join(t.get("tenants") or []),
+            "yes" if t.get("admin") else "",
+            t.get("created") or "",
+            t.get("expires") or "",
+            "yes" if t.get("revoked") else "",
+        ]
+        for t in items
+    ]
+    render.print_table(
+        ["ID", "NAME", "USER", "TENANTS", "ADMIN", "CREATED", "EXPIRES", "REVOKED"], rows
+    )

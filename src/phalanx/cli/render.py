@@ -1,0 +1,284 @@
+"""How the CLI prints: job and object tables (kubectl-like), JSON, YAML and ``describe``.
+
+Tables go through rich; when standard output is not a terminal they are
+printed at their natural width, never wrapped, so ``grep`` and ``awk`` work.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from phalanx.timefmt import format_duration
+
+__all__ = [
+    "describe_job",
+    "describe_object",
+    "dump",
+    "epoch",
+    "job_rows",
+    "object_table",
+    "print_table",
+]
+
+_STATE_STYLES = {
+    "PENDING": "yellow",
+    "ADMITTED": "cyan",
+    "RUNNING": "green",
+    "COMPLETING": "green",
+    "COMPLETED": "bright_black",
+    "FAILED": "red",
+    "CANCELLED": "magenta",
+    "TIMEOUT": "red",
+    "PREEMPTED": "magenta",
+    "NODE_FAIL": "red",
+    "OUT_OF_MEMORY": "red",
+}
+
+
+def epoch(stamp: str | None) -> float | None:
+    """RFC 3339 (``...Z``) back to epoch seconds."""
+    if not stamp:
+        return None
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _age(seconds: float) -> str:
+    """kubectl-style ages: 45s, 12m, 3h, 2d."""
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"
+
+
+def _nodelist(nodes: Sequence[str]) -> str:
+    if not nodes:
+        return ""
+    if len(nodes) <= 3:
+        return ",".join(nodes)
+    return f"{','.join(nodes[:2])},+{len(nodes) - 2}"
+
+
+def _run_time(job: dict[str, Any], now: float) -> str:
+    start = epoch(job.get("start_time"))
+    if start is None:
+        return "0:00"
+    end = epoch(job.get("end_time")) or now
+    return format_duration(max(0.0, end - start))
+
+
+def job_rows(
+    jobs: Iterable[dict[str, Any]], *, wide: bool = False
+) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of ``phalanx get jobs`` (``wide``: more columns)."""
+    now = time.time()
+    header = ["ID", "NAME", "TENANT", "USER", "QUEUE", "STATE", "REASON", "GPUS", "NODES"]
+    header += ["AGE", "TIME"]
+    if wide:
+        header += ["CLUSTER_QUEUE", "FLAVOR", "PRIORITY", "EXIT", "COMMAND"]
+    rows = []
+    for job in jobs:
+        submitted = epoch(job.get("submit_time")) or now
+        nodes = job.get("nodes") or []
+        row = [
+            str(job["id"]),
+            job.get("name") or "",
+            job.get("tenant") or "",
+            job.get("user") or "",
+            job.get("queue") or job.get("cluster_queue") or "",
+            job.get("state", ""),
+            job.get("reason") or "",
+            str(job.get("gpus", 0)),
+            ",".join(nodes) if wide else _nodelist(nodes),
+            _age(now - submitted),
+            _run_time(job, now),
+        ]
+        if wide:
+            exit_code = job.get("exit_code")
+            row += [
+                job.get("cluster_queue") or "",
+                job.get("flavor") or "",
+                "" if job.get("priority") is None else str(job["priority"]),
+                "" if exit_code is None else str(exit_code),
+                " ".join(job.get("command") or []),
+            ]
+        rows.append(row)
+    return header, rows
+
+
+def print_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], *, state_col: int = -1
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    tty = sys.stdout.isatty()
+    console = Console(width=None if tty else 100_000, highlight=False, soft_wrap=not tty)
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for name in header:
+        table.add_column(name, no_wrap=not tty, overflow="fold")
+    for row in rows:
+        cells: list[Any] = list(row)
+        if 0 <= state_col < len(cells):
+            cells[state_col] = Text(row[state_col], style=_STATE_STYLES.get(row[state_col], ""))
+        table.add_row(*cells)
+    if not rows:
+        sys.stdout.write("No resources found.\n" if not header else "")
+    console.print(table)
+
+
+def _quotas(manifest: dict[str, Any]) -> str:
+    status = manifest.get("status") or {}
+    nominal = status.get("nominal") or {}
+    usage = status.get("usage") or {}
+    parts = []
+    for flavor, resources in nominal.items():
+        if "nvidia.com/gpu" in resources:
+            used = (usage.get(flavor) or {}).get("nvidia.com/gpu", 0)
+            parts.append(f"{flavor}:{used}/{resources['nvidia.com/gpu']}")
+    return ",".join(parts)
+
+
+def object_table(kind: str, items: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of ``phalanx get KIND`` for a configuration kind."""
+    rows: list[list[str]] = []
+    if kind == "ClusterQueue":
+        header = ["NAME", "COHORT", "PENDING", "ADMITTED", "GPUS(USED/NOMINAL)"]
+        for m in items:
+            status = m.get("status") or {}
+            rows.append(
+                [
+                    m["metadata"]["name"],
+                    (m.get("spec") or {}).get("cohortName", ""),
+                    str(status.get("pending", "")),
+                    str(status.get("admitted", "")),
+                    _quotas(m),
+                ]
+            )
+    elif kind == "Node":
+        header = ["NAME", "STATE", "FLAVOR", "GPUS", "USED", "JOBS"]
+        for m in items:
+            status = m.get("status") or {}
+            labels = m["metadata"].get("labels") or {}
+            rows.append(
+                [
+                    m["metadata"]["name"],
+                    str(status.get("state", "")),
+                    labels.get("phalanx.io/flavor", ""),
+                    str(status.get("gpus", "")),
+                    str(status.get("gpus_used", "")),
+                    ",".join(str(j) for j in status.get("jobs") or []),
+                ]
+            )
+    elif kind == "LocalQueue":
+        header = ["NAMESPACE", "NAME", "CLUSTERQUEUE"]
+        for m in items:
+            meta = m["metadata"]
+            spec = m.get("spec") or {}
+            rows.append([meta.get("namespace", ""), meta["name"], spec.get("clusterQueue", "")])
+    elif kind == "PriorityClass":
+        header = ["NAME", "VALUE", "DESCRIPTION"]
+        for m in items:
+            rows.append([m["metadata"]["name"], str(m.get("value", "")), m.get("description", "")])
+    else:
+        header = ["NAME"]
+        rows = [[m["metadata"]["name"]] for m in items]
+    return header, rows
+
+
+def dump(data: Any, fmt: str) -> str:
+    """``data`` as ``json`` or ``yaml`` text (a list of manifests as YAML documents)."""
+    if fmt == "json":
+        return json.dumps(data, indent=2) + "\n"
+    import yaml
+
+    if isinstance(data, list) and all(isinstance(d, dict) and "apiVersion" in d for d in data):
+        return yaml.safe_dump_all(data, sort_keys=False) if data else ""
+    return str(yaml.safe_dump(data, sort_keys=False))
+
+
+def describe_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> str:
+    """``phalanx describe job ID``: every field, the pod sets, the pending reason, the events."""
+    lines = []
+    width = 18
+
+    def field(label: str, value: Any) -> None:
+        shown = "<none>" if value in (None, "", [], {}) else value
+        lines.append(f"{label + ':':<{width}}{shown}")
+
+    field("ID", job["id"])
+    field("Name", job.get("name"))
+    field("State", job.get("state"))
+    if job.get("state") == "PENDING" or job.get("reason"):
+        field("Reason", job.get("reason"))
+        field("Message", job.get("message"))
+    for label, key in (
+        ("Tenant", "tenant"),
+        ("User", "user"),
+        ("Queue", "queue"),
+        ("ClusterQueue", "cluster_queue"),
+        ("Flavor", "flavor"),
+        ("PriorityClass", "priority_class"),
+        ("Priority", "priority"),
+        ("GPUs", "gpus"),
+    ):
+        field(label, job.get(key))
+    field("Nodes", ",".join(job.get("nodes") or []))
+    gpu_indices = job.get("gpu_indices") or {}
+    if gpu_indices:
+        field(
+            "GPU indices",
+            " ".join(f"{n}:{','.join(map(str, ix))}" for n, ix in gpu_indices.items()),
+        )
+    field("Command", " ".join(job.get("command") or []))
+    field("Working dir", job.get("working_dir"))
+    limit = job.get("time_limit")
+    field("Time limit", "UNLIMITED" if limit is None else format_duration(limit))
+    for label, key in (
+        ("Submitted", "submit_time"),
+        ("Started", "start_time"),
+        ("Ended", "end_time"),
+        ("Estimated start", "estimated_start"),
+    ):
+        field(label, job.get(key))
+    if job.get("exit_code") is not None or job.get("signal") is not None:
+        field("Exit code", job.get("exit_code"))
+        field("Signal", job.get("signal"))
+    field("Attempt", job.get("attempt"))
+    lines.append("Pod sets:")
+    for p in job.get("pod_sets") or []:
+        requests = ", ".join(f"{k}={v}" for k, v in (p.get("requests") or {}).items()) or "-"
+        per_node = f", {p['tasks_per_node']} per node" if p.get("tasks_per_node") else ""
+        lines.append(f"  {p['name']}: {p['count']} task(s){per_node}, each {requests}")
+        flavors = p.get("flavors") or {}
+        if flavors:
+            lines.append("    flavors: " + ", ".join(f"{r}={f}" for r, f in flavors.items()))
+        placed = p.get("nodes") or []
+        if placed:
+            lines.append("    nodes:   " + ", ".join(f"{n['node']}x{n['count']}" for n in placed))
+    lines.append("Events:")
+    if not events:
+        lines.append("  <none>")
+    for event in events:
+        detail = " ".join(x for x in (event.get("reason"), event.get("message")) if x)
+        lines.append(f"  {event.get('time') or '':<26}{event.get('kind', ''):<12}{detail}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def describe_object(manifest: dict[str, Any]) -> str:
+    """``phalanx describe KIND NAME``: the manifest as YAML, its live status last."""
+    body = {k: v for k, v in manifest.items() if k != "status"}
+    text = dump(body, "yaml")
+    status = manifest.get("status")
+    if status:
+        text += dump({"status": status}, "yaml")
+    return text

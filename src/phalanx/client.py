@@ -1,0 +1,483 @@
+"""The typed Python client of the phalanx REST API.
+
+>>> import phalanx
+>>> with phalanx.Client() as c:                                 # doctest: +SKIP
+...     job = c.submit({"podSets": [{"count": 1}], "run": {"command": ["hostname"]}})
+...     for state in c.watch(job): print(state["state"])
+
+Where the server is and who you are comes from the arguments, then
+``PHALANX_URL`` / ``PHALANX_TOKEN``, then the state directory's
+``client.json`` (which ``phalanx up`` writes), then ``http://127.0.0.1:6900``.
+
+Standard library only (``http.client``, ``json``): the CLI builds on this
+module and must start in well under 150 ms, so it loads neither httpx nor
+pydantic. Submissions are plain dicts (a :class:`~phalanx.model.JobSubmission`
+is accepted too and sent as its ``to_dict()``).
+"""
+
+from __future__ import annotations
+
+import codecs
+import http.client
+import json
+import os
+import socket
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+from phalanx import errors
+
+__all__ = ["DEFAULT_URL", "Client", "ClientConfig", "resolve_config"]
+
+DEFAULT_URL = "http://127.0.0.1:6900"
+CLIENT_CONFIG = "client.json"
+MAX_PAGE = 10_000
+"""The most jobs the server returns per page."""
+_FINISHED = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY"}
+)
+_ERRORS: dict[str, type[errors.PhalanxError]] = {
+    "Invalid": errors.Invalid,
+    "NotFound": errors.NotFound,
+    "Conflict": errors.Conflict,
+    "Unauthorized": errors.Unauthorized,
+    "Forbidden": errors.Forbidden,
+    "Unavailable": errors.Unavailable,
+}
+_BY_STATUS: dict[int, type[errors.PhalanxError]] = {cls.status: cls for cls in _ERRORS.values()}
+
+
+class ClientConfig:
+    """The resolved URL, token and state directory of a client."""
+
+    __slots__ = ("state_dir", "token", "url")
+
+    def __init__(self, url: str, token: str | None, state_dir: Path) -> None:
+        self.url = url
+        self.token = token
+        self.state_dir = state_dir
+
+    def __repr__(self) -> str:
+        hidden = "set" if self.token else "none"
+        return f"ClientConfig(url={self.url!r}, token={hidden}, state_dir={str(self.state_dir)!r})"
+
+
+def resolve_config(
+    url: str | None = None, token: str | None = None, state_dir: str | Path | None = None
+) -> ClientConfig:
+    """Arguments first, then the environment, then ``STATE/client.json``, then the defaults."""
+    if state_dir is None:
+        env_state = os.environ.get("PHALANX_STATE_DIR")
+        state = Path(env_state) if env_state else Path.home() / ".local" / "state" / "phalanx"
+    else:
+        state = Path(state_dir)
+    url = url or os.environ.get("PHALANX_URL") or None
+    token = token or os.environ.get("PHALANX_TOKEN") or None
+    if url is None or token is None:
+        saved = _read_client_json(state / CLIENT_CONFIG)
+        url = url or saved.get("url") or DEFAULT_URL
+        token = token or saved.get("token") or None
+    return ClientConfig(url.rstrip("/"), token, state)
+
+
+def _read_client_json(path: Path) -> dict[str, str]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, str)}
+
+
+class Response:
+    """A finished HTTP exchange: status, headers (lower-case names) and body bytes."""
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+
+class Client:
+    """A synchronous client of one phalanx server; reuses one keep-alive connection."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        state_dir: str | Path | None = None,
+        timeout: float = 30,
+    ) -> None:
+        self.config = resolve_config(url, token, state_dir)
+        self.url = self.config.url
+        self.timeout = timeout
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise errors.Invalid(
+                f"server URL {self.url!r} is not an http(s) URL such as {DEFAULT_URL}"
+            )
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port or (443 if self._https else 80)
+        self._base = parts.path.rstrip("/")
+        self._conn: http.client.HTTPConnection | None = None
+
+    # ------------------------------------------------------------------ plumbing
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            self._conn = cls(self._host, self._port, timeout=self.timeout)
+        return self._conn
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None,
+        json_body: Any = None,
+        content: bytes | None = None,
+        content_type: str | None = None,
+        auth: bool = True,
+        ok: Iterable[int] = (),
+    ) -> Response:
+        """One request; a 4xx/5xx answer raises the matching :mod:`phalanx.errors` class."""
+        target = self._base + path
+        if params:
+            items = params.items() if isinstance(params, Mapping) else params
+            query = [(k, _param(v)) for k, v in items if v is not None]
+            if query:
+                target += "?" + urlencode(query)
+        headers = {"Accept": "application/json"}
+        if auth and self.config.token:
+            headers["Authorization"] = f"Bearer {self.config.token}"
+        body = content
+        if json_body is not None:
+            body = json.dumps(json_body).encode()
+            content_type = "application/json"
+        if content_type:
+            headers["Content-Type"] = content_type
+        response = self._send(method, target, body, headers)
+        if response.status >= 400 and response.status not in ok:
+            raise _error(response, method, target)
+        return response
+
+    def _send(
+        self, method: str, target: str, body: bytes | None, headers: dict[str, str]
+    ) -> Response:
+        for attempt in (1, 2):
+            reused = self._conn is not None
+            conn = self._connection()
+            try:
+                conn.request(method, target, body=body, headers=headers)
+                raw = conn.getresponse()
+                data = raw.read()
+            except (ConnectionRefusedError, socket.gaierror) as exc:
+                self.close()
+                raise errors.Unavailable(
+                    f"no phalanx server at {self.url}: start one with `phalanx up`"
+                ) from exc
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+                # A kept-alive connection the server closed meanwhile: retry once on a fresh one.
+                self.close()
+                if reused and attempt == 1:
+                    continue
+                raise errors.Unavailable(
+                    f"the phalanx server at {self.url} hung up: {exc}"
+                ) from exc
+            except TimeoutError as exc:
+                self.close()
+                raise errors.Unavailable(
+                    f"the phalanx server at {self.url} did not answer within {self.timeout}s"
+                ) from exc
+            except OSError as exc:
+                self.close()
+                raise errors.Unavailable(
+                    f"cannot reach the phalanx server at {self.url}: {exc.strerror or exc}"
+                ) from exc
+            if raw.getheader("connection", "").lower() == "close":
+                self.close()
+            return Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, data)
+        raise AssertionError("unreachable")
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self.request(method, path, **kwargs).json()
+
+    # ------------------------------------------------------------------ server
+
+    def healthz(self) -> bool:
+        """Whether the server accepts work (``GET /healthz`` is 200)."""
+        return self.request("GET", "/healthz", auth=False, ok=(503,)).status == 200
+
+    def whoami(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("GET", "/api/v1/whoami")
+        return result
+
+    def metrics(self) -> str:
+        return self.request("GET", "/metrics", auth=False).body.decode()
+
+    # ------------------------------------------------------------------ jobs
+
+    def submit(self, submission: Any) -> int:
+        """Submit one job (a JobSubmission or its dict); its id once durable."""
+        result = self._json("POST", "/api/v1/jobs", json_body=_as_dict(submission))
+        return int(result["id"])
+
+    def submit_many(self, submissions: Iterable[Any]) -> list[int]:
+        """Submit jobs in one transaction (all or none); their ids in order."""
+        jobs = [_as_dict(s) for s in submissions]
+        if not jobs:
+            return []
+        result = self._json("POST", "/api/v1/jobs/batch", json_body={"jobs": jobs})
+        return [int(i) for i in result["ids"]]
+
+    def get(self, job_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("GET", f"/api/v1/jobs/{int(job_id)}")
+        return result
+
+    def jobs(
+        self,
+        *,
+        state: str | Iterable[str] | None = None,
+        tenant: str | Iterable[str] | None = None,
+        user: str | Iterable[str] | None = None,
+        queue: str | None = None,
+        cluster_queue: str | None = None,
+        order: str = "asc",
+        page_size: int = 500,
+        limit: int | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Jobs the token may see, filtered, following ``continue`` page by page."""
+        page_size = max(1, min(page_size, MAX_PAGE))
+        seen = 0
+        token: str | None = None
+        while True:
+            size = page_size if limit is None else min(page_size, limit - seen)
+            if size <= 0:
+                return
+            params: list[tuple[str, Any]] = [
+                *_multi("state", state),
+                *_multi("tenant", tenant),
+                *_multi("user", user),
+                ("queue", queue),
+                ("cluster_queue", cluster_queue),
+                ("order", order),
+                ("limit", size),
+                ("continue", token),
+            ]
+            page = self._json("GET", "/api/v1/jobs", params=params)
+            for item in page["items"]:
+                seen += 1
+                yield item
+            token = page.get("continue")
+            if not token:
+                return
+
+    def cancel(self, job_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("DELETE", f"/api/v1/jobs/{int(job_id)}")
+        return result
+
+    def events(self, job_id: int) -> list[dict[str, Any]]:
+        result = self._json("GET", f"/api/v1/jobs/{int(job_id)}/events")
+        return list(result["items"])
+
+    def read_log(
+        self, job_id: int, *, stream: str = "stdout", offset: int = 0, limit: int | None = None
+    ) -> tuple[bytes, int, bool]:
+        """One chunk of output: ``(data, next offset, finished)``."""
+        response = self.request(
+            "GET",
+            f"/api/v1/jobs/{int(job_id)}/log",
+            params={"stream": stream, "offset": offset, "limit": limit},
+        )
+        next_offset = int(response.headers.get("x-phalanx-offset", offset + len(response.body)))
+        finished = response.headers.get("x-phalanx-finished", "false") == "true"
+        return response.body, next_offset, finished
+
+    def logs(
+        self,
+        job_id: int,
+        *,
+        stream: str = "stdout",
+        follow: bool = False,
+        interval: float = 0.2,
+        offset: int = 0,
+    ) -> Iterator[str]:
+        """The job's output as text; with ``follow``, until the job finishes."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        while True:
+            data, offset, finished = self.read_log(job_id, stream=stream, offset=offset)
+            if data:
+                text = decoder.decode(data)
+                if text:
+                    yield text
+                continue
+            if finished or not follow:
+                break
+            time.sleep(interval)
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            yield tail
+
+    def watch(
+        self, job_id: int, *, until_finished: bool = True, interval: float = 0.2
+    ) -> Iterator[dict[str, Any]]:
+        """The job each time its state or reason changes (first: as it is now)."""
+        last: tuple[Any, ...] | None = None
+        while True:
+            job = self.get(job_id)
+            key = (job["state"], job.get("reason"), job.get("attempt"))
+            if key != last:
+                last = key
+                yield job
+            if until_finished and job["state"] in _FINISHED:
+                return
+            time.sleep(interval)
+
+    def wait(
+        self, job_id: int, *, timeout: float | None = None, interval: float = 0.2
+    ) -> dict[str, Any]:
+        """Block until the job finishes; its final view."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.get(job_id)
+            if job["state"] in _FINISHED:
+                return job
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still {job['state']} after {timeout}s")
+            time.sleep(interval)
+
+    # ------------------------------------------------------------------ objects
+
+    def apply(
+        self, manifests: str | Iterable[Mapping[str, Any]], source: str = "client"
+    ) -> list[dict[str, str]]:
+        """Create or update objects from YAML text or manifest dicts: all or none."""
+        if isinstance(manifests, str):
+            response = self.request(
+                "POST",
+                "/api/v1/apply",
+                params={"source": source},
+                content=manifests.encode(),
+                content_type="application/yaml",
+            )
+            result = response.json()
+        else:
+            docs = [dict(m) for m in manifests]
+            result = self._json(
+                "POST", "/api/v1/apply", json_body={"documents": docs, "source": source}
+            )
+        return list(result["results"])
+
+    def get_objects(self, kind: str) -> list[dict[str, Any]]:
+        """Every object of ``kind`` (plural or short names work: ``cq``, ``nodes``)."""
+        result = self._json("GET", f"/api/v1/{_segment(kind)}")
+        return list(result["items"])
+
+    def get_object(self, kind: str, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("GET", f"/api/v1/{_segment(kind)}/{_name(name)}")
+        return result
+
+    def delete_object(self, kind: str, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("DELETE", f"/api/v1/{_segment(kind)}/{_name(name)}")
+        return result
+
+    # ------------------------------------------------------------------ tokens
+
+    def create_token(
+        self,
+        user: str,
+        tenants: Iterable[str] = (),
+        *,
+        admin: bool = False,
+        name: str = "",
+        expires: float | None = None,
+    ) -> dict[str, Any]:
+        """A new token (admin only): ``{"token", "user", "tenants", ...}``."""
+        body = {
+            "user": user,
+            "tenants": list(tenants),
+            "admin": admin,
+            "name": name,
+            "expires": expires,
+        }
+        result: dict[str, Any] = self._json("POST", "/api/v1/tokens", json_body=body)
+        return result
+
+    def tokens(self) -> list[dict[str, Any]]:
+        return list(self._json("GET", "/api/v1/tokens")["items"])
+
+
+def _as_dict(submission: Any) -> dict[str, Any]:
+    if isinstance(submission, Mapping):
+        return dict(submission)
+    to_dict = getattr(submission, "to_dict", None)
+    if callable(to_dict):
+        data = to_dict()
+        if isinstance(data, dict):
+            return data
+    raise TypeError(f"a submission is a dict or a JobSubmission, not {type(submission).__name__}")
+
+
+def _param(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _multi(name: str, value: str | Iterable[str] | None) -> list[tuple[str, str]]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [(name, value)]
+    return [(name, v) for v in value]
+
+
+def _segment(kind: str) -> str:
+    return quote(kind.strip(), safe="")
+
+
+def _name(name: str) -> str:
+    return quote(name, safe="/")
+
+
+def _error(response: Response, method: str, target: str) -> errors.PhalanxError:
+    """The phalanx error a 4xx/5xx answer stands for, with the server's detail."""
+    code = None
+    detail = None
+    try:
+        body = json.loads(response.body)
+        if isinstance(body, dict):
+            code = body.get("error")
+            detail = body.get("detail")
+    except ValueError:
+        pass
+    if not isinstance(detail, str):
+        text = response.body.decode(errors="replace").strip()[:200]
+        detail = f"{method} {target} answered {response.status}" + (f": {text}" if text else "")
+    cls = _ERRORS.get(str(code)) or _BY_STATUS.get(response.status) or errors.PhalanxError
+    if cls is errors.PhalanxError:
+        return errors.PhalanxError(detail, error=str(code) if code else None)
+    return cls(detail)

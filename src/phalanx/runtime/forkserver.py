@@ -1,0 +1,73 @@
+"""A small, single-threaded process that forks job supervisors on request.
+
+Starting a supervisor with ``python -m phalanx.runtime.supervisor`` costs a
+fresh interpreter (tens of milliseconds of CPU) per job; forking one from a
+process that has already imported the supervisor costs about a millisecond.
+The local runtime starts one fork server (``python -I -m
+phalanx.runtime.forkserver``) and writes one job directory per line to its
+standard input; the server answers ``ok PID`` or ``error MESSAGE`` per line.
+
+Every supervisor detaches exactly as when started directly (it forks again and
+calls ``setsid``), so it survives both the fork server and the control plane.
+The server exits when its standard input closes, that is when the control
+plane goes. Standard library only, like the supervisor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+
+from phalanx.runtime import supervisor
+
+
+def _spawn(jobdir: str) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDONLY)
+        log = os.open(
+            os.path.join(jobdir, "supervisor.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+        )
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.closerange(3, 1 << 16)
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - process-wide streams
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+        code = supervisor.main([jobdir])
+    except BaseException as exc:  # the child must never return into the server's loop
+        with contextlib.suppress(OSError):
+            os.write(2, f"forkserver: {exc!r}\n".encode())
+    finally:
+        os._exit(code)
+
+
+def main() -> int:
+    # Children are reaped by the kernel: the server never waits for a supervisor.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    out = sys.stdout
+    for line in sys.stdin:
+        jobdir = line.strip()
+        if not jobdir:
+            continue
+        try:
+            pid = _spawn(jobdir)
+        except OSError as exc:
+            out.write(f"error {exc}\n")
+        else:
+            out.write(f"ok {pid}\n")
+        out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Slurm time limits: parse ``--time`` values and format durations as ``[D-]HH:MM:SS``.
+
+Slurm's accepted forms (``man sbatch``, ``--time``): ``minutes``,
+``minutes:seconds``, ``hours:minutes:seconds``, ``days-hours``,
+``days-hours:minutes`` and ``days-hours:minutes:seconds``; ``infinite`` and
+``unlimited`` mean no limit. A bare number is *minutes* (``10`` is ten
+minutes), which is the one thing users most often get wrong. Standard library
+only, so the CLI can parse ``--time`` without loading the model.
+"""
+
+from __future__ import annotations
+
+import re
+
+from phalanx.errors import Invalid
+
+__all__ = ["FORMATS", "format_duration", "parse_time_limit"]
+
+FORMATS = (
+    "minutes, minutes:seconds, hours:minutes:seconds, days-hours, "
+    "days-hours:minutes, days-hours:minutes:seconds, or 'unlimited'"
+)
+"""The accepted forms, as error messages name them."""
+
+_UNLIMITED = frozenset({"infinite", "unlimited"})
+_WITH_DAYS = re.compile(r"(\d+)-(\d+)(?::(\d+))?(?::(\d+))?")
+_CLOCK = re.compile(r"(\d+)(?::(\d+))?(?::(\d+))?")
+
+
+def parse_time_limit(value: str) -> int | None:
+    """Seconds in the Slurm time limit ``value``; ``None`` for no limit.
+
+    >>> parse_time_limit("10"), parse_time_limit("1:30"), parse_time_limit("1-2")
+    (600, 90, 93600)
+    """
+    text = value.strip()
+    if text.lower() in _UNLIMITED:
+        return None
+    seconds = _parse(text)
+    if seconds is None:
+        raise Invalid(f"time limit {value!r} is not a Slurm time; expected {FORMATS}")
+    if seconds <= 0:
+        raise Invalid(f"time limit {value!r} must be positive (or 'unlimited')")
+    return seconds
+
+
+def _parse(text: str) -> int | None:
+    if m := _WITH_DAYS.fullmatch(text):
+        days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
+        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if m := _CLOCK.fullmatch(text):
+        parts = [int(g) for g in m.groups() if g is not None]
+        if len(parts) == 1:
+            return parts[0] * 60
+        if len(parts) == 2:
+            return parts[0] * 60 + parts[1]
+        return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+    return None
+
+
+def format_duration(seconds: float) -> str:
+    """``seconds`` as Slurm prints times: ``[D-]HH:MM:SS`` (whole seconds, rounded down).
+
+    >>> format_duration(93784)
+    '1-02:03:04'
+    """
+    if seconds < 0:
+        raise ValueError(f"a duration cannot be negative: {seconds}")
+    total = int(seconds)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock

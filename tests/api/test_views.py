@@ -1,0 +1,124 @@
+"""Job views and error formatting, without a server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from phalanx.api.errors import field_path, format_errors
+from phalanx.api.views import JobView, job_view, rfc3339
+from phalanx.store.records import JobRow
+
+
+def row(**changes: Any) -> JobRow:
+    fields: dict[str, Any] = {
+        "id": 7,
+        "name": "train",
+        "tenant": "team-a",
+        "user": "alice",
+        "queue": "default",
+        "cluster_queue": "team-a",
+        "priority_class": "high",
+        "priority": 1000,
+        "state": "RUNNING",
+        "reason": "",
+        "message": "",
+        "flavor": "h100",
+        "nodes": ["gpu-0", "gpu-1"],
+        "gpus": 16,
+        "submission": {
+            "podSets": [
+                {"name": "main", "count": 2, "tasksPerNode": 1, "requests": {"nvidia.com/gpu": "8"}}
+            ],
+            "run": {"command": ["python", "train.py"], "workingDir": "/w", "timeLimit": 600},
+        },
+        "assignment": {
+            "admit": {
+                "cluster_queue": "team-a",
+                "pod_sets": [
+                    {
+                        "name": "main",
+                        "flavors": {"nvidia.com/gpu": "h100"},
+                        "nodes": [{"node": "gpu-0", "count": 1}, {"node": "gpu-1", "count": 1}],
+                    }
+                ],
+            },
+            "gpus": {"gpu-0": [0, 1, 2, 3, 4, 5, 6, 7], "gpu-1": [0, 1, 2, 3, 4, 5, 6, 7]},
+            "attempt": 1,
+        },
+        "submit_time": 1_796_282_470.1234,
+        "start_time": 1_796_282_471.0,
+        "end_time": None,
+        "exit_code": None,
+        "signal": None,
+        "cancel_requested": False,
+        "attempt": 1,
+    }
+    fields.update(changes)
+    return JobRow(**fields)
+
+
+def test_rfc3339_is_utc_with_milliseconds() -> None:
+    assert rfc3339(0) == "1970-01-01T00:00:00.000Z"
+    assert rfc3339(1_796_282_470.1234) == "2026-12-03T07:21:10.123Z"
+    assert rfc3339(None) is None
+
+
+def test_job_view_contract() -> None:
+    view = job_view(row())
+    assert view["id"] == 7
+    assert view["nodes"] == ["gpu-0", "gpu-1"]
+    assert view["submit_time"] == "2026-12-03T07:21:10.123Z"
+    assert view["end_time"] is None
+    assert view["estimated_start"] is None
+    assert view["command"] == ["python", "train.py"]
+    assert view["time_limit"] == 600
+    assert view["pod_sets"] == [
+        {
+            "name": "main",
+            "count": 2,
+            "tasks_per_node": 1,
+            "requests": {"nvidia.com/gpu": "8"},
+            "flavors": {"nvidia.com/gpu": "h100"},
+            "nodes": [{"node": "gpu-0", "count": 1}, {"node": "gpu-1", "count": 1}],
+        }
+    ]
+    assert view["gpu_indices"]["gpu-1"] == list(range(8))
+    JobView.model_validate(view)  # the documented schema matches what is served
+
+
+def test_pending_job_view() -> None:
+    view = job_view(
+        row(state="PENDING", reason="Resources", assignment=None, nodes=[], start_time=None)
+    )
+    assert view["reason"] == "Resources"
+    assert view["pod_sets"][0]["flavors"] == {}
+    assert view["gpu_indices"] == {}
+    assert view["start_time"] is None
+
+
+@pytest.mark.parametrize(
+    ("loc", "path"),
+    [
+        (("body", "jobs", 3, "podSets", 0, "count"), "jobs[3].podSets[0].count"),
+        (("body", "run", "command"), "run.command"),
+        (("body",), "body"),
+        (("query", "limit"), "limit (query)"),
+        (("path", "job_id"), "job_id (path)"),
+        (("body", "podSets", 0, "function-after[_tasks_per_node_divides(), PodSet]"), "podSets[0]"),
+    ],
+)
+def test_field_paths(loc: tuple[Any, ...], path: str) -> None:
+    assert field_path(loc) == path
+
+
+def test_format_errors_one_line_per_problem() -> None:
+    text = format_errors(
+        [
+            {"loc": ("body", "podSets"), "msg": "Field required"},
+            {"loc": ("body", "run", "timeLimit"), "msg": "Value error, must be positive"},
+            {"loc": ("body", "podSets"), "msg": "Field required"},
+        ]
+    )
+    assert text.splitlines() == ["podSets: Field required", "run.timeLimit: must be positive"]

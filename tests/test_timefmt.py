@@ -1,0 +1,70 @@
+"""Slurm time-limit parsing and duration formatting."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from phalanx.errors import Invalid
+from phalanx.timefmt import format_duration, parse_time_limit
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("10", 600),
+        ("0:30", 30),
+        ("5:00", 300),
+        ("1:02:03", 3723),
+        ("2-0", 172800),
+        ("1-2", 93600),
+        ("1-2:30", 95400),
+        ("1-02:03:04", 93784),
+        (" 90 ", 5400),
+        ("100:00:00", 360000),
+    ],
+)
+def test_parses_every_slurm_form(text: str, seconds: int) -> None:
+    assert parse_time_limit(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["infinite", "unlimited", "UNLIMITED", "Infinite"])
+def test_unlimited_is_none(text: str) -> None:
+    assert parse_time_limit(text) is None
+
+
+@pytest.mark.parametrize("text", ["", "abc", "1h", "1:2:3:4", "-5", "1-", "1.5", "0", "0:00"])
+def test_rejects_with_value_and_formats(text: str) -> None:
+    with pytest.raises(Invalid) as info:
+        parse_time_limit(text)
+    assert repr(text) in info.value.detail
+
+
+def test_error_names_accepted_forms() -> None:
+    with pytest.raises(Invalid, match="days-hours:minutes:seconds"):
+        parse_time_limit("soon")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "00:00:00"),
+        (59, "00:00:59"),
+        (3723, "01:02:03"),
+        (93784, "1-02:03:04"),
+        (1.9, "00:00:01"),
+    ],
+)
+def test_format_duration(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+
+
+def test_format_rejects_negative() -> None:
+    with pytest.raises(ValueError):
+        format_duration(-1)
+
+
+@given(st.integers(min_value=1, max_value=10**8))
+def test_round_trip(seconds: int) -> None:
+    assert parse_time_limit(format_duration(seconds)) == seconds
