@@ -33,6 +33,7 @@ test: venv test-deps lint
 
 bench: venv
 	$(BIN)/python bench/engine.py --json
+	$(BIN)/python bench/api.py $$(test -f ../shared/peers/slurm/start-slurm.sh && echo --slurm)
 
 demo: venv
 	$(BIN)/python demo/run.py

@@ -194,7 +194,7 @@ def main() -> int:
         console.print(
             "\n[bold]Next:[/]\n"
             "  .venv/bin/phalanx up --config examples/cluster      # run the server for real\n"
-            "  .venv/bin/phalanx submit --gpus 8 --nodes 1 -- python train.py\n"
+            "  .venv/bin/phalanx submit --tenant team-a --gpus 16 --nodes 2 -- python train.py\n"
             "  .venv/bin/phalanx get jobs  |  phalanx get clusterqueues  |  phalanx logs -f ID\n"
             "  .venv/bin/phalanx token create --user alice --tenant team-a\n"
             "  API docs at http://127.0.0.1:6900/docs; examples in examples/README.md"
