@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from phalanx.api.app import create_app
-from phalanx.api.server import ApiServer, serve
+from phalanx.api.server import ApiServer, listen
 from phalanx.auth import Principal
-from phalanx.errors import Unauthorized
+from phalanx.errors import Conflict, Unauthorized
 
 
 class FakePlane:
@@ -69,18 +69,24 @@ def test_metrics(served: tuple[FakePlane, str]) -> None:
     assert r.text == "kueue_pending_workloads 0\n"
 
 
-def test_serve_runs_in_the_foreground_until_stopped() -> None:
-    started = threading.Event()
-    holder: list[ApiServer] = []
-    thread = threading.Thread(
-        target=serve,
-        args=(create_app(FakePlane()), "127.0.0.1", 0),  # type: ignore[arg-type]
-        kwargs={"on_started": started.set, "server": holder},
-        daemon=True,
-    )
+def test_run_serves_in_the_foreground_until_stopped() -> None:
+    server = ApiServer(create_app(FakePlane()), "127.0.0.1", 0)  # type: ignore[arg-type]
+    thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    assert started.wait(10)
-    assert httpx.get(f"{holder[0].url}/healthz").status_code == 503
-    holder[0].stop()
+    for _ in range(500):
+        if server.started:
+            break
+        threading.Event().wait(0.01)
+    assert httpx.get(f"{server.url}/healthz").status_code == 503
+    server.stop()
     thread.join(10)
     assert not thread.is_alive()
+
+
+def test_a_port_in_use_is_one_clear_error() -> None:
+    taken = listen("127.0.0.1", 0)
+    try:
+        with pytest.raises(Conflict, match=r"cannot listen on 127\.0\.0\.1:\d+: .*--port"):
+            listen("127.0.0.1", taken.getsockname()[1])
+    finally:
+        taken.close()

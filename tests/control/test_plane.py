@@ -247,6 +247,9 @@ def test_cancel_pending_and_running(plane: ControlPlane, tmp_path: Path) -> None
     plane.cancel(ALICE, running)
     row = wait_for(plane, running, "CANCELLED")
     assert row.end_time is not None
+    kinds = [e.kind for e in plane.store.job_events(running)]
+    assert kinds == ["Submitted", "Admitted", "Started", "CancelRequested", "Cancelled"]
+    assert [e.kind for e in plane.store.job_events(pending)] == ["Submitted", "Cancelled"]
     with pytest.raises(NotFound):
         plane.cancel(BOB, running)  # another tenant's job does not exist for bob
 

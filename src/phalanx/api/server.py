@@ -1,31 +1,37 @@
-"""Run the API with uvicorn, in the foreground or on a thread, and stop it on request.
+"""Run the API with uvicorn on a socket bound up front, in the foreground or on a thread.
 
-``port=0`` binds a free port; :attr:`ApiServer.port` tells which once started.
+The socket is bound when the :class:`ApiServer` is made, so its port (``port=0``
+picks a free one) and URL are known, and a port in use is a clear error,
+before anything is served.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import uvicorn
 
-__all__ = ["ApiServer", "serve"]
+from phalanx.errors import Conflict
+
+__all__ = ["ApiServer", "listen"]
 
 
-class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None] | None) -> None:
-        super().__init__(config)
-        self._on_started = on_started
-        self.started_event = threading.Event()
-
-    async def startup(self, sockets: Any = None) -> None:
-        await super().startup(sockets=sockets)
-        if self.started:
-            self.started_event.set()
-            if self._on_started is not None:
-                self._on_started()
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (``port=0``: a free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise Conflict(
+            f"cannot listen on {host}:{port}: {exc.strerror}; choose another with --port"
+        ) from None
+    sock.listen(2048)
+    return sock
 
 
 class ApiServer:
@@ -37,34 +43,30 @@ class ApiServer:
         host: str = "127.0.0.1",
         port: int = 6900,
         *,
-        on_started: Callable[[], None] | None = None,
+        sock: socket.socket | None = None,
         log_level: str = "warning",
     ) -> None:
+        self.sock = sock if sock is not None else listen(host, port)
         self.host = host
         config = uvicorn.Config(
             app,
-            host=host,
-            port=port,
             log_level=log_level,
             access_log=False,
             lifespan="off",
             server_header=False,
+            timeout_keep_alive=30,
             timeout_graceful_shutdown=5,
         )
-        self._server = _Server(config, on_started)
+        self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 
     @property
     def started(self) -> bool:
-        return self._server.started
+        return bool(self._server.started)
 
     @property
     def port(self) -> int:
-        """The bound port (the configured one, or the one the OS chose for ``port=0``)."""
-        for server in self._server.servers:
-            for sock in server.sockets:
-                return int(sock.getsockname()[1])
-        return int(self._server.config.port)
+        return int(self.sock.getsockname()[1])
 
     @property
     def url(self) -> str:
@@ -75,42 +77,29 @@ class ApiServer:
 
     def run(self) -> None:
         """Serve until :meth:`stop` (or SIGINT/SIGTERM when on the main thread)."""
-        self._server.run()
+        self._server.run(sockets=[self.sock])
 
     def start(self, timeout: float = 30.0) -> ApiServer:
-        """Serve on a daemon thread; returns once the socket is bound."""
+        """Serve on a daemon thread; returns once it accepts connections."""
         self._thread = threading.Thread(target=self.run, name="phalanx-api", daemon=True)
         self._thread.start()
-        deadline = timeout
-        while not self._server.started_event.wait(0.05):
-            deadline -= 0.05
+        waited = 0.0
+        while not self._server.started:
             if not self._thread.is_alive():
-                raise RuntimeError(f"the API server did not start on {self.host}")
-            if deadline <= 0:
+                raise RuntimeError(f"the API server did not start on {self.url}")
+            if waited >= timeout:
                 raise TimeoutError(f"the API server did not start within {timeout}s")
+            threading.Event().wait(0.01)
+            waited += 0.01
         return self
 
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self, timeout: float = 10.0) -> None:
-        """Ask the server to finish its requests and exit; joins the thread if it has one."""
+        """Finish the requests in flight and exit; joins the thread if it has one."""
         self._server.should_exit = True
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
-
-
-def serve(
-    app: Any,
-    host: str,
-    port: int,
-    *,
-    on_started: Callable[[], None] | None = None,
-    server: list[ApiServer] | None = None,
-) -> None:
-    """Serve ``app`` in the foreground until SIGINT/SIGTERM or ``ApiServer.stop()``.
-
-    ``on_started`` runs once the socket is bound; pass a list as ``server`` to
-    receive the :class:`ApiServer` (to stop it from another thread).
-    """
-    api = ApiServer(app, host, port, on_started=on_started)
-    if server is not None:
-        server.append(api)
-    api.run()
+        self.sock.close()

@@ -590,7 +590,7 @@ class ControlPlane:
         )
         tx.add_event(
             event.job_id,
-            "Finished",
+            "Cancelled" if state is JobState.CANCELLED else "Finished",
             event.end_time,
             reason=state.value,
             message=event.message,

@@ -19,12 +19,13 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
+from phalanx.api.server import ApiServer, listen
 from phalanx.auth import ADMIN, hash_token, new_token
 from phalanx.control.plane import ControlPlane
 from phalanx.engine import EngineConfig
-from phalanx.errors import Conflict, Invalid, PhalanxError
+from phalanx.errors import Conflict, Invalid
 
 __all__ = ["RunningServer", "default_state_dir", "run_server", "start_server"]
 
@@ -46,8 +47,7 @@ class RunningServer:
     admin_token: str
     plane: ControlPlane
     state_dir: Path
-    _uvicorn: Any = field(repr=False)
-    _thread: threading.Thread = field(repr=False)
+    _api: ApiServer = field(repr=False)
     _lock: IO[str] = field(repr=False)
     _stopped: bool = field(default=False, repr=False)
 
@@ -56,16 +56,16 @@ class RunningServer:
         if self._stopped:
             return
         self._stopped = True
-        self._uvicorn.should_exit = True
-        self._thread.join(timeout=30)
+        self._api.stop(timeout=30)
         self.plane.stop()
         self.plane.runtime.close()
         self.plane.store.close()
         fcntl.flock(self._lock, fcntl.LOCK_UN)
         self._lock.close()
 
-    def wait(self) -> None:
-        self._thread.join()
+    @property
+    def serving(self) -> bool:
+        return self._api.alive
 
     def __enter__(self) -> RunningServer:
         return self
@@ -107,9 +107,8 @@ def start_server(
     sock: socket.socket | None = None
     plane: ControlPlane | None = None
     try:
-        sock = _bind(host, port)
-        bound_port = sock.getsockname()[1]
-        url = f"http://{_url_host(host)}:{bound_port}"
+        sock = listen(host, port)
+        url = f"http://{_url_host(host)}:{sock.getsockname()[1]}"
         store = Store.open(database, state_dir=state)
         runtime = LocalRuntime(state)
         plane = ControlPlane(
@@ -121,7 +120,9 @@ def start_server(
             plane.apply(ADMIN, manifests)
         if detected:
             plane.apply(ADMIN, detected)
-        server, thread = _serve(plane, sock)
+        from phalanx.api.app import create_app
+
+        api = ApiServer(create_app(plane), host, sock=sock).start()
     except BaseException:
         if plane is not None:
             plane.stop()
@@ -131,7 +132,7 @@ def start_server(
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
         raise
-    return RunningServer(url, token, plane, state, server, thread, lock)
+    return RunningServer(url, token, plane, state, api, lock)
 
 
 def run_server(
@@ -174,7 +175,7 @@ def run_server(
     )
     sys.stderr.flush()
     while not done.wait(0.5):
-        if not running._thread.is_alive():
+        if not running.serving:
             break
     running.stop()
 
@@ -199,22 +200,6 @@ def _lock_state_dir(state: Path) -> IO[str]:
     lock.write(str(os.getpid()))
     lock.flush()
     return lock
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise Conflict(
-            f"cannot listen on {host}:{port}: {exc.strerror}; choose another with --port"
-        ) from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
 
 
 def _url_host(host: str) -> str:
@@ -249,28 +234,3 @@ def _admin_token(plane: ControlPlane, state: Path, url: str) -> str:
         json.dump({"url": url, "token": token}, fh)
     os.replace(tmp, path)
     return token
-
-
-def _serve(plane: ControlPlane, sock: socket.socket) -> tuple[Any, threading.Thread]:
-    import uvicorn
-
-    from phalanx.api.app import create_app
-
-    config = uvicorn.Config(
-        create_app(plane),
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-        timeout_keep_alive=30,
-        backlog=2048,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, name="phalanx-api", daemon=True
-    )
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise PhalanxError("the API server failed to start")
-        threading.Event().wait(0.01)
-    return server, thread
