@@ -20,6 +20,7 @@ from phalanx.model import (
     GPU,
     MEMORY,
     AdminState,
+    ArraySpec,
     BorrowWithinCohort,
     ClusterQueue,
     ClusterQueuePreemption,
@@ -40,6 +41,7 @@ from phalanx.model import (
     ResourceGroup,
     ResourceQuota,
     RunSpec,
+    SignalSpec,
     StopPolicy,
     Taint,
     Tenant,
@@ -792,6 +794,8 @@ ROUND_TRIP: list[PhalanxModel] = [
         pod_sets=[POD_SET],
         run=RunSpec(command=["sleep", "1"], output="out-%j.log"),
     ),
+    SignalSpec(signal=10, seconds=120, batch_only=True),
+    ArraySpec(indices=[3, 1, 2], throttle=2, text="1-3%2"),
 ]
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+from typing import Any
 from collections.abc import Callable
 from pathlib import Path
 
@@ -72,7 +74,7 @@ def test_unsupported_urls(tmp_path: Path) -> None:
 def test_migrations_ship_inside_the_package() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0001_initial.py").is_file()
-    assert head_revision() == "0001"
+    assert head_revision() == "0002"
 
 
 def test_migrated_schema_matches_metadata(store: Store) -> None:
@@ -691,3 +693,22 @@ def test_sqlite_file_is_shared_between_stores(tmp_path: Path, new_job: MakeJob) 
     finally:
         one.close()
         two.close()
+
+
+def test_job_arrays_get_their_first_tasks_id(store: Store, new_job: Any) -> None:
+    with store.begin() as tx:
+        ids = tx.insert_jobs(
+            [new_job(0)]
+            + [
+                dataclasses.replace(new_job(i), array_task_id=t, array_start=t == 0)
+                for i, t in enumerate([0, 1, 2])
+            ]
+            + [dataclasses.replace(new_job(9), array_task_id=5, array_start=True, hold=True)]
+        )
+    rows = {r.id: r for r in store.list_jobs()}
+    assert rows[ids[0]].array_job_id is None and rows[ids[0]].array_task_id is None
+    assert [rows[i].array_job_id for i in ids[1:4]] == [ids[1]] * 3
+    assert [rows[i].array_task_id for i in ids[1:4]] == [0, 1, 2]
+    assert rows[ids[4]].array_job_id == ids[4] and rows[ids[4]].hold
+    assert [r.id for r in store.list_jobs(array_job_id=ids[1])] == ids[1:4]
+    assert [r.id for r in store.list_jobs(names=["job-9"])] == [ids[4]]

@@ -59,6 +59,15 @@ def _split(values: list[str]) -> list[str]:
     return [p.strip() for v in values for p in v.split(",") if p.strip()]
 
 
+def _ids(values: list[str]) -> list[int] | None:
+    ids = []
+    for part in _split(values):
+        if not part.isdigit() or int(part) > MAX_ID:
+            raise Invalid(f"id (query): {part!r} is not a job id")
+        ids.append(int(part))
+    return ids or None
+
+
 @router.get("/jobs", responses={200: {"model": JobList}})
 def list_jobs(
     plane: Plane,
@@ -68,6 +77,9 @@ def list_jobs(
     user: Annotated[list[str], Query()] = [],  # noqa: B006
     queue: str | None = None,
     cluster_queue: str | None = None,
+    name: Annotated[list[str], Query(description="job names")] = [],  # noqa: B006
+    id: Annotated[list[str], Query(description="job ids")] = [],  # noqa: B006
+    array_job_id: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = DEFAULT_LIST,
     continue_: Annotated[str | None, Query(alias="continue")] = None,
     order: Literal["asc", "desc"] = "asc",
@@ -92,6 +104,9 @@ def list_jobs(
         users=_split(user) or None,
         queue=queue,
         cluster_queue=cluster_queue,
+        names=_split(name) or None,
+        ids=_ids(id),
+        array_job_id=array_job_id,
         after_id=after_id,
         limit=limit + 1,
         descending=order == "desc",
@@ -99,7 +114,8 @@ def list_jobs(
     more = len(rows) > limit
     rows = rows[:limit]
     token = str(rows[-1].id) if more and rows else None
-    return JSONResponse({"items": [job_view(r) for r in rows], "continue": token})
+    items = [job_view(r, plane.output_paths(r)) for r in rows]
+    return JSONResponse({"items": items, "continue": token})
 
 
 @router.post("/jobs", status_code=201, response_model=Submitted)
@@ -117,13 +133,67 @@ def submit_batch(plane: Plane, principal: Caller, batch: BatchRequest) -> dict[s
 
 @router.get("/jobs/{job_id}", responses={200: {"model": JobView}})
 def get_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
-    return JSONResponse(job_view(plane.job(principal, job_id)))
+    row = plane.job(principal, job_id)
+    return JSONResponse(job_view(row, plane.output_paths(row)))
 
 
 @router.delete("/jobs/{job_id}", responses={200: {"model": JobView}})
 def cancel_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
     """Cancel a job (pending: removed from its queue; running: SIGTERM, grace, SIGKILL)."""
-    return JSONResponse(job_view(plane.cancel(principal, job_id)))
+    row = plane.cancel(principal, job_id)
+    return JSONResponse(job_view(row, plane.output_paths(row)))
+
+
+class SignalRequest(BaseModel):
+    signal: int = Field(ge=1, le=64)
+    batch_only: bool = False
+
+
+class JobUpdate(BaseModel):
+    """The fields ``scontrol update`` may change; absent ones stay as they are."""
+
+    model_config = {"extra": "forbid"}
+    time_limit: int | None = Field(default=None, ge=1)
+    nice: int | None = None
+    comment: str | None = Field(default=None, max_length=4096)
+    name: str | None = Field(default=None, max_length=1024)
+
+
+@router.post("/jobs/{job_id}/hold", responses={200: {"model": JobView}})
+def hold_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
+    """Keep a pending job from starting (Slurm's ``scontrol hold``)."""
+    row = plane.hold(principal, job_id)
+    return JSONResponse(job_view(row, plane.output_paths(row)))
+
+
+@router.post("/jobs/{job_id}/release", responses={200: {"model": JobView}})
+def release_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
+    row = plane.release(principal, job_id)
+    return JSONResponse(job_view(row, plane.output_paths(row)))
+
+
+@router.post("/jobs/{job_id}/requeue", responses={200: {"model": JobView}})
+def requeue_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
+    """Stop a running job and queue it again (or queue a finished one again)."""
+    row = plane.requeue(principal, job_id)
+    return JSONResponse(job_view(row, plane.output_paths(row)))
+
+
+@router.post("/jobs/{job_id}/signal", responses={200: {"model": JobView}})
+def signal_job(plane: Plane, principal: Caller, job_id: JobId, body: SignalRequest) -> Response:
+    """Send a signal to a running job's tasks, or only to its batch shell."""
+    row = plane.signal(principal, job_id, body.signal, batch_only=body.batch_only)
+    return JSONResponse(job_view(row, plane.output_paths(row)))
+
+
+@router.patch("/jobs/{job_id}", responses={200: {"model": JobView}})
+def update_job(plane: Plane, principal: Caller, job_id: JobId, body: JobUpdate) -> Response:
+    """Change a job's time limit, nice value, comment or name."""
+    changes = body.model_dump(exclude_unset=True)
+    if not changes:
+        raise Invalid("body: name at least one of time_limit, nice, comment, name")
+    row = plane.update(principal, job_id, changes)
+    return JSONResponse(job_view(row, plane.output_paths(row)))
 
 
 @router.get("/jobs/{job_id}/events", responses={200: {"model": list[EventView]}})

@@ -82,6 +82,29 @@ class JobView(BaseModel):
     pod_sets: list[PodSetView]
     gpu_indices: dict[str, list[int]]
     """Node -> GPU indices the job holds there, once admitted."""
+    stdout: str | None = None
+    stderr: str | None = None
+    """``None``: merged into ``stdout``."""
+    partition: str | None = None
+    """Slurm's names: partition = ClusterQueue, account = tenant, qos = PriorityClass."""
+    account: str
+    qos: str | None = None
+    slurm_reason: str
+    """Why it is pending in Slurm's words (Priority, Resources, Dependency, ...); None if not."""
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_spec: str | None = None
+    dependency: str | None = None
+    begin_time: str | None = None
+    hold: bool = False
+    requeue: bool = False
+    nice: int = 0
+    comment: str = ""
+    num_nodes: int
+    num_tasks: int
+    num_cpus: int
+    batch: bool = False
+    """Submitted as a batch script (sbatch)."""
 
 
 class JobList(BaseModel):
@@ -133,10 +156,49 @@ def _pod_sets(row: JobRow) -> list[dict[str, Any]]:
     return views
 
 
-def job_view(row: JobRow) -> dict[str, Any]:
-    """The DESIGN contract's job object (see :class:`JobView`)."""
+def _sizes(row: JobRow) -> tuple[int, int, int]:
+    """``(nodes, tasks, cpus)``: placed ones once admitted, requested ones before."""
+    sub = row.submission
+    slurm = sub.get("slurm") or {}
+    pod_sets = sub.get("podSets") or []
+    units = sum(int(p.get("count", 1)) for p in pod_sets)
+    cpu_milli = 0
+    for p in pod_sets:
+        cpu_milli += int(p.get("count", 1)) * _cpu_milli(p.get("requests", {}).get("cpu", 0))
+    nodes = len(row.nodes) or int(slurm.get("nodes") or 1)
+    tasks = int(slurm.get("ntasks") or 0)
+    if not tasks and slurm.get("ntasksPerNode"):
+        tasks = int(slurm["ntasksPerNode"]) * nodes
+    if not tasks:
+        tasks = nodes if slurm.get("nodes") else units
+    return nodes, tasks, max(1, -(-cpu_milli // 1000)) if cpu_milli else tasks
+
+
+def _cpu_milli(value: Any) -> int:
+    if isinstance(value, int | float):
+        return int(value * 1000)
+    text = str(value)
+    if text.endswith("m"):
+        return int(float(text[:-1]))
+    try:
+        return int(float(text) * 1000)
+    except ValueError:
+        return 0
+
+
+def job_view(row: JobRow, paths: tuple[Any, Any] | None = None) -> dict[str, Any]:
+    """The DESIGN contract's job object (see :class:`JobView`).
+
+    ``paths`` are the job's output files as the control plane resolves them.
+    """
+    from phalanx.dialects.slurm.reasons import slurm_reason
+
     run = row.submission.get("run") or {}
+    sub = row.submission
     gpu_indices = (row.assignment or {}).get("gpus") or {}
+    stdout, stderr = paths if paths is not None else (None, None)
+    nodes, tasks, cpus = _sizes(row)
+    array = sub.get("array") or {}
     return {
         "id": row.id,
         "name": row.name,
@@ -165,6 +227,25 @@ def job_view(row: JobRow) -> dict[str, Any]:
         "cancel_requested": row.cancel_requested,
         "pod_sets": _pod_sets(row),
         "gpu_indices": {node: list(ix) for node, ix in gpu_indices.items()},
+        "stdout": str(stdout) if stdout is not None else None,
+        "stderr": str(stderr) if stderr is not None else None,
+        "partition": row.cluster_queue,
+        "account": row.tenant,
+        "qos": row.priority_class,
+        "slurm_reason": slurm_reason(row.state, row.reason),
+        "array_job_id": row.array_job_id,
+        "array_task_id": row.array_task_id,
+        "array_spec": array.get("text") or None,
+        "dependency": sub.get("dependency"),
+        "begin_time": rfc3339(sub.get("beginTime")),
+        "hold": row.hold,
+        "requeue": bool(sub.get("requeue")),
+        "nice": int(sub.get("nice") or 0),
+        "comment": sub.get("comment") or "",
+        "num_nodes": nodes,
+        "num_tasks": tasks,
+        "num_cpus": cpus,
+        "batch": run.get("script") is not None,
     }
 
 

@@ -21,9 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.auth import Principal, hash_token, new_token
+from phalanx.control.gate import Gate
 from phalanx.control.gpus import GpuAllocator
 from phalanx.control.metrics import Metrics
 from phalanx.control.registry import KIND_ORDER, MODEL_BY_KIND, Registry, object_key
+from phalanx.control.slurmjobs import (
+    dependency_checker,
+    expand_output,
+    gated,
+    requeues,
+    slurm_launch,
+)
 from phalanx.control.submissions import resolve_submissions
 from phalanx.engine import (
     Admit,
@@ -56,6 +64,8 @@ _MAX_JOBS_PER_ITERATION = 20_000
 _IDLE_CYCLE_S = 5.0
 """Even when nothing happens a cycle runs this often: priorities age with time."""
 _TOKEN_CACHE_S = 5.0
+_GATE_PERIOD_S = 1.0
+"""Held-back jobs are looked at on every change, and this often for begin times."""
 
 
 # ---------------------------------------------------------------------- commands
@@ -90,11 +100,37 @@ class _DeleteCmd(_Command):
 
 
 @dataclass
+class _HoldCmd(_Command):
+    job_id: int
+    hold: bool
+
+
+@dataclass
+class _RequeueCmd(_Command):
+    job_id: int
+
+
+@dataclass
+class _SignalCmd(_Command):
+    job_id: int
+    signal: int
+    batch_only: bool
+
+
+@dataclass
+class _UpdateCmd(_Command):
+    job_id: int
+    changes: dict[str, Any]
+
+
+@dataclass
 class _Effects:
     """What to do once the iteration's transaction has committed."""
 
     launches: list[LaunchSpec] = field(default_factory=list)
     cancels: list[int] = field(default_factory=list)
+    signals: list[tuple[int, int, bool]] = field(default_factory=list)
+    limits: list[tuple[int, float | None]] = field(default_factory=list)
     answers: list[tuple[Future[Any], Any]] = field(default_factory=list)
     cycled: bool = False
 
@@ -119,6 +155,8 @@ class ControlPlane:
         self.clock = clock
         self.poll_interval_s = poll_interval_s
         self.metrics = Metrics()
+        self.url = ""
+        """The API's URL, for the jobs' environment (set by the server)."""
         self.ready = False
         self._inbox: queue.SimpleQueue[_Command | None] = queue.SimpleQueue()
         self._lock = threading.RLock()
@@ -137,8 +175,10 @@ class ControlPlane:
         self._running: set[int] = set()
         """Active jobs whose start is recorded (a re-attached supervisor reports it again)."""
         self._evicting: dict[int, str] = {}
+        self.gate = Gate()
         self._dirty = True
         self._last_cycle = 0.0
+        self._last_gate = 0.0
 
     # ------------------------------------------------------------------ life cycle
 
@@ -242,10 +282,54 @@ class ControlPlane:
             raise Forbidden("only the admin changes cluster configuration")
         self._call(_DeleteCmd(principal, kind, name))
 
+    def hold(self, principal: Principal, job_id: int) -> JobRow:
+        """Keep a pending job from starting until :meth:`release` (``scontrol hold``)."""
+        self.job(principal, job_id)
+        self._call(_HoldCmd(principal, job_id, True))
+        return self.job(principal, job_id)
+
+    def release(self, principal: Principal, job_id: int) -> JobRow:
+        self.job(principal, job_id)
+        self._call(_HoldCmd(principal, job_id, False))
+        return self.job(principal, job_id)
+
+    def requeue(self, principal: Principal, job_id: int) -> JobRow:
+        """Stop a running job and queue it again, or queue a finished one again."""
+        self.job(principal, job_id)
+        self._call(_RequeueCmd(principal, job_id))
+        return self.job(principal, job_id)
+
+    def signal(
+        self, principal: Principal, job_id: int, signal: int, *, batch_only: bool = False
+    ) -> JobRow:
+        """Send ``signal`` to a running job's tasks (or only its batch shell)."""
+        row = self.job(principal, job_id)
+        if row.state != JobState.RUNNING.value:
+            raise Conflict(f"job {job_id} is not running ({row.state})")
+        self._call(_SignalCmd(principal, job_id, signal, batch_only))
+        return row
+
+    def update(self, principal: Principal, job_id: int, changes: dict[str, Any]) -> JobRow:
+        """Change a job's time limit, nice value, comment or name (``scontrol update``)."""
+        allowed = {"time_limit", "nice", "comment", "name"}
+        unknown = sorted(set(changes) - allowed)
+        if unknown:
+            raise Invalid(f"{unknown[0]}: cannot be changed (one of: {', '.join(sorted(allowed))})")
+        self.job(principal, job_id)
+        self._call(_UpdateCmd(principal, job_id, dict(changes)))
+        return self.job(principal, job_id)
+
     def output_paths(self, job: JobRow) -> tuple[Path, Path | None]:
         """Where the job's standard output and standard error go (error None: merged)."""
         run = job.submission.get("run", {})
         workdir = Path(run.get("workingDir") or "/")
+        if run.get("script") is not None:
+            out_pattern = run.get("output") or "slurm-%j.out"
+            err_pattern = run.get("error")
+            return (
+                expand_output(out_pattern, job, workdir),
+                expand_output(err_pattern, job, workdir) if err_pattern else None,
+            )
         output = run.get("output")
         out = _expand(output, job, workdir) if output else self.runtime.default_output(job.id)
         error = run.get("error")
@@ -400,6 +484,7 @@ class ControlPlane:
             and not events
             and not self._dirty
             and now - self._last_cycle < _IDLE_CYCLE_S
+            and not (self.gate.jobs and now - self._last_gate >= _GATE_PERIOD_S)
         ):
             return
         effects = _Effects()
@@ -409,6 +494,8 @@ class ControlPlane:
                 self._apply_commands(tx, accepted, now, effects)
                 for event in events:
                     self._on_runtime_event(tx, event, now)
+                if self.gate.jobs and (self._dirty or now - self._last_gate >= _GATE_PERIOD_S):
+                    self._open_gate(tx, now)
                 if self._dirty or now - self._last_cycle >= _IDLE_CYCLE_S:
                     started = time.perf_counter()
                     decisions = self.engine.cycle(now)
@@ -420,11 +507,18 @@ class ControlPlane:
                 commit_started = time.perf_counter()
             self.metrics.commit_seconds.observe(time.perf_counter() - commit_started)
         for future, value in effects.answers:
-            future.set_result(value)
+            if isinstance(value, PhalanxError):
+                future.set_exception(value)
+            else:
+                future.set_result(value)
         for spec in effects.launches:
             self._launch(spec)
         for job_id in effects.cancels:
             self.runtime.cancel(job_id)
+        for job_id, signum, batch_only in effects.signals:
+            self.runtime.signal(job_id, signum, batch_only=batch_only)
+        for job_id, limit in effects.limits:
+            self.runtime.set_time_limit(job_id, limit)
 
     # ------------------------------------------------------------------ commands
 
@@ -450,21 +544,17 @@ class ControlPlane:
     ) -> None:
         for cmd in commands:
             if isinstance(cmd, _SubmitCmd):
-                rows = [
-                    _new_job(job, sub, now, self._target_queue(job))
-                    for job, sub in zip(cmd.jobs, cmd.submissions, strict=True)
-                ]
-                ids = tx.insert_jobs(rows)
-                for job, job_id in zip(cmd.jobs, ids, strict=True):
-                    self.engine.apply(
-                        Submit(job.model_copy(update={"id": job_id, "submit_time": now}))
-                    )
-                self.metrics.submitted_total.inc(len(ids))
-                effects.answers.append((cmd.future, ids))
-                self._dirty = True
+                self._insert(tx, cmd, now, effects)
             elif isinstance(cmd, _CancelCmd):
                 self._cancel(tx, cmd.job_id, now, effects)
                 effects.answers.append((cmd.future, None))
+            elif isinstance(cmd, _HoldCmd | _RequeueCmd | _SignalCmd | _UpdateCmd):
+                try:
+                    self._job_command(tx, cmd, now, effects)
+                except PhalanxError as exc:
+                    effects.answers.append((cmd.future, exc))
+                else:
+                    effects.answers.append((cmd.future, None))
             elif isinstance(cmd, _ApplyCmd):
                 results = []
                 for obj in cmd.objects:
@@ -485,6 +575,155 @@ class ControlPlane:
                     self.gpus.remove_node(cmd.name)
                 self._dirty = True
                 effects.answers.append((cmd.future, None))
+
+    def _insert(self, tx: Tx, cmd: _SubmitCmd, now: float, effects: _Effects) -> None:
+        """Store new jobs (one per array task) and hold them at the gate."""
+        rows: list[NewJob] = []
+        owners: list[tuple[Job, JobSubmission, int | None]] = []
+        firsts: list[int] = []
+        for job, sub in zip(cmd.jobs, cmd.submissions, strict=True):
+            firsts.append(len(rows))
+            target = self._target_queue(job)
+            tasks: list[int | None] = list(sub.array.indices) if sub.array is not None else [None]
+            for n, task in enumerate(tasks):
+                rows.append(_new_job(job, sub, now, target, task, n == 0))
+                owners.append((job, sub, task))
+        ids = tx.insert_jobs(rows)
+        array_id: int | None = None
+        for row, (job, sub, task), job_id in zip(rows, owners, ids, strict=True):
+            if task is None:
+                array_id = None
+            elif row.array_start:
+                array_id = job_id
+            engine_job = job.model_copy(update={"id": job_id, "submit_time": now})
+            self.gate.add(gated(engine_job, sub, array_id, task))
+        self.metrics.submitted_total.inc(len(ids))
+        effects.answers.append((cmd.future, [ids[i] for i in firsts]))
+        self._dirty = True
+
+    def _open_gate(self, tx: Tx, now: float) -> None:
+        """Hand the jobs that became eligible to the engine; record the reasons of the rest."""
+        self._last_gate = now
+        eligible, changed, doomed = self.gate.release(now, dependency_checker(tx, now))
+        for g in eligible:
+            self.engine.apply(Submit(g.job))
+        updates: list[tuple[int, dict[str, Any]]] = [
+            (g.job.id, {"reason": g.reason, "message": g.message}) for g in changed
+        ]
+        updates += [(g.job.id, {"reason": "", "message": ""}) for g in eligible if g.reason]
+        if updates:
+            tx.update_jobs(updates)
+        for g in doomed:
+            tx.update_job(
+                g.job.id,
+                state=JobState.CANCELLED.value,
+                end_time=now,
+                reason="DependencyNeverSatisfied",
+                message="cancelled: its dependency can never be satisfied",
+            )
+            tx.add_event(g.job.id, "Cancelled", now, reason="DependencyNeverSatisfied")
+            self.metrics.finished_total.labels(state=JobState.CANCELLED.value).inc()
+        if eligible or doomed:
+            self._dirty = True
+
+    def _job_command(
+        self,
+        tx: Tx,
+        cmd: _HoldCmd | _RequeueCmd | _SignalCmd | _UpdateCmd,
+        now: float,
+        effects: _Effects,
+    ) -> None:
+        row = tx.get_job(cmd.job_id)
+        if row is None:
+            raise NotFound(f"job {cmd.job_id} not found")
+        state = JobState(row.state)
+        if isinstance(cmd, _HoldCmd):
+            if state is not JobState.PENDING:
+                raise Conflict(
+                    f"job {row.id} is not pending ({row.state}): only pending jobs are held"
+                )
+            if row.hold == cmd.hold:
+                return
+            waiting = self.gate.jobs.get(row.id)
+            if cmd.hold and waiting is None:
+                # Pending in the engine: withdraw it; it waits at the gate from now on.
+                self.engine.apply(Cancel(row.id))
+                self.gate.left(row.id, row.array_job_id)
+                waiting = gated(
+                    _job_from_row(row, JobSubmission.model_validate(row.submission)),
+                    JobSubmission.model_validate(row.submission),
+                    row.array_job_id,
+                    row.array_task_id,
+                )
+                self.gate.add(waiting)
+            if waiting is not None:
+                waiting.hold = cmd.hold
+                waiting.held_by_admin = cmd.principal.admin and cmd.hold
+            tx.update_job(row.id, hold=cmd.hold)
+            tx.add_event(
+                row.id, "Held" if cmd.hold else "Released", now, data={"by": cmd.principal.user}
+            )
+            self._dirty = True
+        elif isinstance(cmd, _RequeueCmd):
+            if state in (JobState.ADMITTED, JobState.RUNNING):
+                self._evicting[row.id] = "Requeued"
+                tx.add_event(row.id, "RequeueRequested", now, data={"by": cmd.principal.user})
+                effects.cancels.append(row.id)
+            elif state.finished:
+                tx.update_job(
+                    row.id,
+                    state=JobState.PENDING.value,
+                    reason="",
+                    message="",
+                    flavor=None,
+                    nodes=[],
+                    start_time=None,
+                    end_time=None,
+                    exit_code=None,
+                    signal=None,
+                    cancel_requested=False,
+                )
+                tx.add_event(row.id, "Requeued", now, reason="RequeuedByUser")
+                sub = JobSubmission.model_validate(row.submission)
+                self.gate.add(
+                    gated(_job_from_row(row, sub), sub, row.array_job_id, row.array_task_id)
+                )
+                self._dirty = True
+        elif isinstance(cmd, _SignalCmd):
+            if state is not JobState.RUNNING:
+                raise Conflict(f"job {row.id} is not running ({row.state})")
+            tx.add_event(
+                row.id, "Signalled", now, data={"signal": cmd.signal, "batch_only": cmd.batch_only}
+            )
+            effects.signals.append((row.id, cmd.signal, cmd.batch_only))
+        else:
+            self._update(tx, row, cmd.changes, now, effects)
+
+    def _update(
+        self, tx: Tx, row: JobRow, changes: dict[str, Any], now: float, effects: _Effects
+    ) -> None:
+        if JobState(row.state).finished:
+            raise Conflict(f"job {row.id} has already finished ({row.state})")
+        submission = dict(row.submission)
+        run = dict(submission.get("run") or {})
+        fields: dict[str, Any] = {}
+        if "time_limit" in changes:
+            limit = changes["time_limit"]
+            if limit is not None and (not isinstance(limit, int) or limit < 1):
+                raise Invalid("time_limit: seconds >= 1, or null for no limit")
+            run["timeLimit"] = limit
+            if row.state in (JobState.ADMITTED.value, JobState.RUNNING.value):
+                effects.limits.append((row.id, float(limit) if limit is not None else None))
+        if "nice" in changes:
+            submission["nice"] = int(changes["nice"])
+        if "comment" in changes:
+            submission["comment"] = str(changes["comment"])
+        if "name" in changes:
+            fields["name"] = submission["name"] = str(changes["name"])
+        submission["run"] = run
+        JobSubmission.model_validate(submission)  # still a valid submission
+        tx.update_job(row.id, submission=submission, **fields)
+        tx.add_event(row.id, "Updated", now, data={k: changes[k] for k in sorted(changes)})
 
     def _target_queue(self, job: Job) -> str | None:
         """The ClusterQueue a job is headed for, for display while it is pending."""
@@ -526,6 +765,8 @@ class ControlPlane:
         if JobState(row.state).finished:
             return
         if row.state == JobState.PENDING.value:
+            self.gate.remove(job_id)
+            self.gate.left(job_id, row.array_job_id)
             self.engine.apply(Cancel(job_id))
             tx.update_job(
                 job_id, state=JobState.CANCELLED.value, end_time=now, reason="", message=""
@@ -556,11 +797,14 @@ class ControlPlane:
         del self._active[event.job_id]
         self._running.discard(event.job_id)
         row = tx.get_job(event.job_id)
+        requeue = row is not None and requeues(row, event.state)
         nodes = row.nodes if row is not None else []
         self.gpus.release(event.job_id, nodes)
         self.runtime.forget(event.job_id, event.attempt)
         self._dirty = True
         evict_reason = self._evicting.pop(event.job_id, None)
+        if requeue and evict_reason is None:
+            evict_reason = "NodeFail"
         if evict_reason is not None and not (row is not None and row.cancel_requested):
             self.engine.apply(Requeue(event.job_id, evict_reason))
             tx.update_job(
@@ -576,6 +820,7 @@ class ControlPlane:
             return
         state = JobState(event.state)
         self.engine.apply(Finish(event.job_id, state))
+        self.gate.left(event.job_id, row.array_job_id if row is not None else None)
         tx.update_job(
             event.job_id,
             state=state.value,
@@ -680,6 +925,10 @@ class ControlPlane:
     ) -> LaunchSpec:
         run = submission.run
         out, err = self.output_paths(row)
+        if run.script is not None:
+            return slurm_launch(
+                row, submission, tasks, attempt, out, err, url=self.url, registry=self.registry
+            )
         return LaunchSpec(
             job_id=row.id,
             attempt=attempt,
@@ -726,8 +975,11 @@ class ControlPlane:
             submission = JobSubmission.model_validate(row.submission)
             job = _job_from_row(row, submission)
             if row.state == JobState.PENDING.value or row.assignment is None:
-                self.engine.apply(Submit(job))
+                waiting = gated(job, submission, row.array_job_id, row.array_task_id)
+                waiting.hold = row.hold
+                self.gate.add(waiting)
                 continue
+            self.gate.entered_engine(row.id, row.array_job_id)
             admission = decision_from_dict(row.assignment["admit"])
             assert isinstance(admission, Admit)
             self.engine.apply(Adopt(job, admission))
@@ -781,7 +1033,14 @@ class ControlPlane:
 # ---------------------------------------------------------------------- helpers
 
 
-def _new_job(job: Job, submission: JobSubmission, now: float, cluster_queue: str | None) -> NewJob:
+def _new_job(
+    job: Job,
+    submission: JobSubmission,
+    now: float,
+    cluster_queue: str | None,
+    array_task: int | None = None,
+    array_start: bool = False,
+) -> NewJob:
     resolved = submission.model_copy(
         update={
             "tenant": job.tenant,
@@ -801,6 +1060,9 @@ def _new_job(job: Job, submission: JobSubmission, now: float, cluster_queue: str
         gpus=job.gpus,
         submission=resolved.to_dict(),
         submit_time=now,
+        array_task_id=array_task,
+        array_start=array_start,
+        hold=submission.hold,
     )
 
 

@@ -16,7 +16,12 @@ from phalanx.control.registry import Registry
 from phalanx.errors import Forbidden, Invalid
 from phalanx.model import Job, JobSubmission
 
-__all__ = ["resolve_submissions"]
+__all__ = ["DEFAULT_PARTITION", "MAX_TIME", "default_partition", "resolve_submissions"]
+
+DEFAULT_PARTITION = "slurm.phalanx.io/default-partition"
+"""ClusterQueue annotation: sbatch jobs without ``--partition`` go here."""
+MAX_TIME = "slurm.phalanx.io/max-time"
+"""ClusterQueue annotation: the partition's MaxTime in seconds."""
 
 _MAX_PROBLEMS = 20
 
@@ -46,6 +51,15 @@ def resolve_submissions(
             forbidden.append(f"{where}user: only the admin submits on behalf of another user")
             continue
         queue, cluster_queue = sub.queue, sub.cluster_queue
+        if cluster_queue is None and queue is None and sub.slurm is not None:
+            # sbatch without --partition: the default partition, as in Slurm.
+            cluster_queue = default_partition(registry)
+            if cluster_queue is None:
+                problems.append(
+                    f"{where}partition: no default partition: name one with --partition, or "
+                    f'mark a ClusterQueue with the annotation {DEFAULT_PARTITION}: "true"'
+                )
+                continue
         if cluster_queue is not None:
             if registry.get("ClusterQueue", cluster_queue) is None:
                 problems.append(f"{where}clusterQueue: no ClusterQueue named {cluster_queue!r}")
@@ -71,6 +85,10 @@ def resolve_submissions(
                     + " and none is named 'default'"
                 )
                 continue
+        limit_problem = _time_limit_problem(sub, cluster_queue, registry)
+        if limit_problem:
+            problems.append(f"{where}{limit_problem}")
+            continue
         if (
             sub.priority_class is not None
             and registry.get("PriorityClass", sub.priority_class) is None
@@ -96,6 +114,35 @@ def resolve_submissions(
     if problems:
         raise Invalid(_join(problems))
     return jobs
+
+
+def default_partition(registry: Registry) -> str | None:
+    """The ClusterQueue marked as the default partition, or the only ClusterQueue."""
+    queues = registry.all("ClusterQueue")
+    marked = [
+        name
+        for name, cq in sorted(queues.items())
+        if cq.annotations.get(DEFAULT_PARTITION, "").lower() in ("true", "yes", "1")
+    ]
+    if marked:
+        return marked[0]
+    return next(iter(queues)) if len(queues) == 1 else None
+
+
+def _time_limit_problem(
+    sub: JobSubmission, cluster_queue: str | None, registry: Registry
+) -> str | None:
+    """A time limit over the partition's MaxTime is refused, as Slurm does."""
+    if cluster_queue is None or sub.run.time_limit is None:
+        return None
+    cq = registry.get("ClusterQueue", cluster_queue)
+    limit = cq.annotations.get(MAX_TIME) if cq is not None else None
+    if limit and limit.isdigit() and sub.run.time_limit > int(limit):
+        return (
+            "run.timeLimit: Requested time limit is invalid (missing or exceeds some limit): "
+            f"{sub.run.time_limit} s is over partition {cluster_queue}'s MaxTime of {limit} s"
+        )
+    return None
 
 
 def _known_queues(registry: Registry, tenant: str) -> str:

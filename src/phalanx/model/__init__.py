@@ -30,7 +30,13 @@ from phalanx.model.queue import (
     WhenCanPreempt,
 )
 from phalanx.model.resources import FlavorQuotas, ResourceGroup, ResourceQuota
-from phalanx.model.submission import DEFAULT_KILL_WAIT_S, JobSubmission, RunSpec
+from phalanx.model.submission import (
+    DEFAULT_KILL_WAIT_S,
+    ArraySpec,
+    JobSubmission,
+    RunSpec,
+    SignalSpec,
+)
 from phalanx.model.tenant import PriorityClass, Tenant
 
 __all__ = [
@@ -40,6 +46,7 @@ __all__ = [
     "HOSTNAME_LABEL",
     "MEMORY",
     "AdminState",
+    "ArraySpec",
     "BorrowWithinCohort",
     "ClusterQueue",
     "ClusterQueuePreemption",
@@ -62,6 +69,7 @@ __all__ = [
     "ResourceGroup",
     "ResourceQuota",
     "RunSpec",
+    "SignalSpec",
     "StopPolicy",
     "Taint",
     "Tenant",

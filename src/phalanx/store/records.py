@@ -29,6 +29,11 @@ class NewJob:
     submission: dict[str, Any]
     """``JobSubmission.to_dict()`` with tenant, user and queue resolved."""
     submit_time: float
+    array_task_id: int | None = None
+    """Set for the tasks of a job array; their ``array_job_id`` is the first task's id."""
+    array_start: bool = False
+    """The first task of an array (the tasks of one array follow it, in order)."""
+    hold: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +64,11 @@ class JobRow:
     cancel_requested: bool
     attempt: int
     """0 before the first admission; each admission (first run, rerun after a requeue) adds one."""
+    array_job_id: int | None = None
+    """For a task of a job array: the id of the array (its first task's id)."""
+    array_task_id: int | None = None
+    hold: bool = False
+    """Held (Slurm's ``--hold`` / ``scontrol hold``): not eligible until released."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,6 +94,11 @@ class Job(Base):
     attempt: Mapped[int] = mapped_column(
         Integer, nullable=False, default=0, server_default=text("0")
     )
+    array_job_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    array_task_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    hold: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, default=False, server_default=false()
+    )
 
 
 class JobEvent(Base):

@@ -172,6 +172,26 @@ def _bulk_insert(
     )
 
 
+def _with_array_ids(
+    rows: list[tuple[Any, ...]], new_jobs: Sequence[NewJob], fields: Sequence[str]
+) -> list[tuple[Any, ...]]:
+    """Fill ``array_job_id``: the id of the array's first task, for each of its tasks."""
+    at_array = fields.index("array_job_id")
+    out: list[tuple[Any, ...]] = []
+    first: int | None = None
+    for row, job in zip(rows, new_jobs, strict=True):
+        if job.array_task_id is None:
+            first = None
+            out.append(row)
+            continue
+        if job.array_start or first is None:
+            first = row[0]
+        values = list(row)
+        values[at_array] = first
+        out.append(tuple(values))
+    return out
+
+
 def _pg_copy(
     conn: Connection, statement: str, rows: Iterable[Sequence[Any]], json_at: Sequence[int]
 ) -> None:
@@ -245,9 +265,15 @@ class Tx:
                 None,
                 False,
                 0,
+                None,
+                j.array_task_id,
+                j.hold,
             )
             for job_id, j in zip(ids, new_jobs, strict=True)
         ]
+        if any(j.array_task_id is not None for j in new_jobs):
+            # A job array's id is its first task's; tasks of one array are contiguous.
+            rows = _with_array_ids(rows, new_jobs, _JOB_FIELDS)
         events: list[EventTuple] = [
             (job_id, "Submitted", j.submit_time, "", "", None)
             for job_id, j in zip(ids, new_jobs, strict=True)
@@ -309,6 +335,11 @@ class Tx:
         """Read a job inside this transaction (sees this transaction's own writes)."""
         self._check()
         return _get_job(self._conn, job_id)
+
+    def list_jobs(self, **filters: Any) -> list[JobRow]:
+        """:meth:`Store.list_jobs` inside this transaction (sees its own writes)."""
+        self._check()
+        return [_job(row) for row in self._conn.execute(_jobs_query(**filters)).all()]
 
     # -- events -------------------------------------------------------------------
 
@@ -438,6 +469,48 @@ def _in(column: Any, values: Iterable[Any] | None) -> ColumnElement[bool] | None
     return condition
 
 
+def _jobs_query(
+    *,
+    states: Iterable[str] | None = None,
+    tenants: Iterable[str] | None = None,
+    users: Iterable[str] | None = None,
+    queue: str | None = None,
+    cluster_queue: str | None = None,
+    ids: Iterable[int] | None = None,
+    names: Iterable[str] | None = None,
+    array_job_id: int | None = None,
+    after_id: int | None = None,
+    limit: int | None = None,
+    descending: bool = False,
+) -> Any:
+    conditions = [
+        c
+        for c in (
+            _in(jobs.c.state, states),
+            _in(jobs.c.tenant, tenants),
+            _in(jobs.c.user, users),
+            _in(jobs.c.id, ids),
+            _in(jobs.c.name, names),
+        )
+        if c is not None
+    ]
+    if array_job_id is not None:
+        conditions.append(jobs.c.array_job_id == array_job_id)
+    if queue is not None:
+        conditions.append(jobs.c.queue == queue)
+    if cluster_queue is not None:
+        conditions.append(jobs.c.cluster_queue == cluster_queue)
+    if after_id is not None:
+        conditions.append(jobs.c.id < after_id if descending else jobs.c.id > after_id)
+    stmt = _SELECT_JOBS
+    if conditions:
+        stmt = stmt.where(and_(*conditions))
+    stmt = stmt.order_by(jobs.c.id.desc() if descending else jobs.c.id.asc())
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return stmt
+
+
 class Store:
     """The durable store; open it with :meth:`Store.open`. Safe to share between threads."""
 
@@ -533,6 +606,8 @@ class Store:
         queue: str | None = None,
         cluster_queue: str | None = None,
         ids: Iterable[int] | None = None,
+        names: Iterable[str] | None = None,
+        array_job_id: int | None = None,
         after_id: int | None = None,
         limit: int | None = None,
         descending: bool = False,
@@ -542,28 +617,19 @@ class Store:
         ``after_id`` is a keyset cursor: ids greater than it ascending, smaller than it
         when ``descending``.
         """
-        conditions = [
-            c
-            for c in (
-                _in(jobs.c.state, states),
-                _in(jobs.c.tenant, tenants),
-                _in(jobs.c.user, users),
-                _in(jobs.c.id, ids),
-            )
-            if c is not None
-        ]
-        if queue is not None:
-            conditions.append(jobs.c.queue == queue)
-        if cluster_queue is not None:
-            conditions.append(jobs.c.cluster_queue == cluster_queue)
-        if after_id is not None:
-            conditions.append(jobs.c.id < after_id if descending else jobs.c.id > after_id)
-        stmt = _SELECT_JOBS
-        if conditions:
-            stmt = stmt.where(and_(*conditions))
-        stmt = stmt.order_by(jobs.c.id.desc() if descending else jobs.c.id.asc())
-        if limit is not None:
-            stmt = stmt.limit(limit)
+        stmt = _jobs_query(
+            states=states,
+            tenants=tenants,
+            users=users,
+            queue=queue,
+            cluster_queue=cluster_queue,
+            ids=ids,
+            names=names,
+            array_job_id=array_job_id,
+            after_id=after_id,
+            limit=limit,
+            descending=descending,
+        )
         with self._read() as conn:
             rows = conn.execute(stmt).all()
         return [_job(row) for row in rows]
