@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,7 +96,7 @@ def test_singleton_runs_one_at_a_time(plane: ControlPlane, tmp_path: Path) -> No
         [sub(tmp_path, ["sleep", "0.3"], name="solo", dependency="singleton") for _ in range(3)],
     )
     rows = [wait_for(plane, i, "COMPLETED") for i in ids]
-    for earlier, later in zip(rows, rows[1:], strict=False):
+    for earlier, later in itertools.pairwise(rows):
         assert earlier.end_time is not None and later.start_time is not None
         assert later.start_time >= earlier.end_time
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Any
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic import command
