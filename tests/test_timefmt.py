@@ -14,27 +14,37 @@ from phalanx.timefmt import format_duration, parse_time_limit
     ("text", "seconds"),
     [
         ("10", 600),
-        ("0:30", 30),
+        ("0:30", 60),  # seconds are rounded up to a whole minute, as in Slurm
         ("5:00", 300),
-        ("1:02:03", 3723),
+        ("1:02:03", 3780),
         ("2-0", 172800),
         ("1-2", 93600),
         ("1-2:30", 95400),
-        ("1-02:03:04", 93784),
+        ("1-02:03:04", 93840),
         (" 90 ", 5400),
         ("100:00:00", 360000),
+        # slurm.md section 8, derived examples (in minutes)
+        ("30", 30 * 60),
+        ("30:15", 31 * 60),
+        ("1:00:00", 60 * 60),
+        ("2-0", 2880 * 60),
+        ("2-12", 3600 * 60),
+        ("2-12:30", 3630 * 60),
+        ("2-12:30:15", 3631 * 60),
     ],
 )
 def test_parses_every_slurm_form(text: str, seconds: int) -> None:
     assert parse_time_limit(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["infinite", "unlimited", "UNLIMITED", "Infinite"])
+@pytest.mark.parametrize(
+    "text", ["infinite", "unlimited", "UNLIMITED", "INFINITE", "Infinite", "-1", "0", "0:00"]
+)
 def test_unlimited_is_none(text: str) -> None:
     assert parse_time_limit(text) is None
 
 
-@pytest.mark.parametrize("text", ["", "abc", "1h", "1:2:3:4", "-5", "1-", "1.5", "0", "0:00"])
+@pytest.mark.parametrize("text", ["", "abc", "1h", "1:2:3:4", "1-2-3", "-5", "1-", "1.5", "-2"])
 def test_rejects_with_value_and_formats(text: str) -> None:
     with pytest.raises(Invalid) as info:
         parse_time_limit(text)
@@ -66,5 +76,5 @@ def test_format_rejects_negative() -> None:
 
 
 @given(st.integers(min_value=1, max_value=10**8))
-def test_round_trip(seconds: int) -> None:
-    assert parse_time_limit(format_duration(seconds)) == seconds
+def test_round_trip_rounds_up_to_minutes(seconds: int) -> None:
+    assert parse_time_limit(format_duration(seconds)) == -(-seconds // 60) * 60

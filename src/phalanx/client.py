@@ -264,7 +264,10 @@ class Client:
         tenant: str | Iterable[str] | None = None,
         user: str | Iterable[str] | None = None,
         queue: str | None = None,
-        cluster_queue: str | None = None,
+        cluster_queue: str | Iterable[str] | None = None,
+        name: str | Iterable[str] | None = None,
+        ids: Iterable[int] | None = None,
+        array_job_id: int | None = None,
         order: str = "asc",
         page_size: int = 500,
         limit: int | None = None,
@@ -282,7 +285,10 @@ class Client:
                 *_multi("tenant", tenant),
                 *_multi("user", user),
                 ("queue", queue),
-                ("cluster_queue", cluster_queue),
+                *_multi("cluster_queue", cluster_queue),
+                *_multi("name", name),
+                *_multi("id", None if ids is None else [str(int(i)) for i in ids]),
+                ("array_job_id", array_job_id),
                 ("order", order),
                 ("limit", size),
                 ("continue", token),
@@ -298,6 +304,70 @@ class Client:
     def cancel(self, job_id: int) -> dict[str, Any]:
         result: dict[str, Any] = self._json("DELETE", f"/api/v1/jobs/{int(job_id)}")
         return result
+
+    def hold(self, job_id: int) -> dict[str, Any]:
+        """Hold a pending job (``scontrol hold``)."""
+        result: dict[str, Any] = self._json("POST", f"/api/v1/jobs/{int(job_id)}/hold")
+        return result
+
+    def release(self, job_id: int) -> dict[str, Any]:
+        """Release a held job (``scontrol release``)."""
+        result: dict[str, Any] = self._json("POST", f"/api/v1/jobs/{int(job_id)}/release")
+        return result
+
+    def requeue(self, job_id: int, *, hold: bool = False) -> dict[str, Any]:
+        """Requeue a job (``scontrol requeue``; ``hold``: ``requeuehold``)."""
+        body = {"hold": True} if hold else None
+        result: dict[str, Any] = self._json(
+            "POST", f"/api/v1/jobs/{int(job_id)}/requeue", json_body=body
+        )
+        return result
+
+    def signal(self, job_id: int, signal: int, *, batch_only: bool = False) -> dict[str, Any]:
+        """Send ``signal`` to the job's tasks (``batch_only``: the batch shell only)."""
+        body = {"signal": int(signal), "batch_only": batch_only}
+        result: dict[str, Any] = self._json(
+            "POST", f"/api/v1/jobs/{int(job_id)}/signal", json_body=body
+        )
+        return result
+
+    def update(self, job_id: int, **fields: Any) -> dict[str, Any]:
+        """Change a job's ``time_limit`` (seconds), ``nice``, ``comment``, ..."""
+        result: dict[str, Any] = self._json(
+            "PATCH", f"/api/v1/jobs/{int(job_id)}", json_body=fields
+        )
+        return result
+
+    def cluster_queues(self) -> list[dict[str, Any]]:
+        """ClusterQueue manifests with their live status (Slurm's partitions)."""
+        return self.get_objects("clusterqueues")
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Node manifests with status (``state``, ``gpus``, ``gpus_used``, ``jobs``)."""
+        return self.get_objects("nodes")
+
+    def resource_flavors(self) -> list[dict[str, Any]]:
+        return self.get_objects("resourceflavors")
+
+    def tenants(self) -> list[dict[str, Any]]:
+        """Tenant manifests (Slurm's accounts)."""
+        return self.get_objects("tenants")
+
+    def estimate(self, submission: Any) -> dict[str, Any] | None:
+        """The server's start estimate for a submission, without submitting it.
+
+        ``None`` when the server has no estimate endpoint (``sbatch --test-only``).
+        """
+        response = self.request(
+            "POST",
+            "/api/v1/jobs/estimate",
+            json_body=_as_dict(submission),
+            ok=(400, 404, 405, 422),
+        )
+        if response.status >= 400:
+            return None
+        result = response.json()
+        return result if isinstance(result, dict) else None
 
     def events(self, job_id: int) -> list[dict[str, Any]]:
         result = self._json("GET", f"/api/v1/jobs/{int(job_id)}/events")

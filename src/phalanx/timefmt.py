@@ -1,11 +1,13 @@
 """Slurm time limits: parse ``--time`` values and format durations as ``[D-]HH:MM:SS``.
 
-Slurm's accepted forms (``man sbatch``, ``--time``): ``minutes``,
-``minutes:seconds``, ``hours:minutes:seconds``, ``days-hours``,
-``days-hours:minutes`` and ``days-hours:minutes:seconds``; ``infinite`` and
-``unlimited`` mean no limit. A bare number is *minutes* (``10`` is ten
-minutes), which is the one thing users most often get wrong. Standard library
-only, so the CLI can parse ``--time`` without loading the model.
+Slurm's accepted forms (``man sbatch``, ``--time``; ``src/common/parse_time.c``
+``time_str2mins``): ``minutes``, ``minutes:seconds``, ``hours:minutes:seconds``,
+``days-hours``, ``days-hours:minutes`` and ``days-hours:minutes:seconds``. A bare
+number is *minutes* (``10`` is ten minutes), which is the one thing users most
+often get wrong. Slurm's resolution is one minute and seconds are rounded **up**
+(``30:15`` is 31 minutes). ``0``, ``-1``, ``infinite`` and ``unlimited`` mean no
+limit. Standard library only, so the CLI can parse ``--time`` without loading the
+model.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import re
 
 from phalanx.errors import Invalid
 
-__all__ = ["FORMATS", "format_duration", "parse_time_limit"]
+__all__ = ["FORMATS", "format_duration", "parse_duration_seconds", "parse_time_limit"]
 
 FORMATS = (
     "minutes, minutes:seconds, hours:minutes:seconds, days-hours, "
@@ -22,16 +24,19 @@ FORMATS = (
 )
 """The accepted forms, as error messages name them."""
 
-_UNLIMITED = frozenset({"infinite", "unlimited"})
+_UNLIMITED = frozenset({"infinite", "unlimited", "-1"})
 _WITH_DAYS = re.compile(r"(\d+)-(\d+)(?::(\d+))?(?::(\d+))?")
 _CLOCK = re.compile(r"(\d+)(?::(\d+))?(?::(\d+))?")
 
 
 def parse_time_limit(value: str) -> int | None:
-    """Seconds in the Slurm time limit ``value``; ``None`` for no limit.
+    """Seconds in the Slurm time limit ``value`` (whole minutes); ``None`` for no limit.
+
+    Like Slurm, the result is rounded up to a whole minute, and a limit of zero
+    (``0``, ``0:00``) means no limit.
 
     >>> parse_time_limit("10"), parse_time_limit("1:30"), parse_time_limit("1-2")
-    (600, 90, 93600)
+    (600, 120, 93600)
     """
     text = value.strip()
     if text.lower() in _UNLIMITED:
@@ -39,8 +44,22 @@ def parse_time_limit(value: str) -> int | None:
     seconds = _parse(text)
     if seconds is None:
         raise Invalid(f"time limit {value!r} is not a Slurm time; expected {FORMATS}")
-    if seconds <= 0:
-        raise Invalid(f"time limit {value!r} must be positive (or 'unlimited')")
+    minutes = -(-seconds // 60)
+    return minutes * 60 if minutes else None
+
+
+def parse_duration_seconds(value: str) -> int | None:
+    """Exact seconds in the Slurm time ``value`` (no rounding); ``None`` for no limit.
+
+    Slurm's ``time_str2secs``, used where a duration is not a time limit (e.g.
+    ``--switches=N@TIME``): a bare number is still minutes.
+    """
+    text = value.strip()
+    if text.lower() in _UNLIMITED:
+        return None
+    seconds = _parse(text)
+    if seconds is None:
+        raise Invalid(f"time {value!r} is not a Slurm time; expected {FORMATS}")
     return seconds
 
 

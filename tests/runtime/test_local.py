@@ -382,3 +382,24 @@ def test_supervisor_module_runs_isolated(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "usage" in proc.stderr
+
+
+def test_signal_reaches_the_tasks(runtime: LocalRuntime, tmp_path: Path) -> None:
+    script = "trap 'echo got USR1; exit 7' USR1; while :; do sleep 0.05; done"
+    runtime.launch(spec(tmp_path, sh(script)))
+    wait_started(runtime, 1)
+    time.sleep(0.2)  # the trap is set
+    runtime.signal(1, signal.SIGUSR1)
+    exited = runtime.wait(1, timeout=10)
+    assert exited is not None and (exited.state, exited.exit_code) == ("FAILED", 7)
+    # Every process of the job gets it (sleep dies of it, sh runs its trap).
+    assert (tmp_path / "out" / "1.out").read_text().endswith("got USR1\n")
+
+
+def test_time_limit_changed_while_running(runtime: LocalRuntime, tmp_path: Path) -> None:
+    runtime.launch(spec(tmp_path, ("sleep", "30"), time_limit_s=60))
+    wait_started(runtime, 1)
+    runtime.set_time_limit(1, 1.0)
+    exited = runtime.wait(1, timeout=10)
+    assert exited is not None and exited.state == "TIMEOUT"
+    assert exited.start_time is not None and exited.end_time - exited.start_time < 5

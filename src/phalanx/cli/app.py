@@ -100,6 +100,12 @@ def presets() -> None:
     "--preset", default="phalanx", show_default=True, help="policy preset (phalanx presets)"
 )
 @click.option("--detect", is_flag=True, help="declare this machine's GPUs (NVML) as a node")
+@click.option(
+    "--container-runtime",
+    type=click.Choice(["host"]),
+    default=None,
+    help="host: srun --container-image steps run on the host, without the image",
+)
 def up(
     state_dir: Path | None,
     host: str,
@@ -108,6 +114,7 @@ def up(
     database: str | None,
     preset: str,
     detect: bool,
+    container_runtime: str | None,
 ) -> None:
     """Run the control plane, the API and the local runtime in the foreground."""
     from phalanx.control.server import run_server
@@ -120,7 +127,35 @@ def up(
         database=database,
         preset=preset,
         detect=detect,
+        container_runtime=container_runtime,
     )
+
+
+def _kind_of(manifest: dict[str, Any]) -> str:
+    kind = str(manifest.get("kind", ""))
+    return "PriorityClass" if kind == "WorkloadPriorityClass" else kind
+
+
+@app.command("import")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--dry-run", is_flag=True, help="print the manifests instead of applying them")
+def import_(path: Path, dry_run: bool) -> None:
+    """Create Nodes, flavors and ClusterQueues from a Slurm slurm.conf."""
+    from phalanx.dialects.kueue import KINDS, to_manifest
+    from phalanx.dialects.slurm import read_slurm_conf
+
+    objects = read_slurm_conf(path.read_text(encoding="utf-8"), str(path))
+    manifests = [to_manifest(type(obj).__name__, obj) for obj in objects]
+    manifests.sort(key=lambda m: KINDS.index(_kind_of(m)))
+    if dry_run:
+        import yaml
+
+        _out(yaml.safe_dump_all(manifests, sort_keys=False))
+        return
+    with _client() as client:
+        results = client.apply(manifests, source=str(path))
+    for r in results:
+        _out(f"{r['kind'].lower()}/{r['name']} {r['outcome']}\n")
 
 
 # --------------------------------------------------------------------------- objects
@@ -375,3 +410,10 @@ def token_list() -> None:
     render.print_table(
         ["ID", "NAME", "USER", "TENANTS", "ADMIN", "CREATED", "EXPIRES", "REVOKED"], rows
     )
+
+
+# --------------------------------------------------------------------------- Slurm commands
+
+from phalanx.cli.slurm.commands import register as _register_slurm  # noqa: E402
+
+_register_slurm(app)

@@ -32,7 +32,7 @@ from phalanx.control.slurmjobs import (
     requeues,
     slurm_launch,
 )
-from phalanx.control.submissions import resolve_submissions
+from phalanx.control.submissions import DEFAULT_TIME, resolve_submissions
 from phalanx.engine import (
     Admit,
     Adopt,
@@ -157,6 +157,8 @@ class ControlPlane:
         self.metrics = Metrics()
         self.url = ""
         """The API's URL, for the jobs' environment (set by the server)."""
+        self.container_runtime: str | None = None
+        """``host``: ``srun --container-image`` steps run on the host, without the image."""
         self.ready = False
         self._inbox: queue.SimpleQueue[_Command | None] = queue.SimpleQueue()
         self._lock = threading.RLock()
@@ -176,6 +178,7 @@ class ControlPlane:
         """Active jobs whose start is recorded (a re-attached supervisor reports it again)."""
         self._evicting: dict[int, str] = {}
         self.gate = Gate()
+        self._nodes_changed = False
         self._dirty = True
         self._last_cycle = 0.0
         self._last_gate = 0.0
@@ -186,6 +189,7 @@ class ControlPlane:
         """Rebuild everything from the store, re-attach running jobs, start the loop."""
         with self._lock:
             launches = self._recover()
+        self._publish_node_names()
         for spec in launches:
             self._launch(spec)
         self._thread = threading.Thread(target=self._run, name="phalanx-control", daemon=True)
@@ -511,6 +515,7 @@ class ControlPlane:
                 future.set_exception(value)
             else:
                 future.set_result(value)
+        self._publish_node_names()
         for spec in effects.launches:
             self._launch(spec)
         for job_id in effects.cancels:
@@ -573,6 +578,7 @@ class ControlPlane:
                 self.registry.remove(cmd.kind, cmd.name)
                 if cmd.kind == "Node":
                     self.gpus.remove_node(cmd.name)
+                    self._nodes_changed = True
                 self._dirty = True
                 effects.answers.append((cmd.future, None))
 
@@ -584,6 +590,7 @@ class ControlPlane:
         for job, sub in zip(cmd.jobs, cmd.submissions, strict=True):
             firsts.append(len(rows))
             target = self._target_queue(job)
+            sub = self._with_default_time(sub, target)
             tasks: list[int | None] = list(sub.array.indices) if sub.array is not None else [None]
             for n, task in enumerate(tasks):
                 rows.append(_new_job(job, sub, now, target, task, n == 0))
@@ -600,6 +607,17 @@ class ControlPlane:
         self.metrics.submitted_total.inc(len(ids))
         effects.answers.append((cmd.future, [ids[i] for i in firsts]))
         self._dirty = True
+
+    def _with_default_time(self, sub: JobSubmission, cluster_queue: str | None) -> JobSubmission:
+        """A batch job without ``--time`` gets its partition's DefaultTime, as in Slurm."""
+        if sub.run.time_limit is not None or sub.slurm is None or cluster_queue is None:
+            return sub
+        cq = self.registry.get("ClusterQueue", cluster_queue)
+        default = cq.annotations.get(DEFAULT_TIME, "") if cq is not None else ""
+        if not default.isdigit():
+            return sub
+        run = sub.run.model_copy(update={"time_limit": int(default)})
+        return sub.model_copy(update={"run": run})
 
     def _open_gate(self, tx: Tx, now: float) -> None:
         """Hand the jobs that became eligible to the engine; record the reasons of the rest."""
@@ -735,6 +753,12 @@ class ControlPlane:
     def _on_node_change(self, kind: str, obj: Any) -> None:
         if kind == "Node":
             self.gpus.set_capacity(obj.name, obj.capacity.get(GPU, 0))
+            self._nodes_changed = True
+
+    def _publish_node_names(self) -> None:
+        if self._nodes_changed:
+            self._nodes_changed = False
+            self.runtime.set_node_names(self.registry.all("Node"))
 
     def _check_delete(self, kind: str, name: str) -> None:
         if self.registry.get(kind, name) is None:
@@ -927,7 +951,15 @@ class ControlPlane:
         out, err = self.output_paths(row)
         if run.script is not None:
             return slurm_launch(
-                row, submission, tasks, attempt, out, err, url=self.url, registry=self.registry
+                row,
+                submission,
+                tasks,
+                attempt,
+                out,
+                err,
+                url=self.url,
+                registry=self.registry,
+                container_runtime=self.container_runtime,
             )
         return LaunchSpec(
             job_id=row.id,
@@ -1023,6 +1055,7 @@ class ControlPlane:
         try:
             with self._lock:
                 launches = self._recover()
+            self._publish_node_names()
             for spec in launches:
                 self._launch(spec)
         except Exception:

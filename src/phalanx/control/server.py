@@ -84,6 +84,7 @@ def start_server(
     preset: str = "phalanx",
     detect: bool = False,
     poll_interval_s: float = 0.02,
+    container_runtime: str | None = None,
 ) -> RunningServer:
     """Start phalanx in this process (``port=0`` picks a free port)."""
     from phalanx.dialects.kueue import load_path
@@ -91,6 +92,8 @@ def start_server(
     from phalanx.store import Store
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
+    if container_runtime not in (None, "host"):
+        raise Invalid(f"--container-runtime: {container_runtime!r} is not known (known: host)")
     try:
         config = EngineConfig(preset=preset)
     except ValueError as exc:
@@ -114,6 +117,8 @@ def start_server(
         plane = ControlPlane(
             store, runtime, state_dir=state, config=config, poll_interval_s=poll_interval_s
         )
+        plane.url = url
+        plane.container_runtime = container_runtime
         plane.start()
         token = _admin_token(plane, state, url)
         if manifests:
@@ -144,6 +149,7 @@ def run_server(
     database: str | None = None,
     preset: str = "phalanx",
     detect: bool = False,
+    container_runtime: str | None = None,
 ) -> None:
     """Run phalanx in the foreground until SIGINT or SIGTERM."""
     running = start_server(
@@ -154,6 +160,7 @@ def run_server(
         database=database,
         preset=preset,
         detect=detect,
+        container_runtime=container_runtime,
     )
     # A long-lived process with a large, stable heap: keep the start-up objects out
     # of the collector's way and collect the young generation less often.

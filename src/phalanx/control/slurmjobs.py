@@ -126,10 +126,12 @@ def slurm_launch(
     *,
     url: str,
     registry: Registry,
+    container_runtime: str | None = None,
 ) -> LaunchSpec:
     """A batch job: the script runs once on the first node; the allocation goes in ``slurm``."""
     run = submission.run
     context = slurm_context(row, submission, tasks, url=url, registry=registry)
+    context["containerRuntime"] = container_runtime
     first = tasks[0] if tasks else TaskSpec(node="", rank=0)
     node_gpus = context["nodes"][0]["gpus"] if context["nodes"] else []
     batch = TaskSpec(node=first.node, rank=0, gpus=tuple(node_gpus))

@@ -16,10 +16,18 @@ from phalanx.control.registry import Registry
 from phalanx.errors import Forbidden, Invalid
 from phalanx.model import Job, JobSubmission
 
-__all__ = ["DEFAULT_PARTITION", "MAX_TIME", "default_partition", "resolve_submissions"]
+__all__ = [
+    "DEFAULT_PARTITION",
+    "DEFAULT_TIME",
+    "MAX_TIME",
+    "default_partition",
+    "resolve_submissions",
+]
 
 DEFAULT_PARTITION = "slurm.phalanx.io/default-partition"
 """ClusterQueue annotation: sbatch jobs without ``--partition`` go here."""
+DEFAULT_TIME = "slurm.phalanx.io/default-time"
+"""ClusterQueue annotation: the partition's DefaultTime in seconds (batch jobs without --time)."""
 MAX_TIME = "slurm.phalanx.io/max-time"
 """ClusterQueue annotation: the partition's MaxTime in seconds."""
 

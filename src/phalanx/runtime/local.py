@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,23 @@ from typing import Any
 from phalanx.runtime.spec import AlreadyLaunched, Exited, LaunchSpec, RuntimeEvent, Started
 
 __all__ = ["LocalRuntime"]
+
+
+def _find_nss_wrapper() -> str | None:
+    for folder in (
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+    ):
+        path = os.path.join(folder, "libnss_wrapper.so")
+        if os.path.exists(path):
+            return path
+    return None
+
+
+NSS_WRAPPER = _find_nss_wrapper()
+"""nss_wrapper, to make the virtual nodes' names resolve inside jobs (None: not installed)."""
 
 LIVENESS_INTERVAL_S = 1.0
 """How often (per job) :meth:`LocalRuntime.poll` checks that a supervisor is alive."""
@@ -107,6 +125,9 @@ class LocalRuntime:
             raise AlreadyLaunched(
                 f"job {spec.job_id} attempt {spec.attempt} was launched already ({path})"
             ) from None
+        if spec.script is not None or spec.slurm is not None:
+            spec = self._prepare_slurm(path, spec)
+        spec = self._with_node_names(spec)
         _write_json(path / "launch.json", dataclasses.asdict(spec))
         record = _Attempt(spec.job_id, spec.attempt, path)
         self._attempts[(spec.job_id, spec.attempt)] = record
@@ -128,6 +149,91 @@ class LocalRuntime:
                 # The directory exists now, so it is never retried: report NODE_FAIL.
                 log.write(f"cannot start the supervisor: {exc}\n".encode())
                 record.failed_to_start = True
+
+    def set_node_names(self, names: Iterable[str]) -> None:
+        """The virtual nodes' names: inside jobs they resolve to this machine.
+
+        Every virtual node runs here, but a job script takes ``MASTER_ADDR`` from
+        ``scontrol show hostnames`` and torch's rendezvous resolves it. With
+        nss_wrapper (Debian's ``libnss-wrapper``) installed, tasks get it preloaded
+        with a hosts file naming every node as 127.0.0.1; without it the names
+        resolve only where DNS or /etc/hosts knows them.
+        """
+        hosts = self.root / "hosts"
+        lines = "".join(f"127.0.0.1 {name}\n" for name in sorted(set(names)))
+        tmp = hosts.with_name("hosts.tmp")
+        tmp.write_text(lines, encoding="ascii")
+        os.replace(tmp, hosts)
+
+    def _with_node_names(self, spec: LaunchSpec) -> LaunchSpec:
+        hosts = self.root / "hosts"
+        if NSS_WRAPPER is None or not hosts.exists():
+            return spec
+        tasks = []
+        for task in spec.tasks:
+            preload = task.env.get("LD_PRELOAD") or spec.env.get("LD_PRELOAD") or ""
+            env = {
+                **task.env,
+                "LD_PRELOAD": f"{NSS_WRAPPER} {preload}".strip(),
+                "NSS_WRAPPER_HOSTS": str(hosts),
+            }
+            tasks.append(dataclasses.replace(task, env=env))
+        return dataclasses.replace(spec, tasks=tuple(tasks))
+
+    def bin_dir(self) -> Path:
+        """``STATE/runtime/bin``: ``srun`` and ``scontrol`` for batch scripts (written once)."""
+        bindir = self.root / "bin"
+        for name, module in (
+            ("srun", "phalanx.runtime.srun"),
+            ("scontrol", "phalanx.runtime.scontrol"),
+        ):
+            text = f'#!/bin/sh\nexec "{sys.executable}" -I -m {module} "$@"\n'
+            target = bindir / name
+            try:
+                if target.read_text(encoding="utf-8") == text:
+                    continue
+            except OSError:
+                pass
+            bindir.mkdir(parents=True, exist_ok=True)
+            tmp = bindir / f".{name}.tmp.{os.getpid()}"
+            tmp.write_text(text, encoding="utf-8")
+            tmp.chmod(0o755)
+            os.replace(tmp, target)
+        return bindir
+
+    def _prepare_slurm(self, path: Path, spec: LaunchSpec) -> LaunchSpec:
+        """Write ``slurm.json`` and ``script``; make ``tasks[0]`` run the batch script.
+
+        The batch environment (:func:`phalanx.dialects.slurm.environment.batch_env`) is
+        computed here, in the control plane, so that the supervisor stays standard
+        library only. ``SLURM_TASK_PID`` comes from the shell's ``$$`` (a ``sh -c``
+        that ``exec``-s the script, so the pid is the script's).
+        """
+        env_path = spec.env.get("PATH") or os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin"
+        extra: dict[str, str] = {"PATH": f"{self.bin_dir()}:{env_path}"}
+        if spec.slurm is not None:
+            from phalanx.dialects.slurm.environment import batch_env
+
+            context = path / "slurm.json"
+            fd = os.open(context, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(spec.slurm, fh)
+            extra.update(batch_env(spec.slurm))
+            extra["PHALANX_SLURM_CONTEXT"] = str(context)
+        if spec.script is None:
+            tasks = tuple(dataclasses.replace(t, env={**extra, **t.env}) for t in spec.tasks)
+            return dataclasses.replace(spec, tasks=tasks)
+        script = path / "script"
+        fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(spec.script)
+        first = spec.tasks[0]
+        task = dataclasses.replace(first, env={**extra, **first.env})
+        command: tuple[str, ...] = (str(script), *spec.command)
+        if spec.slurm is not None:
+            wrapper = 'SLURM_TASK_PID=$$; export SLURM_TASK_PID; exec "$0" "$@"'
+            command = ("/bin/sh", "-c", wrapper, *command)
+        return dataclasses.replace(spec, command=command, tasks=(task,))
 
     def _fork(self, path: Path) -> bool:
         """Have the fork server start the supervisor of ``path``; False if it cannot."""
@@ -177,6 +283,30 @@ class LocalRuntime:
         if pid is not None and _supervisor_alive(path):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
+
+    def signal(self, job_id: int, signum: int, *, batch_only: bool = False) -> None:
+        """Deliver ``signum`` to the current attempt's tasks (or only its batch shell).
+
+        The request is a file the supervisor picks up within a tick, so it is
+        delivered by the process that owns the tasks.
+        """
+        attempt = self._current_attempt(job_id)
+        if attempt is None:
+            return
+        folder = self.attempt_dir(job_id, attempt) / "signals"
+        folder.mkdir(exist_ok=True)
+        name = f"{time.time_ns()}-{os.getpid()}.json"
+        _write_json(folder / name, {"signal": int(signum), "batch_only": batch_only})
+
+    def set_time_limit(self, job_id: int, seconds: float | None) -> None:
+        """Change the running attempt's time limit (seconds from its start; None: none)."""
+        attempt = self._current_attempt(job_id)
+        if attempt is None:
+            return
+        path = self.attempt_dir(job_id, attempt) / "time_limit"
+        tmp = path.with_name("time_limit.tmp")
+        tmp.write_text("none" if seconds is None else f"{seconds:.3f}", encoding="ascii")
+        os.replace(tmp, path)
 
     def adopt(self, job_id: int, attempt: int) -> bool:
         """Track an attempt started before a restart; False when it was never launched."""

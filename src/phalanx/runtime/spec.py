@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["AlreadyLaunched", "Exited", "LaunchSpec", "RuntimeEvent", "Started", "TaskSpec"]
 
@@ -36,6 +37,16 @@ class LaunchSpec:
     """Absolute path for standard error; ``None`` sends it to ``output``."""
     time_limit_s: float | None = None
     kill_wait_s: float = 30.0
+    script: str | None = None
+    """A batch script: written to ``JOBDIR/script`` and run (with ``command`` as its
+    arguments) as the only task, ``tasks[0]``; ``srun`` inside it starts the others."""
+    open_mode: str = "append"
+    """``append`` or ``truncate`` the output files when the attempt starts."""
+    signal: tuple[int, float, bool] | None = None
+    """``(signal, seconds before the time limit, batch shell only)`` (Slurm's ``--signal``)."""
+    slurm: dict[str, Any] | None = None
+    """The Slurm context of the job (``dialects/slurm/environment.py``): written to
+    ``JOBDIR/slurm.json``; the batch environment and ``srun`` are made from it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,19 @@ task's process group, ``kill_wait_s`` seconds, then SIGKILL. A missing working
 directory fails the job with exit code 1 and a command that cannot be executed
 with exit code 2; either way a ``slurmstepd: error:`` line goes to the output
 file and into ``message``.
+
+Slurm batch jobs (``launch.json`` has ``slurm``; the control plane has already
+turned the script into ``tasks[0]``, see ``LocalRuntime._prepare_slurm``):
+``open_mode`` ``truncate`` empties the output files when the attempt starts;
+``signal`` ``(sig, secs, batch_only)`` is sent once, ``secs`` before the time
+limit, to the batch shell (``batch_only``) or to the tasks of the running
+``srun`` steps (``steps/<id>.pids``, written by :mod:`phalanx.runtime.srun`),
+as Slurm's ``--signal=[B:]SIG@secs``. Cancel and time limit write
+``terminating`` (the reason; srun then does not forward the group's SIGTERM
+again) and ``slurmstepd: error: *** JOB <id> ON <node> CANCELLED AT <time>[ DUE
+TO TIME LIMIT] ***`` to the error output, send SIGCONT and SIGTERM, and wait
+up to ``kill_wait_s`` for every process of the task groups (srun's tasks too),
+not only for the batch shell, before SIGKILL.
 """
 
 from __future__ import annotations
@@ -78,11 +91,17 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _open_append(path: str) -> int:
+def _open_append(path: str, truncate: bool = False) -> int:
     parent = os.path.dirname(path)
     if parent:
         os.makedirs(parent, exist_ok=True)
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
+    return os.open(path, flags, 0o644)
+
+
+def _slurm_time(now: float | None = None) -> str:
+    """Slurm's log time stamp, local time: ``2024-05-01T12:00:00``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
 
 
 class Supervisor:
@@ -92,6 +111,8 @@ class Supervisor:
         self.jobdir = jobdir
         self.status_path = os.path.join(jobdir, "status.json")
         self.cancel_path = os.path.join(jobdir, "cancel")
+        self.terminating_path = os.path.join(jobdir, "terminating")
+        self.steps_dir = os.path.join(jobdir, "steps")
         with open(os.path.join(jobdir, "launch.json"), encoding="utf-8") as fh:
             self.spec: dict[str, Any] = json.load(fh)
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -102,6 +123,8 @@ class Supervisor:
         self.kill_deadline: float | None = None
         self.killed = False
         self.cancel_requested = False
+        self.signal_sent = False
+        self.limit_mtime: int | None = None
         self.status: dict[str, Any] = {
             "state": "starting",
             "pid": os.getpid(),
@@ -180,8 +203,11 @@ class Supervisor:
     def start_tasks(self) -> tuple[str, int] | None:
         """Start every task; on failure return ``(message, exit_code)``."""
         spec = self.spec
-        out_fd = _open_append(spec["output"])
-        err_fd = _open_append(spec["error"]) if spec.get("error") else out_fd
+        truncate = spec.get("open_mode") == "truncate"
+        out_fd = _open_append(spec["output"], truncate)
+        err_fd = out_fd
+        if spec.get("error") and spec["error"] != spec["output"]:
+            err_fd = _open_append(spec["error"], truncate)
         try:
             workdir = spec["working_dir"]
             if not os.path.isdir(workdir):
@@ -223,6 +249,122 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signum)
 
+    def signal_steps(self, signum: int) -> None:
+        """Signal the tasks of the running ``srun`` steps (``steps/<id>.pids``), not the shell."""
+        try:
+            names = os.listdir(self.steps_dir)
+        except FileNotFoundError:
+            return
+        for name in names:
+            if not name.endswith(".pids"):
+                continue
+            try:
+                with open(os.path.join(self.steps_dir, name), encoding="ascii") as fh:
+                    pids = [int(word) for word in fh.read().split()]
+            except (OSError, ValueError):
+                continue
+            for pid in pids:
+                if pid > 1:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signum)
+
+    def limit_update(self) -> tuple[bool, float | None]:
+        """A new time limit from ``JOBDIR/time_limit`` (seconds, or ``none``), once per change."""
+        path = os.path.join(self.jobdir, "time_limit")
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except FileNotFoundError:
+            return False, None
+        if mtime == self.limit_mtime:
+            return False, None
+        self.limit_mtime = mtime
+        try:
+            with open(path, encoding="ascii") as fh:
+                text = fh.read().strip()
+        except OSError:
+            return False, None
+        if text == "none":
+            return True, None
+        try:
+            return True, float(text)
+        except ValueError:
+            return False, None
+
+    def deliver_requested_signals(self) -> None:
+        """Signals asked for through ``JOBDIR/signals/*.json`` (``scancel --signal``)."""
+        folder = os.path.join(self.jobdir, "signals")
+        try:
+            names = sorted(os.listdir(folder))
+        except FileNotFoundError:
+            return
+        for name in names:
+            path = os.path.join(folder, name)
+            if not name.endswith(".json"):
+                continue
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    request = json.load(fh)
+                os.unlink(path)
+            except (OSError, ValueError):
+                continue
+            signum = int(request.get("signal", 0))
+            if not 0 < signum < 65:
+                continue
+            # As scancel --signal: a batch job's steps, or with --batch its batch shell;
+            # a job without a batch script is all tasks.
+            if request.get("batch_only"):
+                if self.procs and self.procs[0].pid not in self.returncodes:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(self.procs[0].pid, signum)
+            elif self.spec.get("script"):
+                self.signal_steps(signum)
+            else:
+                self.signal_groups(signum)
+
+    def send_user_signal(self) -> None:
+        """Slurm's ``--signal``: the batch shell only (``B:``), else every step's tasks."""
+        self.signal_sent = True
+        signum, _, batch_only = self.spec["signal"]
+        if batch_only:
+            if self.procs and self.procs[0].pid not in self.returncodes:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(self.procs[0].pid, int(signum))
+        elif self.spec.get("script"):
+            self.signal_steps(int(signum))
+        else:
+            self.signal_groups(int(signum))
+
+    def groups_alive(self) -> bool:
+        """True while any task's process group still has a member (``srun`` tasks included)."""
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                continue
+            except PermissionError:
+                return True
+            return True
+        return False
+
+    def slurm_notice(self, reason: str) -> None:
+        """Slurm's ``*** JOB <id> ON <node> CANCELLED AT <time> ... ***`` on the error output."""
+        ctx = self.spec.get("slurm")
+        if not ctx:
+            return
+        tasks = self.spec.get("tasks") or [{}]
+        node = tasks[0].get("node") or "localhost"
+        tail = " DUE TO TIME LIMIT" if reason == "TIMEOUT" else ""
+        job = ctx.get("jobId", self.spec["job_id"])
+        stamp = _slurm_time()
+        line = f"slurmstepd: error: *** JOB {job} ON {node} CANCELLED AT {stamp}{tail} ***\n"
+        path = self.spec.get("error") or self.spec["output"]
+        with contextlib.suppress(OSError):
+            fd = _open_append(path)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+
     def reap(self) -> None:
         for proc in self.procs:
             if proc.pid not in self.returncodes:
@@ -235,6 +377,11 @@ class Supervisor:
 
     def begin_termination(self, reason: str) -> None:
         self.reason = reason
+        # srun reads this: the whole group gets the signal, it must not forward it again.
+        with contextlib.suppress(OSError), open(self.terminating_path, "w") as fh:
+            fh.write(reason)
+        self.slurm_notice(reason)
+        self.signal_groups(signal.SIGCONT)
         self.signal_groups(signal.SIGTERM)
         self.kill_deadline = time.monotonic() + float(self.spec.get("kill_wait_s", 30.0))
 
@@ -264,9 +411,21 @@ class Supervisor:
             return
         limit = self.spec.get("time_limit_s")
         deadline = started + float(limit) if limit is not None else None
+        signal_at: float | None = None
+        if self.spec.get("signal") and deadline is not None:
+            signal_at = max(started, deadline - float(self.spec["signal"][1]))
         while True:
             self.reap()
-            if not self.alive():
+            changed, new_limit = self.limit_update()
+            if changed and self.reason is None:
+                deadline = started + new_limit if new_limit is not None else None
+                signal_at = None
+                if self.spec.get("signal") and deadline is not None:
+                    signal_at = max(started, deadline - float(self.spec["signal"][1]))
+            self.deliver_requested_signals()
+            if not self.alive() and (self.reason is None or self.killed or not self.groups_alive()):
+                # On cancel and time limit the tasks' children (srun's tasks) get
+                # kill_wait seconds too, even when the batch shell died at once.
                 break
             now = time.monotonic()
             if self.reason is None:
@@ -274,12 +433,16 @@ class Supervisor:
                     self.begin_termination("CANCELLED")
                 elif deadline is not None and now >= deadline:
                     self.begin_termination("TIMEOUT")
+                elif signal_at is not None and not self.signal_sent and now >= signal_at:
+                    self.send_user_signal()
             if self.kill_deadline is not None and not self.killed and now >= self.kill_deadline:
                 self.signal_groups(signal.SIGKILL)
                 self.killed = True
             timeout = TICK_S
             if self.reason is None and deadline is not None:
                 timeout = min(timeout, max(0.0, deadline - now))
+            if self.reason is None and signal_at is not None and not self.signal_sent:
+                timeout = min(timeout, max(0.0, signal_at - now))
             if self.kill_deadline is not None and not self.killed:
                 timeout = min(timeout, max(0.0, self.kill_deadline - now))
             self.sleep(wakeup, timeout)

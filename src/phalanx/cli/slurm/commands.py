@@ -1,0 +1,221 @@
+"""The click definitions of the Slurm-compatible commands; each imports its tool when it runs.
+
+Slurm's flags are kept (``-h`` is ``--noheader`` for squeue and sinfo, so
+help is ``--help`` only). Every command returns its exit status.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+__all__ = ["register"]
+
+_SLURM = {"help_option_names": ["--help"], "max_content_width": 100}
+
+
+def _split(values: tuple[str, ...] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [p.strip() for v in values for p in v.split(",") if p.strip()]
+
+
+@click.command(context_settings=_SLURM)
+@click.option("--format", "-o", "fmt", help="output format (%.18i %.9P ...)")
+@click.option("--Format", "-O", "long_fmt", help="long output format (JobID,Name:20,...)")
+@click.option("--user", "-u", "users", multiple=True, help="users (a,b)")
+@click.option("--jobs", "-j", "jobs", multiple=True, help="job ids (12, 12_3, 12_[1-3])")
+@click.option("--partition", "-p", "partitions", multiple=True, help="partitions")
+@click.option("--states", "-t", "states", multiple=True, help="states (PD,R, names, all)")
+@click.option("--account", "-A", "accounts", multiple=True, help="accounts (tenants)")
+@click.option("--name", "-n", "names", multiple=True, help="job names")
+@click.option("--noheader", "-h", is_flag=True, help="no header line")
+@click.option("--long", "-l", "long", is_flag=True, help="long format")
+@click.option("--start", is_flag=True, help="expected start times of pending jobs")
+@click.option("--array", "-r", is_flag=True, help="one line per array element")
+@click.option("--me", is_flag=True, help="only my jobs")
+@click.option("--all", "-a", "all_", is_flag=True, help="every partition (the default here)")
+@click.option("--iterate", "-i", type=float, help="repeat every SECONDS")
+@click.option("--json", "as_json", is_flag=True, help="job views as JSON")
+def squeue(**opts: Any) -> int:
+    """View the job queue (Slurm's squeue)."""
+    from phalanx.cli.slurm import squeue as tool
+
+    return tool.run(
+        fmt=opts["fmt"],
+        long_fmt=opts["long_fmt"],
+        users=_split(opts["users"]),
+        jobs=_split(opts["jobs"]),
+        partitions=_split(opts["partitions"]),
+        states=list(opts["states"]),
+        accounts=_split(opts["accounts"]),
+        names=_split(opts["names"]),
+        noheader=opts["noheader"],
+        long=opts["long"],
+        start=opts["start"],
+        array=opts["array"],
+        me=opts["me"],
+        iterate=opts["iterate"],
+        as_json=opts["as_json"],
+    )
+
+
+@click.command(context_settings=_SLURM)
+@click.argument("ids", nargs=-1)
+@click.option("--user", "-u", "users", multiple=True, help="users")
+@click.option("--name", "-n", "names", multiple=True, help="job names")
+@click.option("--state", "-t", "states", multiple=True, help="PENDING, RUNNING, SUSPENDED")
+@click.option("--partition", "-p", "partitions", multiple=True, help="partitions")
+@click.option("--account", "-A", "accounts", multiple=True, help="accounts")
+@click.option("--signal", "-s", help="send this signal instead of cancelling")
+@click.option("--batch", "-b", is_flag=True, help="signal only the batch shell")
+@click.option("--full", "-f", is_flag=True, help="signal the batch shell, its children and steps")
+@click.option("--me", is_flag=True, help="only my jobs")
+@click.option("--quiet", "-Q", is_flag=True, help="no error for finished jobs")
+@click.option("--verbose", "-v", is_flag=True, help="say what is done")
+def scancel(ids: tuple[str, ...], **opts: Any) -> int:
+    """Cancel or signal jobs (Slurm's scancel)."""
+    from phalanx.cli.slurm import scancel as tool
+
+    return tool.run(
+        list(ids),
+        users=_split(opts["users"]),
+        names=_split(opts["names"]),
+        states=list(opts["states"]) or None,
+        partitions=_split(opts["partitions"]),
+        accounts=_split(opts["accounts"]),
+        signal=opts["signal"],
+        batch=opts["batch"],
+        full=opts["full"],
+        me=opts["me"],
+        quiet=opts["quiet"],
+        verbose=opts["verbose"],
+    )
+
+
+@click.command(context_settings=_SLURM)
+@click.option("--format", "-o", "fmt", help="output format (%P %a %l %D %t %N ...)")
+@click.option("--Node", "-N", "node_oriented", is_flag=True, help="one line per node")
+@click.option("--partition", "-p", "partitions", multiple=True, help="partitions")
+@click.option("--noheader", "-h", is_flag=True, help="no header line")
+@click.option("--long", "-l", "long", is_flag=True, help="long format")
+@click.option("--summarize", "-s", is_flag=True, help="node counts per partition")
+@click.option("--states", "-t", "states", multiple=True, help="node states")
+def sinfo(**opts: Any) -> int:
+    """View partitions and nodes (Slurm's sinfo)."""
+    from phalanx.cli.slurm import sinfo as tool
+
+    return tool.run(
+        fmt=opts["fmt"],
+        node_oriented=opts["node_oriented"],
+        partitions=_split(opts["partitions"]),
+        noheader=opts["noheader"],
+        long=opts["long"],
+        summarize=opts["summarize"],
+        states=list(opts["states"]) or None,
+    )
+
+
+@click.command(context_settings=_SLURM)
+@click.option("--jobs", "-j", "jobs", multiple=True, help="job ids")
+@click.option("--format", "-o", "fields", help="fields (JobID,JobName%30,...)")
+@click.option("--brief", "-b", is_flag=True, help="JobID, State, ExitCode")
+@click.option("--allocations", "-X", is_flag=True, help="allocations only (always, in phalanx)")
+@click.option("--noheader", "-n", is_flag=True, help="no header lines")
+@click.option("--parsable", "-p", is_flag=True, help="'|'-separated, trailing '|'")
+@click.option("--parsable2", "-P", is_flag=True, help="'|'-separated")
+@click.option("--starttime", "-S", help="jobs since this time")
+@click.option("--endtime", "-E", help="jobs until this time")
+@click.option("--state", "-s", "states", multiple=True, help="states")
+@click.option("--user", "-u", "users", multiple=True, help="users")
+@click.option("--allusers", "-a", is_flag=True, help="every user")
+@click.option("--account", "-A", "accounts", multiple=True, help="accounts")
+@click.option("--partition", "-r", "partitions", multiple=True, help="partitions")
+@click.option("--name", "names", multiple=True, help="job names")
+@click.option("--json", "as_json", is_flag=True, help="job views as JSON")
+def sacct(**opts: Any) -> int:
+    """Accounting data of jobs (Slurm's sacct)."""
+    from phalanx.cli.slurm import sacct as tool
+
+    return tool.run(
+        jobs=_split(opts["jobs"]),
+        fields=opts["fields"],
+        brief=opts["brief"],
+        noheader=opts["noheader"],
+        parsable=opts["parsable"],
+        parsable2=opts["parsable2"],
+        starttime=opts["starttime"],
+        endtime=opts["endtime"],
+        states=list(opts["states"]) or None,
+        users=_split(opts["users"]),
+        allusers=opts["allusers"],
+        accounts=_split(opts["accounts"]),
+        partitions=_split(opts["partitions"]),
+        names=_split(opts["names"]),
+        as_json=opts["as_json"],
+    )
+
+
+@click.command(context_settings=_SLURM)
+@click.argument("args", nargs=-1)
+@click.option("--oneliner", "-o", is_flag=True, help="one line per record")
+@click.option("--details", "-d", is_flag=True, help="more details")
+def scontrol(args: tuple[str, ...], oneliner: bool, details: bool) -> int:
+    """show job|node|partition|hostnames|hostlist, hold, release, requeue, update."""
+    from phalanx.cli.slurm import scontrol as tool
+
+    return tool.run(list(args), oneliner=oneliner, details=details)
+
+
+@click.command(context_settings=_SLURM)
+@click.option("--jobs", "-j", "jobs", multiple=True, help="job ids")
+@click.option("--user", "-u", "users", multiple=True, help="users")
+@click.option("--noheader", "-h", is_flag=True, help="no header line")
+def sprio(jobs: tuple[str, ...], users: tuple[str, ...], noheader: bool) -> int:
+    """Priorities of pending jobs (Slurm's sprio; factors not exposed yet)."""
+    from phalanx.cli.slurm import sprio as tool
+
+    return tool.run(jobs=list(jobs) or None, users=_split(users), noheader=noheader)
+
+
+@click.command(context_settings=_SLURM)
+@click.option("--noheader", "-n", is_flag=True, help="no header lines")
+@click.option("--parsable", "-p", is_flag=True, help="'|'-separated")
+@click.option("--accounts", "-A", "accounts", multiple=True, help="accounts")
+def sshare(noheader: bool, parsable: bool, accounts: tuple[str, ...]) -> int:
+    """Fair-share tree of tenants (Slurm's sshare; usage not exposed yet)."""
+    from phalanx.cli.slurm import sshare as tool
+
+    return tool.run(noheader=noheader, parsable=parsable, accounts=_split(accounts))
+
+
+@click.command(
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_extra_args": True,
+        "allow_interspersed_args": False,
+        "help_option_names": [],
+    }
+)
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def sbatch(argv: tuple[str, ...]) -> int:
+    """Submit a batch script (Slurm's sbatch; --strict/--lenient are phalanx additions)."""
+    from phalanx.cli.slurm import sbatch as tool
+
+    return tool.run(list(argv))
+
+
+@click.command(context_settings=_SLURM)
+@click.argument("directory")
+def shims(directory: str) -> int:
+    """Write sbatch, squeue, ... wrappers into DIRECTORY (put it on PATH)."""
+    from phalanx.cli.slurm import shims as tool
+
+    return tool.run(directory)
+
+
+def register(group: click.Group) -> None:
+    """Add the Slurm-compatible commands to the ``phalanx`` group."""
+    for command in (squeue, scancel, sinfo, sacct, scontrol, sprio, sshare, sbatch, shims):
+        group.add_command(command)

@@ -1,0 +1,381 @@
+"""Shared Slurm formatting: states, time strings, hostlists, job ids, field widths.
+
+Everything here is pure and standard library only. Time strings follow
+``src/squeue/print.c`` ``_print_secs`` (``M:SS``, ``H:MM:SS``,
+``D-HH:MM:SS``) and ``src/common/parse_time.c`` ``secs2time_str``
+(``HH:MM:SS``, ``D-HH:MM:SS``, ``UNLIMITED``); hostlists follow
+``src/common/hostlist.c`` (compress in the given order, no sorting).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+__all__ = [
+    "FINISHED",
+    "STATE_CODES",
+    "ArrayRef",
+    "collapse_ranges",
+    "compress_hostlist",
+    "elapsed",
+    "epoch",
+    "expand_hostlist",
+    "expand_ranges",
+    "fit",
+    "job_display_id",
+    "parse_job_ref",
+    "reason_of",
+    "secs2time",
+    "short_secs",
+    "slurm_state",
+    "slurm_time",
+    "state_code",
+    "tool_error",
+]
+
+STATE_CODES: dict[str, str] = {
+    "PENDING": "PD",
+    "CONFIGURING": "CF",
+    "RUNNING": "R",
+    "COMPLETING": "CG",
+    "COMPLETED": "CD",
+    "FAILED": "F",
+    "CANCELLED": "CA",
+    "TIMEOUT": "TO",
+    "NODE_FAIL": "NF",
+    "PREEMPTED": "PR",
+    "OUT_OF_MEMORY": "OOM",
+    "BOOT_FAIL": "BF",
+    "DEADLINE": "DL",
+    "SUSPENDED": "S",
+    "STOPPED": "ST",
+    "REQUEUED": "RQ",
+    "REQUEUE_HOLD": "RH",
+    "SPECIAL_EXIT": "SE",
+    "RESIZING": "RS",
+    "SIGNALING": "SI",
+}
+"""Slurm's base state names and their two-letter codes (squeue.1 JOB STATE CODES)."""
+
+FINISHED = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
+)
+
+_PHALANX_TO_SLURM = {"ADMITTED": "CONFIGURING"}
+_REASON_STATES = frozenset({"PENDING", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE"})
+
+
+def tool_error(tool: str, message: str) -> None:
+    """``<tool>: error: <message>`` on standard error, as Slurm's commands print it."""
+    sys.stderr.write(f"{tool}: error: {message}\n")
+    sys.stderr.flush()
+
+
+def slurm_state(job: dict[str, Any]) -> str:
+    """The job's state as Slurm names it (phalanx ADMITTED is Slurm's CONFIGURING)."""
+    state = str(job.get("state") or "PENDING")
+    return _PHALANX_TO_SLURM.get(state, state)
+
+
+def state_code(state: str) -> str:
+    return STATE_CODES.get(state, state[:2])
+
+
+def reason_of(job: dict[str, Any]) -> str:
+    """Slurm's reason name: ``slurm_reason`` if the server gives it, else a best guess."""
+    reason = job.get("slurm_reason")
+    if reason:
+        return str(reason)
+    state = slurm_state(job)
+    if state == "FAILED":
+        return "NonZeroExitCode"
+    if state != "PENDING":
+        return "None"
+    if job.get("hold"):
+        return "JobHeldUser"
+    raw = str(job.get("reason") or "")
+    return raw if raw and " " not in raw else "None"
+
+
+def reason_list(job: dict[str, Any]) -> str:
+    """squeue ``%R``: ``(Reason)`` for pending/failed/timeout jobs, else the hostlist."""
+    if slurm_state(job) in _REASON_STATES:
+        return f"({reason_of(job)})"
+    return compress_hostlist(job.get("nodes") or [])
+
+
+def epoch(stamp: str | None) -> float | None:
+    """RFC 3339 (``...Z``) to epoch seconds."""
+    if not stamp:
+        return None
+    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+
+
+def slurm_time(stamp: str | None, unknown: str = "N/A") -> str:
+    """``YYYY-MM-DDTHH:MM:SS`` in local time, as Slurm prints times; ``unknown`` if none."""
+    t = epoch(stamp)
+    if t is None:
+        return unknown
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+
+
+def elapsed(job: dict[str, Any], now: float | None = None) -> int:
+    """Seconds the job has run (0 before it starts)."""
+    start = epoch(job.get("start_time"))
+    if start is None:
+        return 0
+    end = epoch(job.get("end_time"))
+    if end is None:
+        end = time.time() if now is None else now
+    return max(0, int(end - start))
+
+
+def short_secs(seconds: int | None) -> str:
+    """squeue's ``%M``/``%l``/``%L``: ``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``."""
+    if seconds is None:
+        return "UNLIMITED"
+    if seconds < 0:
+        return "INVALID"
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
+
+
+def secs2time(seconds: int | None) -> str:
+    """sacct/scontrol durations: ``HH:MM:SS`` or ``D-HH:MM:SS``; ``UNLIMITED`` for none."""
+    if seconds is None:
+        return "UNLIMITED"
+    if seconds < 0:
+        return "INVALID"
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def fit(text: str, width: int | None, right: bool) -> str:
+    """Pad (and truncate) to ``width`` as squeue's ``%.N``/``%N`` fields do."""
+    if width is None or width <= 0:
+        return text
+    text = text[:width]
+    return text.rjust(width) if right else text.ljust(width)
+
+
+# --------------------------------------------------------------------------- arrays
+
+
+def expand_ranges(spec: str) -> list[int]:
+    """Array indices of ``0-15:2,20`` (a ``%N`` throttle is ignored)."""
+    spec = spec.split("%", 1)[0].strip().strip("[]")
+    out: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        step = 1
+        if ":" in part:
+            part, step_text = part.split(":", 1)
+            step = int(step_text)
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.extend(range(int(lo), int(hi) + 1, max(1, step)))
+        else:
+            out.append(int(part))
+    return out
+
+
+def collapse_ranges(values: Iterable[int]) -> str:
+    """``[1, 2, 3, 7]`` -> ``1-3,7`` (in the given order, consecutive runs merged)."""
+    parts: list[str] = []
+    run: list[int] = []
+    for v in values:
+        if run and v == run[-1] + 1:
+            run.append(v)
+            continue
+        if run:
+            parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [v]
+    if run:
+        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ",".join(parts)
+
+
+def job_display_id(job: dict[str, Any]) -> str:
+    """squeue ``%i``: ``12``, ``12_3`` (array task) or ``12_[3-15%4]`` (pending summary)."""
+    array_id = job.get("array_job_id")
+    if array_id is None:
+        return str(job["id"])
+    task = job.get("array_task_id")
+    if task is not None:
+        return f"{array_id}_{task}"
+    spec = job.get("array_spec")
+    return f"{array_id}_[{spec}]" if spec else str(job["id"])
+
+
+class ArrayRef:
+    """A job reference on the command line: ``12``, ``12_3`` or ``12_[1-3]``."""
+
+    __slots__ = ("job_id", "tasks", "text")
+
+    def __init__(self, text: str, job_id: int, tasks: list[int] | None) -> None:
+        self.text = text
+        self.job_id = job_id
+        self.tasks = tasks
+        """``None``: the job (or the whole array); else the array task indices."""
+
+    def __repr__(self) -> str:
+        return f"ArrayRef({self.text!r}, {self.job_id}, {self.tasks})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ArrayRef):
+            return NotImplemented
+        return (self.job_id, self.tasks) == (other.job_id, other.tasks)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+_REF = re.compile(r"(\d+)(?:_(\d+|\[[0-9,\-:%]+\]))?")
+
+
+def parse_job_ref(text: str) -> ArrayRef | None:
+    """``12`` / ``12_3`` / ``12_[1-3,5]``; ``None`` when it is not a job id."""
+    text = text.strip()
+    m = _REF.fullmatch(text)
+    if not m:
+        return None
+    job_id = int(m.group(1))
+    task = m.group(2)
+    if task is None:
+        return ArrayRef(text, job_id, None)
+    if task.startswith("["):
+        try:
+            return ArrayRef(text, job_id, expand_ranges(task))
+        except ValueError:
+            return None
+    return ArrayRef(text, job_id, [int(task)])
+
+
+# --------------------------------------------------------------------------- hostlists
+
+_NUM_TAIL = re.compile(r"^(.*?)(\d+)$")
+
+
+def _split_host(name: str) -> tuple[str, str | None]:
+    m = _NUM_TAIL.match(name)
+    if not m:
+        return name, None
+    return m.group(1), m.group(2)
+
+
+def _width_ok(a: str, b: str) -> bool:
+    """Whether two numbers may share a range (Slurm's ``_width_equiv``)."""
+    if len(a) == len(b):
+        return True
+    padded = (len(a) > 1 and a[0] == "0") or (len(b) > 1 and b[0] == "0")
+    return not padded
+
+
+def compress_hostlist(hosts: Sequence[str]) -> str:
+    """``gpu1,gpu2,gpu3,gpu5`` -> ``gpu[1-3,5]``; order kept, no dedup (``show hostlist``)."""
+    groups: list[tuple[str, list[list[str]]]] = []  # prefix, runs of digit strings
+    for host in hosts:
+        prefix, num = _split_host(host)
+        if num is None:
+            groups.append((host, []))
+            continue
+        if groups and groups[-1][0] == prefix and groups[-1][1]:
+            runs = groups[-1][1]
+            last = runs[-1][-1]
+            if int(num) == int(last) + 1 and _width_ok(runs[-1][0], num):
+                runs[-1].append(num)
+            else:
+                runs.append([num])
+        else:
+            groups.append((prefix, [[num]]))
+    parts = []
+    for prefix, runs in groups:
+        if not runs:
+            parts.append(prefix)
+            continue
+        ranges = [r[0] if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs]
+        if len(runs) == 1 and len(runs[0]) == 1:
+            parts.append(prefix + runs[0][0])
+        else:
+            parts.append(f"{prefix}[{','.join(ranges)}]")
+    return ",".join(parts)
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas and whitespace outside brackets."""
+    out: list[str] = []
+    depth = 0
+    cur = ""
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if depth == 0 and (ch == "," or ch.isspace()):
+            if cur:
+                out.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    if depth != 0:
+        raise ValueError(f"unbalanced brackets in {text!r}")
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _expand_token(token: str) -> list[str]:
+    start = token.find("[")
+    if start < 0:
+        return [token]
+    end = token.index("]", start)
+    prefix, body, rest = token[:start], token[start + 1 : end], token[end + 1 :]
+    tails = _expand_token(rest)
+    out: list[str] = []
+    for part in body.split(","):
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            if not (lo.isdigit() and hi.isdigit()) or int(lo) > int(hi):
+                raise ValueError(f"invalid range {part!r} in {token!r}")
+            width = len(lo)
+            names = [f"{n:0{width}d}" for n in range(int(lo), int(hi) + 1)]
+        else:
+            if not part.isdigit():
+                raise ValueError(f"invalid number {part!r} in {token!r}")
+            names = [part]
+        out.extend(prefix + n + t for n in names for t in tails)
+    return out
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """``tux[1-3],rack[1-2]-n[01-02]`` -> every name, outer group first (``show hostnames``)."""
+    out: list[str] = []
+    for token in _split_top(text):
+        out.extend(_expand_token(token))
+    return out

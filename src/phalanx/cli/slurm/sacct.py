@@ -1,0 +1,326 @@
+"""``phalanx sacct``: accounting lines for jobs, in sacct's fixed-width or parsable layouts.
+
+Default fields ``JobID JobName Partition Account AllocCPUS State ExitCode``
+with sacct's widths, each field followed by one space, a ``-`` underline
+row; ``-P`` joins with ``|`` (no trailing one), ``-p`` ends every line with
+``|``. Values longer than their field end in ``+`` as sacct truncates them.
+phalanx keeps no job steps in accounting yet, so every line is an allocation
+line (``-X`` changes nothing): there are no ``.batch``/``.extern``/``.0`` rows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from phalanx.cli.slurm.common import (
+    compress_hostlist,
+    elapsed,
+    epoch,
+    job_display_id,
+    secs2time,
+    slurm_state,
+    slurm_time,
+)
+
+__all__ = ["DEFAULT_FIELDS", "format_jobs", "parse_fields"]
+
+DEFAULT_FIELDS = "jobid,jobname,partition,account,alloccpus,state,exitcode"
+BRIEF_FIELDS = "jobid,state,exitcode"
+
+Getter = Callable[[dict[str, Any], float], str]
+
+
+def _exit(job: dict[str, Any]) -> str:
+    code = job.get("exit_code")
+    sig = job.get("signal")
+    if sig:
+        return f"0:{int(sig)}"
+    return f"{int(code or 0) & 0xFF}:0"
+
+
+def _started(job: dict[str, Any]) -> bool:
+    return job.get("start_time") is not None
+
+
+def _alloc_cpus(job: dict[str, Any]) -> str:
+    if not _started(job):
+        return "0"
+    return str(job.get("num_cpus") or 0)
+
+
+def _nnodes(job: dict[str, Any]) -> str:
+    n = job.get("num_nodes")
+    if n is None:
+        n = len(job.get("nodes") or []) or 1
+    return str(n)
+
+
+def _mem(job: dict[str, Any]) -> str:
+    for pod_set in job.get("pod_sets") or []:
+        mem = (pod_set.get("requests") or {}).get("memory")
+        if mem:
+            return str(mem).replace("i", "")
+    return ""
+
+
+def _tres(job: dict[str, Any], alloc: bool) -> str:
+    if alloc and not _started(job):
+        return ""
+    parts = []
+    cpus = job.get("num_cpus")
+    if cpus:
+        parts += [f"billing={cpus}", f"cpu={cpus}"]
+    gpus = int(job.get("gpus") or 0)
+    if gpus:
+        parts.append(f"gres/gpu={gpus}")
+    mem = _mem(job)
+    if mem:
+        parts.append(f"mem={mem}")
+    parts.append(f"node={_nnodes(job)}")
+    return ",".join(parts)
+
+
+def _state(job: dict[str, Any]) -> str:
+    return slurm_state(job)
+
+
+FIELDS: dict[str, tuple[str, int, Getter]] = {
+    "account": ("Account", 10, lambda j, n: str(j.get("account") or j.get("tenant") or "")),
+    "alloccpus": ("AllocCPUS", 10, lambda j, n: _alloc_cpus(j)),
+    "allocnodes": ("AllocNodes", 10, lambda j, n: _nnodes(j) if _started(j) else "0"),
+    "alloctres": ("AllocTRES", 10, lambda j, n: _tres(j, True)),
+    "comment": ("Comment", 15, lambda j, n: str(j.get("comment") or "")),
+    "elapsed": ("Elapsed", 10, lambda j, n: secs2time(elapsed(j, n))),
+    "elapsedraw": ("ElapsedRaw", 10, lambda j, n: str(elapsed(j, n))),
+    "end": ("End", 19, lambda j, n: slurm_time(j.get("end_time"), "Unknown")),
+    "exitcode": ("ExitCode", 8, lambda j, n: _exit(j)),
+    "jobid": ("JobID", -12, lambda j, n: job_display_id(j)),
+    "jobidraw": ("JobIDRaw", -12, lambda j, n: str(j["id"])),
+    "jobname": ("JobName", 10, lambda j, n: str(j.get("name") or "")),
+    "ncpus": ("NCPUS", 10, lambda j, n: _alloc_cpus(j)),
+    "nnodes": ("NNodes", 8, lambda j, n: _nnodes(j)),
+    "nodelist": (
+        "NodeList",
+        15,
+        lambda j, n: compress_hostlist(j.get("nodes") or []) or "None assigned",
+    ),
+    "partition": (
+        "Partition",
+        10,
+        lambda j, n: str(j.get("partition") or j.get("cluster_queue") or ""),
+    ),
+    "priority": (
+        "Priority",
+        10,
+        lambda j, n: "" if j.get("priority") is None else str(j["priority"]),
+    ),
+    "qos": ("QOS", 10, lambda j, n: str(j.get("qos") or j.get("priority_class") or "normal")),
+    "reason": ("Reason", 20, lambda j, n: str(j.get("slurm_reason") or "None")),
+    "reqcpus": ("ReqCPUS", 8, lambda j, n: str(j.get("num_cpus") or "")),
+    "reqmem": ("ReqMem", 10, lambda j, n: _mem(j)),
+    "reqnodes": ("ReqNodes", 8, lambda j, n: _nnodes(j)),
+    "reqtres": ("ReqTRES", 10, lambda j, n: _tres(j, False)),
+    "start": ("Start", 19, lambda j, n: slurm_time(j.get("start_time"), "Unknown")),
+    "state": ("State", 10, lambda j, n: _state(j)),
+    "submit": ("Submit", 19, lambda j, n: slurm_time(j.get("submit_time"), "Unknown")),
+    "timelimit": ("Timelimit", 10, lambda j, n: secs2time(j.get("time_limit"))),
+    "timelimitraw": (
+        "TimelimitRaw",
+        12,
+        lambda j, n: (
+            "UNLIMITED" if j.get("time_limit") is None else str(int(j["time_limit"]) // 60)
+        ),
+    ),
+    "user": ("User", 9, lambda j, n: str(j.get("user") or "")),
+    "workdir": ("WorkDir", 30, lambda j, n: str(j.get("working_dir") or "")),
+}
+"""sacct fields: header, width (negative: left-justified), value."""
+
+Field = tuple[str, int, Getter]
+
+
+def parse_fields(text: str) -> list[Field]:
+    """``-o jobid,jobname%30,state``: sacct field names with optional ``%width``."""
+    from phalanx.errors import Invalid
+
+    out: list[Field] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, _, width = item.partition("%")
+        field = FIELDS.get(name.lower())
+        if field is None:
+            raise Invalid(f'Invalid field requested: "{name}"')
+        size = field[1]
+        if width:
+            try:
+                size = int(width) if size > 0 else -int(width)
+            except ValueError:
+                raise Invalid(f'Invalid field width: "{item}"') from None
+        out.append((field[0], size, field[2]))
+    return out
+
+
+def _cell(text: str, size: int) -> str:
+    width = abs(size)
+    if len(text) > width:
+        text = text[: width - 1] + "+" if width > 1 else text[:width]
+    return text.ljust(width) if size < 0 else text.rjust(width)
+
+
+def format_jobs(
+    jobs: Iterable[dict[str, Any]],
+    fields: Sequence[Field],
+    *,
+    header: bool = True,
+    parsable: str | None = None,
+    now: float | None = None,
+) -> str:
+    """sacct text; ``parsable``: ``"trailing"`` (``-p``) or ``"plain"`` (``-P``)."""
+    now = time.time() if now is None else now
+    rows = [[get(job, now) for _, _, get in fields] for job in jobs]
+    lines = []
+    if parsable is not None:
+        end = "|" if parsable == "trailing" else ""
+        if header:
+            lines.append("|".join(f[0] for f in fields) + end)
+        lines += ["|".join(row) + end for row in rows]
+    else:
+        if header:
+            lines.append("".join(_cell(f[0], f[1]) + " " for f in fields))
+            lines.append("".join("-" * abs(f[1]) + " " for f in fields))
+        lines += [
+            "".join(_cell(v, f[1]) + " " for v, f in zip(row, fields, strict=True)) for row in rows
+        ]
+    return "".join(line + "\n" for line in lines)
+
+
+def parse_when(text: str) -> float:
+    """sacct ``-S``/``-E``: ``YYYY-MM-DD[THH:MM[:SS]]``, ``HH:MM[:SS]``, ``now[-1hours]``."""
+    from phalanx.errors import Invalid
+
+    raw = text.strip()
+    lower = raw.lower()
+    if lower.startswith("now"):
+        rest = lower[3:]
+        if not rest:
+            return time.time()
+        units = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400, "weeks": 604800}
+        sign = -1 if rest[0] == "-" else 1
+        body = rest[1:]
+        digits = "".join(ch for ch in body if ch.isdigit())
+        unit = body[len(digits) :] or "seconds"
+        for name, scale in units.items():
+            if name.startswith(unit) and digits:
+                return time.time() + sign * int(digits) * scale
+        raise Invalid(f"Invalid time specification: {text}")
+    if lower in ("midnight", "today"):
+        return datetime.now().replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+    for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d", "%m/%d/%y", "%m/%d"):
+        try:
+            stamp = datetime.strptime(raw, fmt)
+        except ValueError:
+            continue
+        if fmt == "%m/%d":
+            stamp = stamp.replace(year=datetime.now().year)
+        return stamp.timestamp()
+    for fmt in ("%H:%M:%S", "%H:%M"):
+        try:
+            clock = datetime.strptime(raw, fmt)
+        except ValueError:
+            continue
+        return (
+            datetime.now()
+            .replace(hour=clock.hour, minute=clock.minute, second=clock.second, microsecond=0)
+            .timestamp()
+        )
+    raise Invalid(f"Invalid time specification: {text}")
+
+
+def in_window(job: dict[str, Any], start: float | None, end: float | None) -> bool:
+    """Whether the job existed (submitted..ended) at some time in ``[start, end]``."""
+    begin = epoch(job.get("start_time")) or epoch(job.get("submit_time")) or 0.0
+    finish = epoch(job.get("end_time"))
+    if end is not None and begin > end:
+        return False
+    return not (start is not None and finish is not None and finish < start)
+
+
+def run(
+    *,
+    jobs: list[str] | None,
+    fields: str | None,
+    brief: bool,
+    noheader: bool,
+    parsable: bool,
+    parsable2: bool,
+    starttime: str | None,
+    endtime: str | None,
+    states: list[str] | None,
+    users: list[str] | None,
+    allusers: bool,
+    accounts: list[str] | None,
+    partitions: list[str] | None,
+    names: list[str] | None,
+    as_json: bool,
+) -> int:
+    """The sacct command; returns the exit status."""
+    import os
+    import sys
+
+    from phalanx.cli.slurm.common import parse_job_ref, tool_error
+    from phalanx.cli.slurm.squeue import _matches_refs, parse_states
+    from phalanx.client import Client
+    from phalanx.errors import Invalid, PhalanxError
+
+    try:
+        chosen = (
+            fields or os.environ.get("SACCT_FORMAT") or (BRIEF_FIELDS if brief else DEFAULT_FIELDS)
+        )
+        parsed = parse_fields(chosen)
+        wanted = parse_states(states) if states else None
+        start = parse_when(starttime) if starttime else None
+        end = parse_when(endtime) if endtime else None
+    except Invalid as exc:
+        tool_error("sacct", exc.detail)
+        return 1
+    refs = []
+    for text in jobs or []:
+        ref = parse_job_ref(text.split(".", 1)[0])
+        if ref is None:
+            tool_error("sacct", f"Invalid job id: {text}")
+            return 1
+        refs.append(ref)
+    if start is None and not refs and not states:
+        start = parse_when("midnight")
+    try:
+        with Client() as client:
+            if not users and not allusers:
+                me = client.whoami()
+                if not me.get("admin"):
+                    users = [str(me["user"])]
+            listed = list(client.jobs(user=users, tenant=accounts, name=names))
+    except PhalanxError as exc:
+        tool_error("sacct", exc.detail)
+        return 1
+    shown = [
+        j
+        for j in listed
+        if (not refs or _matches_refs(j, refs))
+        and (wanted is None or slurm_state(j) in wanted)
+        and (not partitions or (j.get("partition") or j.get("cluster_queue")) in partitions)
+        and (not names or j.get("name") in names)
+        and in_window(j, start, end)
+    ]
+    if as_json:
+        import json
+
+        sys.stdout.write(json.dumps({"jobs": shown}, indent=2) + "\n")
+        return 0
+    mode = "plain" if parsable2 else "trailing" if parsable else None
+    sys.stdout.write(format_jobs(shown, parsed, header=not noheader, parsable=mode))
+    return 0

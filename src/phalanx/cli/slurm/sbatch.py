@@ -1,0 +1,177 @@
+"""``phalanx sbatch``: parse a batch script client-side and submit it.
+
+The script and its ``#SBATCH`` directives are parsed by
+:mod:`phalanx.dialects.slurm` (which loads pydantic; only sbatch pays for
+that). Prints ``Submitted batch job N`` (``N`` with ``--parsable``);
+``--wait`` blocks until the job ends and exits with its exit code;
+``--test-only`` asks the server for a start estimate and submits nothing.
+``--strict`` (default) / ``--lenient`` are phalanx additions: lenient
+accepts options phalanx cannot honour, with a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from phalanx.cli.slurm.common import tool_error
+
+__all__ = ["find_script", "run"]
+
+_SHORT_VALUE = set("AabcDdeGiJLMmNnopqSstwxCFk")
+_SHORT_FLAGS = set("HhIOQvVWs")
+_LONG_FLAGS = {
+    "--parsable",
+    "--wait",
+    "--test-only",
+    "--hold",
+    "--exclusive",
+    "--requeue",
+    "--no-requeue",
+    "--overcommit",
+    "--quiet",
+    "--verbose",
+    "--help",
+    "--usage",
+    "--contiguous",
+    "--spread-job",
+    "--use-min-nodes",
+    "--ignore-pbs",
+    "--oversubscribe",
+    "--no-kill",
+    "--get-user-env",
+    "--export-file",
+    "--version",
+}
+
+
+def find_script(argv: Sequence[str]) -> int | None:
+    """Index of the script argument (the first operand), or ``None`` (stdin / ``--wrap``)."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return i + 1 if i + 1 < len(argv) else None
+        if arg.startswith("--"):
+            if "=" not in arg and arg not in _LONG_FLAGS:
+                i += 1
+            i += 1
+            continue
+        if arg.startswith("-") and len(arg) > 1:
+            if arg[1] in _SHORT_VALUE and len(arg) == 2:
+                i += 1
+            i += 1
+            continue
+        return i
+    return None
+
+
+def run(argv: Sequence[str]) -> int:
+    """The sbatch command; returns the exit status."""
+    from phalanx.errors import PhalanxError
+
+    args = [a for a in argv if a not in ("--strict", "--lenient")]
+    lenient = "--lenient" in argv and "--strict" not in argv[argv.index("--lenient") :]
+    parsable = "--parsable" in args
+    wait = "--wait" in args or "-W" in args
+    test_only = "--test-only" in args
+    index = find_script(args)
+    wrapped = any(a == "--wrap" or a.startswith("--wrap=") for a in args)
+    script_path: str | None = None
+    if index is not None and not wrapped:
+        script_path = args[index]
+        try:
+            with open(script_path, encoding="utf-8", errors="replace") as fh:
+                script_text = fh.read()
+        except OSError as exc:
+            tool_error("sbatch", f"Unable to open file {script_path}: {exc.strerror or exc}")
+            return 1
+    elif wrapped:
+        script_text = ""
+    else:
+        if sys.stdin.isatty():
+            sys.stderr.write("sbatch: Reading batch script from stdin (end with Ctrl-D)\n")
+        script_text = sys.stdin.read()
+    try:
+        import importlib
+
+        slurm: Any = importlib.import_module("phalanx.dialects.slurm")
+    except ImportError:
+        tool_error("sbatch", "the Slurm dialect (phalanx.dialects.slurm) is not installed")
+        return 1
+    import getpass
+
+    try:
+        request = slurm.build_request(
+            args,
+            script_text=script_text,
+            script_path=script_path,
+            env=dict(os.environ),
+            cwd=os.getcwd(),
+            now=time.time(),
+            user=getpass.getuser(),
+            lenient=lenient,
+        )
+        submission = slurm.to_submission(request, env=dict(os.environ))
+    except PhalanxError as exc:
+        for line in exc.detail.splitlines() or [exc.error]:
+            sys.stderr.write(
+                line + "\n" if line.startswith("sbatch:") else f"sbatch: error: {line}\n"
+            )
+        return 1
+    parsable = parsable or bool(getattr(request, "parsable", False))
+    wait = wait or bool(getattr(request, "wait", False))
+    test_only = test_only or bool(getattr(request, "test_only", False))
+    from phalanx.client import Client
+
+    try:
+        with Client() as client:
+            data = submission.to_dict() if hasattr(submission, "to_dict") else submission
+            if test_only:
+                return _test_only(client, data)
+            job_id = client.submit(data)
+            sys.stdout.write(f"{job_id}\n" if parsable else f"Submitted batch job {job_id}\n")
+            sys.stdout.flush()
+            if not wait:
+                return 0
+            job = client.wait(job_id, interval=1.0)
+    except PhalanxError as exc:
+        tool_error("sbatch", f"Batch job submission failed: {exc.detail}")
+        return 1
+    return _exit_status(job)
+
+
+def _exit_status(job: dict[str, Any]) -> int:
+    """``sbatch --wait``: the job's exit code (128+signal when killed, as a shell reports it)."""
+    if job.get("signal"):
+        return 128 + int(job["signal"])
+    code = job.get("exit_code")
+    if code is None:
+        return 0 if job.get("state") == "COMPLETED" else 1
+    return int(code) & 0xFF
+
+
+def _test_only(client: Any, submission: dict[str, Any]) -> int:
+    from phalanx.cli.slurm.common import slurm_time
+
+    estimate = client.estimate(submission)
+    if estimate is None:
+        tool_error(
+            "sbatch",
+            "--test-only: this phalanx server cannot estimate a start time "
+            "(no POST /api/v1/jobs/estimate); nothing was submitted",
+        )
+        return 1
+    when = slurm_time(estimate.get("start_time") or estimate.get("estimated_start"), "Unknown")
+    procs = estimate.get("num_cpus") or ""
+    nodes = estimate.get("nodelist") or ",".join(estimate.get("nodes") or []) or "(null)"
+    partition = estimate.get("partition") or estimate.get("cluster_queue") or ""
+    job_id = estimate.get("id") or 0
+    sys.stderr.write(
+        f"sbatch: Job {job_id} to start at {when} using {procs} processors on nodes "
+        f"{nodes} in partition {partition}\n"
+    )
+    return 0

@@ -1,0 +1,373 @@
+"""``phalanx scontrol``: show job/node/partition/hostnames/hostlist, hold, release, requeue, update.
+
+``show job`` prints Slurm's ``Key=Value`` layout (first line ``JobId=N
+JobName=...``, continuation lines indented three spaces, a blank line after
+each job; ``-o`` puts each record on one line). Only keys phalanx knows are
+printed with values; keys Slurm has and phalanx does not are left out rather
+than invented. ``show hostnames``/``show hostlist`` run locally, no server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from phalanx.cli.slurm.common import (
+    compress_hostlist,
+    elapsed,
+    expand_hostlist,
+    reason_of,
+    secs2time,
+    slurm_state,
+    slurm_time,
+    tool_error,
+)
+
+__all__ = ["job_record", "node_record", "partition_record", "render", "run"]
+
+Record = list[list[str]]
+"""Lines of ``Key=Value`` items."""
+
+
+def _null(value: Any) -> str:
+    return "(null)" if value in (None, "") else str(value)
+
+
+def _user(name: str) -> str:
+    try:
+        import pwd
+
+        return f"{name}({pwd.getpwnam(name).pw_uid})"
+    except (KeyError, ImportError):
+        return f"{name}(N/A)"
+
+
+def job_record(job: dict[str, Any], now: float | None = None) -> Record:
+    """``scontrol show job`` lines for one job view."""
+    state = slurm_state(job)
+    first = [f"JobId={job['id']}"]
+    if job.get("array_job_id") is not None:
+        first.append(f"ArrayJobId={job['array_job_id']}")
+        task = job.get("array_task_id")
+        first.append(f"ArrayTaskId={task if task is not None else job.get('array_spec') or ''}")
+    first.append(f"JobName={job.get('name') or ''}")
+    code = job.get("exit_code")
+    sig = job.get("signal")
+    exit_code = f"0:{sig}" if sig else f"{int(code or 0) & 0xFF}:0"
+    nodes = compress_hostlist(job.get("nodes") or [])
+    num_nodes = job.get("num_nodes") or len(job.get("nodes") or []) or 1
+    account = job.get("account") or job.get("tenant") or ""
+    qos = job.get("qos") or job.get("priority_class") or "normal"
+    start = job.get("start_time") or job.get("estimated_start")
+    return [
+        first,
+        [f"UserId={_user(str(job.get('user') or ''))}"],
+        [
+            f"Priority={job.get('priority') if job.get('priority') is not None else 0}",
+            f"Nice={job.get('nice') or 0}",
+            f"Account={account}",
+            f"QOS={qos}",
+        ],
+        [
+            f"JobState={state}",
+            f"Reason={reason_of(job)}",
+            f"Dependency={_null(job.get('dependency'))}",
+        ],
+        [
+            f"Requeue={1 if job.get('requeue', True) else 0}",
+            f"Restarts={max(0, int(job.get('attempt') or 1) - 1)}",
+            "BatchFlag=1",
+            f"ExitCode={exit_code}",
+        ],
+        [
+            f"RunTime={secs2time(elapsed(job, now))}",
+            f"TimeLimit={secs2time(job.get('time_limit'))}",
+        ],
+        [f"SubmitTime={slurm_time(job.get('submit_time'), 'Unknown')}"],
+        [
+            f"StartTime={slurm_time(start, 'Unknown')}",
+            f"EndTime={slurm_time(job.get('end_time'), 'Unknown')}",
+        ],
+        [f"Partition={job.get('partition') or job.get('cluster_queue') or ''}"],
+        [f"NodeList={_null(nodes)}"],
+        [
+            f"NumNodes={num_nodes}",
+            f"NumCPUs={job.get('num_cpus') or ''}",
+            f"NumTasks={job.get('num_tasks') or ''}",
+        ],
+        [f"TresPerJob=gres/gpu:{job['gpus']}"] if job.get("gpus") else [],
+        [f"Command={' '.join(job.get('command') or []) or '(null)'}"],
+        [f"WorkDir={job.get('working_dir') or ''}"],
+        [f"Comment={job['comment']}"] if job.get("comment") else [],
+        [f"StdErr={job.get('stderr') or ''}"],
+        ["StdIn=/dev/null"],
+        [f"StdOut={job.get('stdout') or ''}"],
+    ]
+
+
+def _mem_mb(text: str) -> str:
+    from phalanx.cli.slurm.sinfo import _mem_mb
+
+    return _mem_mb({"status": {"capacity": {"memory": text}}})
+
+
+def node_record(node: dict[str, Any], partitions: Sequence[str]) -> Record:
+    name = node["metadata"]["name"]
+    status = node.get("status") or {}
+    capacity = status.get("capacity") or {}
+    gpus = capacity.get("nvidia.com/gpu")
+    state = str(status.get("state") or "idle").upper()
+    state = {"DRAIN": "IDLE+DRAIN", "ALLOCATED": "ALLOCATED", "MIXED": "MIXED"}.get(state, state)
+    labels = node["metadata"].get("labels") or {}
+    features = ",".join(f"{k}={v}" for k, v in labels.items()) or "(null)"
+    return [
+        [f"NodeName={name}"],
+        [f"CPUTot={capacity.get('cpu', '')}"],
+        [f"AvailableFeatures={features}"],
+        [f"Gres={f'gpu:{gpus}' if gpus else '(null)'}"],
+        [f"NodeAddr={name}", f"NodeHostName={name}"],
+        [f"RealMemory={_mem_mb(str(capacity.get('memory', '0')))}"],
+        [f"State={state}"],
+        [f"Partitions={','.join(partitions)}"],
+        [f"AllocTRES=gres/gpu={status.get('gpus_used', 0)}"] if gpus else [],
+    ]
+
+
+def partition_record(cq: dict[str, Any], nodes: Sequence[dict[str, Any]]) -> Record:
+    status = cq.get("status") or {}
+    names = [n["metadata"]["name"] for n in nodes]
+    cpus = 0
+    for node in nodes:
+        with contextlib.suppress(ValueError):
+            cpus += int(((node.get("status") or {}).get("capacity") or {}).get("cpu", 0))
+    return [
+        [f"PartitionName={cq['metadata']['name']}"],
+        ["AllowGroups=ALL", "AllowAccounts=ALL", "AllowQos=ALL"],
+        ["MaxNodes=UNLIMITED", "MaxTime=UNLIMITED", "MinNodes=0"],
+        [f"Nodes={_null(compress_hostlist(names))}"],
+        [
+            f"State={'UP' if status.get('active', True) else 'INACTIVE'}",
+            f"TotalCPUs={cpus}",
+            f"TotalNodes={len(names)}",
+        ],
+    ]
+
+
+def render(record: Record, *, oneliner: bool = False) -> str:
+    lines = [" ".join(items) for items in record if items]
+    if oneliner:
+        return " ".join(lines) + "\n"
+    return lines[0] + "\n" + "".join(f"   {line}\n" for line in lines[1:]) + "\n"
+
+
+_UPDATE_KEYS = {"timelimit": "time_limit", "nice": "nice", "comment": "comment"}
+
+
+def _job_ids(client: Any, text: str) -> list[int] | None:
+    from phalanx.cli.slurm.common import parse_job_ref
+    from phalanx.cli.slurm.scancel import resolve
+
+    ids: list[int] = []
+    for part in text.split(","):
+        ref = parse_job_ref(part)
+        if ref is None:
+            return None
+        found = resolve(client, ref)
+        if not found:
+            return None
+        ids += [int(j["id"]) for j in found]
+    return ids
+
+
+def run(args: Sequence[str], *, oneliner: bool, details: bool) -> int:
+    """``scontrol COMMAND ...``; returns the exit status."""
+    from phalanx.errors import Invalid, NotFound, PhalanxError
+
+    if not args:
+        tool_error("scontrol", "no command given (show, hold, release, requeue, update)")
+        return 1
+    command, rest = args[0].lower(), list(args[1:])
+    if command == "show":
+        if not rest:
+            tool_error("scontrol", "show: entity not specified")
+            return 1
+        entity = rest[0].lower()
+        target = rest[1] if len(rest) > 1 else None
+        if entity in ("hostnames", "hostname"):
+            text = target or os.environ.get("SLURM_JOB_NODELIST", "")
+            try:
+                names = expand_hostlist(text)
+            except ValueError:
+                sys.stderr.write(f"Invalid hostlist: {text}\n")
+                return 1
+            sys.stdout.write("".join(f"{n}\n" for n in names))
+            return 0
+        if entity in ("hostlist", "hostlistsorted"):
+            if target is None:
+                tool_error("scontrol", "hostlist requires a list of hosts")
+                return 1
+            try:
+                names = expand_hostlist(target)
+            except ValueError:
+                sys.stderr.write(f"Invalid hostlist: {target}\n")
+                return 1
+            if entity == "hostlistsorted":
+                names = sorted(names)
+            sys.stdout.write(compress_hostlist(names) + "\n")
+            return 0
+    from phalanx.client import Client
+
+    try:
+        with Client() as client:
+            if command == "show":
+                return _show(client, rest, oneliner=oneliner)
+            if command in ("hold", "uhold", "release", "requeue", "requeuehold"):
+                if not rest:
+                    tool_error("scontrol", f"{command}: job id not specified")
+                    return 1
+                status = 0
+                for text in rest:
+                    ids = _job_ids(client, text)
+                    if ids is None:
+                        sys.stderr.write(f"Invalid job id specified for job {text}\n")
+                        status = 1
+                        continue
+                    for job_id in ids:
+                        try:
+                            if command in ("hold", "uhold"):
+                                client.hold(job_id)
+                            elif command == "release":
+                                client.release(job_id)
+                            else:
+                                client.requeue(job_id, hold=command == "requeuehold")
+                        except PhalanxError as exc:
+                            sys.stderr.write(f"{_slurm_error(exc)} for job {job_id}\n")
+                            status = 1
+                return status
+            if command == "update":
+                return _update(client, rest)
+    except NotFound as exc:
+        sys.stderr.write(f"{exc.detail}\n")
+        return 1
+    except Invalid as exc:
+        tool_error("scontrol", exc.detail)
+        return 1
+    except PhalanxError as exc:
+        tool_error("scontrol", exc.detail)
+        return 1
+    sys.stderr.write(f"invalid keyword: {args[0]}\n")
+    return 1
+
+
+def _slurm_error(exc: Exception) -> str:
+    from phalanx import errors
+
+    if isinstance(exc, errors.NotFound):
+        return "Invalid job id specified"
+    if isinstance(exc, errors.Conflict):
+        return "Job is no longer pending execution"
+    if isinstance(exc, errors.Forbidden | errors.Unauthorized):
+        return "Access/permission denied"
+    return str(getattr(exc, "detail", exc))
+
+
+def _show(client: Any, rest: list[str], *, oneliner: bool) -> int:
+    from phalanx.cli.slurm.sinfo import partition_nodes
+    from phalanx.errors import NotFound
+
+    entity = rest[0].lower()
+    target = rest[1] if len(rest) > 1 else None
+    if entity in ("job", "jobs"):
+        if target is None:
+            jobs = list(client.jobs())
+        else:
+            ids = _job_ids(client, target)
+            if ids is None:
+                sys.stderr.write("slurm_load_jobs error: Invalid job id specified\n")
+                return 1
+            jobs = [client.get(i) for i in ids]
+        if not jobs:
+            sys.stdout.write("No jobs in the system\n")
+        for job in jobs:
+            sys.stdout.write(render(job_record(job), oneliner=oneliner))
+        return 0
+    if entity in ("node", "nodes", "partition", "partitions"):
+        cqs = client.cluster_queues()
+        flavors = {f["metadata"]["name"]: f for f in client.resource_flavors()}
+        nodes = client.nodes()
+        members = {cq["metadata"]["name"]: partition_nodes(cq, flavors, nodes) for cq in cqs}
+        if entity.startswith("node"):
+            chosen = nodes
+            if target is not None:
+                wanted = set(expand_hostlist(target))
+                chosen = [n for n in nodes if n["metadata"]["name"] in wanted]
+                if not chosen:
+                    sys.stderr.write(f"Node {target} not found\n")
+                    return 1
+            for node in chosen:
+                name = node["metadata"]["name"]
+                parts = [
+                    p for p, ns in members.items() if any(n["metadata"]["name"] == name for n in ns)
+                ]
+                sys.stdout.write(render(node_record(node, parts), oneliner=oneliner))
+            return 0
+        chosen_cqs = [c for c in cqs if target is None or c["metadata"]["name"] == target]
+        if not chosen_cqs:
+            sys.stderr.write(f"Partition {target} not found\n")
+            return 1
+        for cq in chosen_cqs:
+            sys.stdout.write(
+                render(partition_record(cq, members[cq["metadata"]["name"]]), oneliner=oneliner)
+            )
+        return 0
+    raise NotFound(f"invalid entity: {rest[0]} for keyword: show")
+
+
+def _update(client: Any, rest: list[str]) -> int:
+    from phalanx.errors import PhalanxError
+    from phalanx.timefmt import parse_time_limit
+
+    pairs: dict[str, str] = {}
+    for item in rest:
+        key, sep, value = item.partition("=")
+        if not sep:
+            sys.stderr.write(f"Invalid input: {item}\nRequest aborted\n")
+            return 1
+        pairs[key.lower()] = value
+    target = pairs.pop("jobid", None) or pairs.pop("job", None)
+    if target is None:
+        sys.stderr.write("No valid entity in update command\nRequest aborted\n")
+        return 1
+    fields: dict[str, Any] = {}
+    for key, value in pairs.items():
+        name = _UPDATE_KEYS.get(key)
+        if name is None:
+            sys.stderr.write(
+                f"Update of this parameter is not supported: {key}=\nRequest aborted\n"
+            )
+            return 1
+        if name == "time_limit":
+            fields[name] = parse_time_limit(value)
+        elif name == "nice":
+            try:
+                fields[name] = int(value)
+            except ValueError:
+                sys.stderr.write(f"Invalid nice value: {value}\nRequest aborted\n")
+                return 1
+        else:
+            fields[name] = value
+    ids = _job_ids(client, target)
+    if ids is None:
+        sys.stderr.write(f"Invalid job id specified for job {target}\n")
+        return 1
+    status = 0
+    for job_id in ids:
+        try:
+            client.update(job_id, **fields)
+        except PhalanxError as exc:
+            sys.stderr.write(f"{_slurm_error(exc)} for job {job_id}\n")
+            status = 1
+    return status

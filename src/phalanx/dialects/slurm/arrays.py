@@ -1,0 +1,73 @@
+"""Slurm job array specifications (``--array``; sbatch.1, job_array.shtml).
+
+``0-15``, ``0,6,16-32``, ``1,3,5,7``, ``0-15:4`` (0, 4, 8, 12), and a ``%N``
+suffix that throttles how many tasks run at once (``0-15%4``). Indices run from
+0 to ``MaxArraySize - 1``; with Slurm's default ``MaxArraySize=1001`` that is
+0..1000, so at most 1001 tasks.
+"""
+
+from __future__ import annotations
+
+import re
+
+from phalanx.errors import Invalid
+from phalanx.model.submission import ArraySpec
+
+__all__ = ["MAX_ARRAY_SIZE", "array_step", "parse_array"]
+
+MAX_ARRAY_SIZE = 1001
+"""Slurm's default ``MaxArraySize``: indices must be below it."""
+
+_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")
+_ERROR = "sbatch: error: Invalid job array specification"
+
+
+def _invalid(text: str, why: str) -> Invalid:
+    return Invalid(f"{_ERROR}\nsbatch: error: --array={text}: {why}")
+
+
+def parse_array(text: str) -> ArraySpec:
+    """The :class:`ArraySpec` of the Slurm array specification ``text``.
+
+    >>> parse_array("1-3,8,10-20:5%2").indices
+    [1, 2, 3, 8, 10, 15, 20]
+    """
+    spec, throttle_text = text, None
+    if "%" in text:
+        spec, _, throttle_text = text.partition("%")
+    throttle: int | None = None
+    if throttle_text is not None:
+        if not throttle_text.isdigit() or not throttle_text.isascii():
+            raise _invalid(text, f"the throttle after % must be a number, got {throttle_text!r}")
+        throttle = int(throttle_text) or None  # %0: no limit
+    if not spec:
+        raise _invalid(text, "no indices")
+    indices: set[int] = set()
+    for part in spec.split(","):
+        m = _RANGE.fullmatch(part)
+        if m is None or not part.isascii():
+            raise _invalid(text, f"{part!r} is not an index, a range N-M or a stepped range N-M:S")
+        first = int(m.group(1))
+        last = int(m.group(2)) if m.group(2) is not None else first
+        step = int(m.group(3)) if m.group(3) is not None else 1
+        if last < first:
+            raise _invalid(text, f"{part!r}: the range ends before it starts")
+        if step < 1:
+            raise _invalid(text, f"{part!r}: the step must be at least 1")
+        if last >= MAX_ARRAY_SIZE:
+            raise _invalid(
+                text, f"index {last} is above the maximum {MAX_ARRAY_SIZE - 1} (MaxArraySize)"
+            )
+        indices.update(range(first, last + 1, step))
+    return ArraySpec(indices=sorted(indices), throttle=throttle, text=text)
+
+
+def array_step(text: str) -> int:
+    """``SLURM_ARRAY_TASK_STEP`` for the specification ``text``: the number after the
+    first ``:``, or 1 when there is none (even for ``1,3,5``)."""
+    spec = text.partition("%")[0]
+    for part in spec.split(","):
+        if ":" in part:
+            step = part.partition(":")[2]
+            return int(step) if step.isdigit() else 1
+    return 1

@@ -1,0 +1,479 @@
+"""sbatch end to end: options + script + ``SBATCH_*`` -> :class:`SbatchRequest` -> JobSubmission.
+
+:func:`build_request` merges, as sbatch does, ``#SBATCH`` directives < ``SBATCH_*``
+input environment variables < the command line, reads the script (a path, stdin
+text, or ``--wrap``) and checks the combinations sbatch refuses.
+:func:`to_submission` maps the request onto phalanx's model:
+
+* ``--account`` -> ``tenant``, ``--partition`` -> ``clusterQueue`` (None: the
+  server picks the default partition), ``--qos`` -> ``priorityClass``;
+* one pod set ``main``. With ``--nodes N`` (or a per-node option: ``--ntasks-per-node``,
+  ``--gpus-per-node``, ``--gres``) it is ``N`` node-sized pods (``tasksPerNode=1``)
+  each asking for the node's share: GPUs ``--gpus-per-node`` (or ``--gres=gpu:N``,
+  ``--gpus/N``, ``--gpus-per-task`` x tasks per node), CPUs ``--cpus-per-task`` x
+  tasks per node, memory ``--mem`` (or ``--mem-per-cpu`` x CPUs, ``--mem-per-gpu`` x
+  GPUs). Without, it is one pod per task (``--ntasks``, default 1);
+* ``--constraint=a&b`` -> node selector ``slurm.phalanx.io/feature-<f>: "true"`` per
+  feature; a GPU type (``--gpus-per-node=h100:8``) -> ``slurm.phalanx.io/gpu-type``;
+  ``--nodelist`` of one node -> ``kubernetes.io/hostname``;
+* output patterns stay unexpanded (the server expands ``%j``); the default is
+  ``slurm-%j.out`` (``slurm-%A_%a.out`` for arrays);
+* ``JobSubmission.slurm`` records what the user asked, for the ``SLURM_*`` environment.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import hostlist
+
+from phalanx.dialects.slurm.memory import MB
+from phalanx.dialects.slurm.options import (
+    SbatchOptions,
+    options_from_env,
+    parse_begin,
+    parse_sbatch_args,
+)
+from phalanx.dialects.slurm.script import check_script, read_directives
+from phalanx.errors import Invalid
+from phalanx.model.job import PodSet
+from phalanx.model.quantity import CPU, GPU, MEMORY
+from phalanx.model.submission import JobSubmission, RunSpec
+
+__all__ = [
+    "FEATURE_LABEL",
+    "GPU_TYPE_LABEL",
+    "WRAP_HEADER",
+    "SbatchRequest",
+    "build_request",
+    "to_submission",
+]
+
+WRAP_HEADER = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"
+FEATURE_LABEL = "slurm.phalanx.io/feature-{}"
+"""Node label (value ``"true"``) of a Slurm feature; ``--constraint`` selects on it."""
+GPU_TYPE_LABEL = "slurm.phalanx.io/gpu-type"
+"""Node label holding the node's GPU type (``gpu:h100:8`` -> ``h100``)."""
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+_MEM_OPTIONS = ("mem", "mem_per_cpu", "mem_per_gpu")
+
+
+@dataclass(frozen=True)
+class SbatchRequest:
+    """A parsed sbatch invocation: merged options, the script and its arguments."""
+
+    options: SbatchOptions
+    script: str | None
+    """The batch script text (None only for ``--help`` / ``--usage`` / ``--version``)."""
+    script_args: tuple[str, ...] = ()
+    script_path: str | None = None
+    """The script's path as given; None for stdin and ``--wrap``."""
+    cwd: str = "/"
+    user: str = ""
+    submit_host: str = ""
+    begin_time: float | None = None
+    warnings: tuple[str, ...] = field(default=())
+
+
+def _err(message: str) -> Invalid:
+    return Invalid(f"sbatch: error: {message}")
+
+
+def _read_script(path: str, cwd: str, env: Mapping[str, str]) -> tuple[str, str]:
+    """The text of the script ``path`` (sbatch.1 SCRIPT PATH RESOLUTION) and its full path."""
+    candidates = [posixpath.join(cwd, path)]
+    if "/" not in path:
+        candidates += [posixpath.join(d, path) for d in env.get("PATH", "").split(":") if d]
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            try:
+                with open(candidate, encoding="utf-8", errors="surrogateescape") as f:
+                    return f.read(), candidate
+            except OSError as exc:
+                raise _err(f"Unable to open file {path}: {exc.strerror}") from None
+    raise _err(f"Unable to open file {path}")
+
+
+def _script_options(text: str, source: str, lenient: bool) -> tuple[SbatchOptions, list[str]]:
+    from phalanx.dialects.slurm.options import OptionError, parse_words
+
+    found = read_directives(text, source, lenient=lenient)
+    pairs = found.words()
+    words = [w for _, w in pairs]
+    try:
+        opts, rest = parse_words(words)
+    except OptionError as exc:
+        line = pairs[exc.index][0] if exc.index < len(pairs) else 0
+        message = exc.message.removeprefix("error: ")
+        raise _err(f"{source}: line {line}: {message}") from None
+    if rest:
+        line = pairs[len(words) - len(rest)][0]
+        raise _err(f"{source}: line {line}: Invalid directive found in batch script: {rest[0]}")
+    return opts, list(found.warnings)
+
+
+def _layer_memory(layers: list[SbatchOptions]) -> list[SbatchOptions]:
+    """``--mem``, ``--mem-per-cpu``, ``--mem-per-gpu``: exclusive within a layer; the
+    highest layer that sets one of them wins and clears the others below."""
+    from dataclasses import replace
+
+    out: list[SbatchOptions] = []
+    for layer in layers:
+        given = [name for name in _MEM_OPTIONS if getattr(layer, name) is not None]
+        if len(given) > 1:
+            raise _err("--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive.")
+        out.append(layer)
+        if given:
+            out = [replace(lo, mem=None, mem_per_cpu=None, mem_per_gpu=None) for lo in out[:-1]]
+            out.append(layer)
+    return out
+
+
+def build_request(
+    argv: list[str],
+    *,
+    script_text: str | None,
+    script_path: str | None,
+    env: Mapping[str, str],
+    cwd: str,
+    now: float,
+    user: str,
+    lenient: bool = False,
+    submit_host: str = "",
+) -> SbatchRequest:
+    """Parse an sbatch invocation.
+
+    ``argv``: sbatch's arguments (no program name). Its first non-option word is the
+    script path (read relative to ``cwd``, then ``$PATH``, unless ``script_text``
+    already holds its text) and the rest are the script's arguments. When the caller
+    has split the path off already it passes ``script_path`` and every non-option
+    word of ``argv`` is a script argument. Without a path, ``script_text`` is the
+    script read from standard input. ``env`` is the submitting environment (for
+    ``SBATCH_*`` and ``--export``).
+    """
+    cli, rest = parse_sbatch_args(argv)
+    if cli.help or cli.usage or cli.version:
+        return SbatchRequest(options=cli, script=None, cwd=cwd, user=user, submit_host=submit_host)
+    warnings: list[str] = []
+    path = script_path
+    args = list(rest)
+    if path is None and args and cli.wrap is None:
+        path = args.pop(0)
+
+    if cli.wrap is not None:
+        if args or path is not None:
+            raise _err("Script arguments not permitted with --wrap option")
+        text = f"{WRAP_HEADER}{cli.wrap}\n"
+        check_script(text)
+        script_opts = SbatchOptions()
+        source = "--wrap"
+    else:
+        if script_text is None:
+            if path is None:
+                raise _err("no batch script: give a script path, --wrap, or the script on stdin")
+            script_text, _ = _read_script(path, cwd, env)
+        text = script_text
+        source = path if path is not None else "<stdin>"
+        script_opts, script_warnings = _script_options(text, source, lenient)
+        warnings += script_warnings
+
+    env_opts = options_from_env(env)
+    layers = _layer_memory([script_opts, env_opts, cli])
+    merged = SbatchOptions()
+    for layer in layers:
+        merged = layer.over(merged)
+    for name in merged.ignored:
+        warnings.append(f"{name}: accepted, but phalanx does not act on it")
+    merged, more = _validate(merged)
+    warnings += more
+    begin = parse_begin(merged.begin, now) if merged.begin is not None else None
+    return SbatchRequest(
+        options=merged,
+        script=text,
+        script_args=tuple(args),
+        script_path=path,
+        cwd=cwd,
+        user=user,
+        submit_host=submit_host,
+        begin_time=begin,
+        warnings=tuple(warnings),
+    )
+
+
+def _gres_gpus(o: SbatchOptions) -> tuple[int, str | None] | None:
+    for g in o.gres or ():
+        if g.name == "gpu":
+            return g.count, g.type
+    return None
+
+
+def _validate(o: SbatchOptions) -> tuple[SbatchOptions, list[str]]:
+    from dataclasses import replace
+
+    warnings: list[str] = []
+    other = [g.name for g in o.gres or () if g.name != "gpu"]
+    if other:
+        raise _err(f"--gres={','.join(other)}: only gpu generic resources are supported yet")
+    if o.gpus_per_node is not None and _gres_gpus(o) is not None:
+        raise _err("--gpus-per-node is mutually exclusive with --gres=gpu")
+    if o.gpus_per_task is not None and o.ntasks is None and o.ntasks_per_node is None:
+        raise _err(
+            "--gpus-per-task requires an explicit task count: --ntasks, or --nodes with "
+            "--ntasks-per-node"
+        )
+    if o.nodes is not None and o.ntasks is not None and o.nodes[0] > o.ntasks:
+        warnings.append(
+            f"Warning: can't run {o.ntasks} processes on {o.nodes[0]} nodes, setting nnodes "
+            f"to {o.ntasks}"
+        )
+        o = replace(o, nodes=(o.ntasks, max(o.ntasks, min(o.nodes[1], o.ntasks))))
+    if o.nodes is not None and o.nodes[0] != o.nodes[1]:
+        warnings.append(
+            f"--nodes={o.nodes[0]}-{o.nodes[1]}: phalanx allocates the minimum, {o.nodes[0]} nodes"
+        )
+    if o.mem == 0:
+        warnings.append(
+            "--mem=0 (all of each node's memory): the job requests no memory; use --exclusive "
+            "to get whole nodes"
+        )
+    if o.switches is not None:
+        warnings.append("--switches: recorded; phalanx does not place by leaf switch yet")
+    for name, value in (("--partition", o.partition), ("--qos", o.qos)):
+        if value is not None and "," in value:
+            raise _err(f"{name}={value}: a list is not supported yet; give one")
+    return o, warnings
+
+
+# ---------------------------------------------------------------- to_submission
+
+
+def _node_selector(o: SbatchOptions, gpu_type: str | None) -> dict[str, str]:
+    selector: dict[str, str] = {}
+    if o.constraint is not None:
+        features = o.constraint.split("&")
+        for feature in features:
+            if not re.fullmatch(r"[A-Za-z0-9_.\-]+", feature):
+                raise _err(
+                    f"--constraint={o.constraint}: only single features and a&b are supported; "
+                    "OR (|), counts (*N), brackets and parentheses are not supported"
+                )
+            selector[FEATURE_LABEL.format(feature)] = "true"
+    if o.exclude is not None:
+        raise _err(f"--exclude={o.exclude}: excluding nodes is not supported yet")
+    if o.nodelist is not None:
+        if "/" in o.nodelist:
+            raise _err(f"--nodelist={o.nodelist}: a node list file is not supported yet")
+        try:
+            nodes = sorted(set(hostlist.expand_hostlist(o.nodelist)))
+        except hostlist.BadHostlist as exc:
+            raise _err(f"--nodelist={o.nodelist}: invalid hostlist ({exc})") from None
+        if len(nodes) != 1:
+            raise _err(
+                f"--nodelist={o.nodelist}: more than one node is not supported yet; "
+                "give one node, or use --constraint"
+            )
+        selector[HOSTNAME_LABEL] = nodes[0]
+    if gpu_type is not None:
+        selector[GPU_TYPE_LABEL] = gpu_type
+    return selector
+
+
+def _pod_set(o: SbatchOptions) -> tuple[PodSet, str | None]:
+    cpt = o.cpus_per_task or 1
+    gres = _gres_gpus(o)
+    gpu_type = next(
+        (g.type for g in (o.gpus_per_node, o.gpus, o.gpus_per_task) if g is not None and g.type),
+        gres[1] if gres else None,
+    )
+    per_node = (
+        o.nodes is not None
+        or o.ntasks_per_node is not None
+        or o.gpus_per_node is not None
+        or gres is not None
+    )
+    requests: dict[str, Any] = {}
+    if per_node:
+        if o.nodes is not None:
+            n = o.nodes[0]
+        elif o.ntasks is not None and o.ntasks_per_node is not None:
+            n = -(-o.ntasks // o.ntasks_per_node)
+        else:
+            n = 1
+        if o.ntasks is not None:
+            tpn = -(-o.ntasks // n)
+            if o.ntasks_per_node is not None and tpn > o.ntasks_per_node:
+                raise _err(
+                    "Batch job submission failed: Requested node configuration is not available "
+                    f"({o.ntasks} tasks do not fit {n} nodes x {o.ntasks_per_node} tasks per node)"
+                )
+        else:
+            tpn = o.ntasks_per_node or 1
+        gpus = 0
+        if o.gpus_per_node is not None:
+            gpus = o.gpus_per_node.count
+        elif gres is not None:
+            gpus = gres[0]
+        elif o.gpus is not None:
+            if o.gpus.count % n:
+                raise _err(
+                    f"--gpus={o.gpus.count} cannot be divided evenly over {n} nodes; use "
+                    "--gpus-per-node"
+                )
+            gpus = o.gpus.count // n
+        elif o.gpus_per_task is not None:
+            gpus = o.gpus_per_task.count * tpn
+        cpus = cpt * tpn
+        count, tasks_per_node = n, 1
+    else:
+        count = o.ntasks or 1
+        tasks_per_node = None
+        gpus = 0
+        if o.gpus_per_task is not None:
+            gpus = o.gpus_per_task.count
+        elif o.gpus is not None:
+            if o.gpus.count % count:
+                raise _err(
+                    f"--gpus={o.gpus.count} cannot be divided evenly over {count} tasks; use "
+                    "--gpus-per-task"
+                )
+            gpus = o.gpus.count // count
+        cpus = cpt
+    if gpus:
+        requests[GPU] = gpus
+    requests[CPU] = str(cpus)
+    memory_mb: int | None = None
+    if o.mem:
+        memory_mb = o.mem if per_node else -(-o.mem // count)
+    elif o.mem_per_cpu is not None:
+        memory_mb = o.mem_per_cpu * cpus
+    elif o.mem_per_gpu is not None:
+        if not gpus:
+            raise _err("--mem-per-gpu needs GPUs (--gpus, --gpus-per-node, --gpus-per-task)")
+        memory_mb = o.mem_per_gpu * gpus
+    if memory_mb:
+        requests[MEMORY] = memory_mb * MB
+    pod_set = PodSet(
+        name="main",
+        count=count,
+        requests=requests,
+        node_selector=_node_selector(o, gpu_type),
+        tasks_per_node=tasks_per_node,
+        exclusive=o.exclusive is not None,
+    )
+    return pod_set, gpu_type
+
+
+def _exported_env(o: SbatchOptions, env: Mapping[str, str]) -> dict[str, str]:
+    spec = o.export
+    if spec is None:
+        return dict(env)
+    out = dict(env) if spec.all else {}
+    for name, value in spec.variables:
+        if value is not None:
+            out[name] = value
+        elif name in env:
+            out[name] = env[name]
+    return out
+
+
+def _slurm_record(req: SbatchRequest, name: str, gpu_type: str | None) -> dict[str, Any]:
+    o = req.options
+    record: dict[str, Any] = {
+        "jobName": name,
+        "submitDir": req.cwd,
+        "submitHost": req.submit_host,
+    }
+    values: dict[str, Any] = {
+        "nodes": o.nodes[0] if o.nodes else None,
+        "nodesMax": o.nodes[1] if o.nodes and o.nodes[1] != o.nodes[0] else None,
+        "ntasks": o.ntasks,
+        "ntasksPerNode": o.ntasks_per_node,
+        "cpusPerTask": o.cpus_per_task,
+        "gpus": o.gpus.count if o.gpus else None,
+        "gpusPerNode": (
+            o.gpus_per_node.count
+            if o.gpus_per_node
+            else (g[0] if (g := _gres_gpus(o)) is not None else None)
+        ),
+        "gpusPerTask": o.gpus_per_task.count if o.gpus_per_task else None,
+        "gpuType": gpu_type,
+        "gres": ",".join(
+            ":".join([g.name, *([g.type] if g.type else []), str(g.count)]) for g in o.gres
+        )
+        if o.gres
+        else None,
+        "memPerNodeMb": o.mem,
+        "memPerCpuMb": o.mem_per_cpu,
+        "memPerGpuMb": o.mem_per_gpu,
+        "exclusive": o.exclusive,
+        "partition": o.partition,
+        "account": o.account,
+        "qos": o.qos,
+        "export": o.export.text if o.export else None,
+        "switches": (
+            {"count": o.switches[0], "waitSeconds": o.switches[1]} if o.switches else None
+        ),
+        "killOnInvalidDep": o.kill_on_invalid_dep,
+        "constraint": o.constraint,
+        "nodelist": o.nodelist,
+        "arrayStep": None,
+    }
+    if o.array is not None:
+        from phalanx.dialects.slurm.arrays import array_step
+
+        values["arrayStep"] = array_step(o.array.text)
+    record.update({k: v for k, v in values.items() if v is not None})
+    return record
+
+
+def to_submission(req: SbatchRequest, *, env: Mapping[str, str]) -> JobSubmission:
+    """The :class:`JobSubmission` for ``req``; ``env`` is the submitting environment."""
+    o = req.options
+    if req.script is None:
+        raise _err("nothing to submit (--help, --usage or --version)")
+    if o.job_name:
+        name = o.job_name
+    elif o.wrap is not None:
+        name = "wrap"
+    elif req.script_path is not None:
+        name = posixpath.basename(req.script_path)
+    else:
+        name = "sbatch"
+    pod_set, gpu_type = _pod_set(o)
+    workdir = posixpath.normpath(posixpath.join(req.cwd, o.chdir)) if o.chdir else req.cwd
+    output = o.output or ("slurm-%A_%a.out" if o.array is not None else "slurm-%j.out")
+    run = RunSpec(
+        script=req.script,
+        command=list(req.script_args),
+        working_dir=workdir,
+        env=_exported_env(o, env),
+        time_limit=o.time or None,
+        output=output,
+        error=o.error,
+        open_mode=o.open_mode or "truncate",
+        signal=o.signal,
+    )
+    mail = {k: v for k, v in (("type", o.mail_type), ("user", o.mail_user)) if v}
+    return JobSubmission(
+        name=name,
+        tenant=o.account,
+        user=req.user or None,
+        cluster_queue=o.partition,
+        priority_class=o.qos,
+        pod_sets=[pod_set],
+        run=run,
+        array=o.array,
+        dependency=o.dependency.format() if o.dependency else None,
+        begin_time=req.begin_time,
+        hold=bool(o.hold),
+        requeue=bool(o.requeue),
+        nice=o.nice or 0,
+        comment=o.comment or "",
+        mail=mail,
+        slurm=_slurm_record(req, name, gpu_type),
+    )

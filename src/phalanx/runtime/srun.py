@@ -1,0 +1,763 @@
+"""``srun`` inside a phalanx batch job: ``python -I -m phalanx.runtime.srun ARGS``.
+
+The local runtime puts a ``srun`` wrapper for this module first on the batch
+script's ``PATH`` and points ``PHALANX_SLURM_CONTEXT`` at ``JOBDIR/slurm.json``.
+A step's tasks run as local processes (every virtual node is this machine)
+with the environment of :func:`phalanx.dialects.slurm.environment.step_env`.
+They stay in srun's process group, which is the batch shell's: the
+supervisor's cancel and time limit (SIGTERM, then SIGKILL after kill_wait)
+reach them directly. Their output is forwarded line by line to srun's own
+stdout/stderr (``-l`` prefixes ``RANK: ``) unless ``-o``/``-e`` name files.
+
+Exit status as Slurm's srun: the highest exit code of the tasks, or 128 plus
+the highest terminating signal when a task was killed (``srun: error: <node>:
+task <n>: <signal name>``). ``-K`` terminates the step when a task fails.
+
+Signals srun receives are forwarded to its tasks, except SIGTERM/SIGINT/SIGHUP
+while the supervisor is terminating the job (``JOBDIR/terminating``): the
+whole group got those already. While a step runs, its task pids are in
+``JOBDIR/steps/<id>.pids`` (the supervisor's ``--signal`` target); step ids
+count from 0 per job (``JOBDIR/steps/next``, under ``flock``).
+
+Standard library, :mod:`phalanx.dialects.slurm.environment` and
+:mod:`hostlist` only: it starts in a few tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from phalanx.dialects.slurm.environment import STEP_CLEARED, StepRequest, step_env
+
+__all__ = ["CONTAINER_ERROR", "SrunOptions", "UsageError", "main", "parse_args"]
+
+CONTAINER_ERROR = (
+    "srun: error: --container-image requires a container runtime (pyxis/enroot); "
+    "none is configured on this phalanx cluster (phalanx up --container-runtime host "
+    "runs such steps on the host, without the image)"
+)
+CONTAINER_OPTIONS = frozenset(
+    {
+        "--container-image",
+        "--container-mounts",
+        "--container-name",
+        "--container-workdir",
+        "--container-env",
+        "--container-save",
+        "--container-mount-home",
+        "--no-container-mount-home",
+        "--container-remap-root",
+        "--no-container-remap-root",
+        "--container-writable",
+        "--container-readonly",
+        "--container-entrypoint",
+        "--no-container-entrypoint",
+    }
+)
+IGNORED_WITH_VALUE = frozenset(
+    {
+        "--mpi",
+        "--cpu-bind",
+        "--cpu_bind",
+        "--gpu-bind",
+        "--distribution",
+        "--mem",
+        "--mem-per-cpu",
+        "--mem-per-gpu",
+        "--gres",
+        "--gpus",
+        "--gpus-per-node",
+        "--time",
+        "--partition",
+        "--account",
+        "--qos",
+        "--hint",
+        "--wait",
+        "--network",
+        "--propagate",
+        "--mpi-type",
+        "--comment",
+        "--exclude",
+        "--nodelist",
+        "--constraint",
+        "--tres-per-task",
+        "--threads-per-core",
+    }
+)
+IGNORED_SHORT_WITH_VALUE = {"m": "--distribution", "G": "--gpus", "t": "--time", "p": "--partition"}
+IGNORED_SHORT_WITH_VALUE.update({"A": "--account", "W": "--wait", "x": "--exclude"})
+IGNORED_SHORT_WITH_VALUE.update({"w": "--nodelist", "C": "--constraint"})
+IGNORED_FLAGS = frozenset(
+    {
+        "--unbuffered",
+        "--exclusive",
+        "--overlap",
+        "--overcommit",
+        "--verbose",
+        "--quiet",
+        "--whole",
+        "--exact",
+        "--no-kill",
+        "--preserve-env",
+    }
+)
+IGNORED_SHORT_FLAGS = frozenset("uOvQkE")
+WITH_VALUE = {
+    "--nodes": "nodes",
+    "--ntasks": "ntasks",
+    "--ntasks-per-node": "ntasks_per_node",
+    "--cpus-per-task": "cpus_per_task",
+    "--gpus-per-task": "gpus_per_task",
+    "--export": "export",
+    "--output": "output",
+    "--error": "error",
+    "--job-name": "job_name",
+    "--chdir": "chdir",
+    "--open-mode": "open_mode",
+}
+SHORT_WITH_VALUE = {
+    "N": "--nodes",
+    "n": "--ntasks",
+    "c": "--cpus-per-task",
+    "o": "--output",
+    "e": "--error",
+    "J": "--job-name",
+    "D": "--chdir",
+}
+HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+FORWARDED = (*HANDLED, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGCONT)
+
+
+class UsageError(Exception):
+    """A command line srun refuses; the message is srun's (without the ``srun: `` prefix)."""
+
+
+@dataclass(slots=True)
+class SrunOptions:
+    nodes: int | None = None
+    ntasks: int | None = None
+    ntasks_per_node: int | None = None
+    cpus_per_task: int | None = None
+    gpus_per_task: int | None = None
+    label: bool = False
+    kill_on_bad_exit: bool = False
+    export: str | None = None
+    output: str | None = None
+    error: str | None = None
+    job_name: str | None = None
+    chdir: str | None = None
+    open_mode: str = "truncate"
+    container: bool = False
+    help: bool = False
+    command: list[str] = field(default_factory=list)
+
+
+def _number(option: str, value: str, *, allow_range: bool = False) -> int:
+    text = value.split("-", 1)[0] if allow_range and "-" in value else value
+    try:
+        number = int(text)
+    except ValueError:
+        raise UsageError(f'error: Invalid numeric value "{value}" for {option}.') from None
+    if number < 1:
+        raise UsageError(f'error: Invalid numeric value "{value}" for {option}.')
+    return number
+
+
+def _set(opts: SrunOptions, option: str, value: str) -> None:
+    name = WITH_VALUE[option]
+    if name in ("nodes", "ntasks", "ntasks_per_node", "cpus_per_task", "gpus_per_task"):
+        setattr(opts, name, _number(option, value, allow_range=name == "nodes"))
+    elif name == "open_mode":
+        if value not in ("append", "truncate", "a", "t"):
+            raise UsageError(f"error: Invalid --open-mode argument: {value}.  Ignored")
+        opts.open_mode = "append" if value.startswith("a") else "truncate"
+    else:
+        setattr(opts, name, value)
+
+
+def _kill_on_bad_exit(value: str | None) -> bool:
+    if value is None or value == "":
+        return True
+    try:
+        return int(value) != 0
+    except ValueError:
+        raise UsageError(f"error: Invalid --kill-on-bad-exit argument: {value}") from None
+
+
+def parse_args(argv: list[str]) -> SrunOptions:
+    """srun's options up to the first operand (getopt with ``+``); the rest is the command."""
+    opts = SrunOptions()
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            i += 1
+            break
+        if not arg.startswith("-") or arg == "-":
+            break
+        if arg.startswith("--"):
+            option, eq, value = arg.partition("=")
+            has_value = bool(eq)
+            if option in CONTAINER_OPTIONS:
+                opts.container = True
+                if not has_value and option.startswith("--container-") and i + 1 < len(argv):
+                    flagless = option in ("--container-mount-home", "--container-remap-root")
+                    flagless = flagless or option in (
+                        "--container-writable",
+                        "--container-readonly",
+                    )
+                    flagless = flagless or option == "--container-entrypoint"
+                    if not flagless:
+                        i += 1
+            elif option in WITH_VALUE or option in IGNORED_WITH_VALUE:
+                if not has_value:
+                    if i + 1 >= len(argv):
+                        raise UsageError(f"option '{option}' requires an argument")
+                    i += 1
+                    value = argv[i]
+                if option in WITH_VALUE:
+                    _set(opts, option, value)
+            elif option == "--label":
+                opts.label = True
+            elif option == "--kill-on-bad-exit":
+                opts.kill_on_bad_exit = _kill_on_bad_exit(value if has_value else None)
+            elif option == "--help" or option == "--usage":
+                opts.help = True
+            elif option in IGNORED_FLAGS:
+                pass
+            else:
+                raise UsageError(f"unrecognized option '{arg}'")
+            i += 1
+            continue
+        # A cluster of short options: -lK, -n4, -N 2.
+        j = 1
+        while j < len(arg):
+            letter = arg[j]
+            rest = arg[j + 1 :]
+            if letter in SHORT_WITH_VALUE or letter in IGNORED_SHORT_WITH_VALUE:
+                if rest:
+                    value = rest
+                else:
+                    if i + 1 >= len(argv):
+                        raise UsageError(f"option requires an argument -- '{letter}'")
+                    i += 1
+                    value = argv[i]
+                if letter in SHORT_WITH_VALUE:
+                    _set(opts, SHORT_WITH_VALUE[letter], value)
+                break
+            if letter == "K":
+                opts.kill_on_bad_exit = _kill_on_bad_exit(rest or None)
+                break
+            if letter == "l":
+                opts.label = True
+            elif letter == "h":
+                opts.help = True
+            elif letter not in IGNORED_SHORT_FLAGS:
+                raise UsageError(f"invalid option -- '{letter}'")
+            j += 1
+        i += 1
+    opts.command = argv[i:]
+    return opts
+
+
+# -- the job directory -----------------------------------------------------------
+
+
+def _next_step_id(jobdir: str) -> int:
+    steps = os.path.join(jobdir, "steps")
+    os.makedirs(steps, exist_ok=True)
+    fd = os.open(os.path.join(steps, "next"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        raw = os.read(fd, 64).strip()
+        step = int(raw) if raw else 0
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{step + 1}\n".encode())
+        return step
+    finally:
+        os.close(fd)
+
+
+def _kill_wait(jobdir: str) -> float:
+    try:
+        with open(os.path.join(jobdir, "launch.json"), encoding="utf-8") as fh:
+            return float(json.load(fh).get("kill_wait_s", 30.0))
+    except (OSError, ValueError, TypeError):
+        return 30.0
+
+
+def _expand(pattern: str, ctx: Mapping[str, Any], step: int, rank: int, node: str, nid: int) -> str:
+    """srun's ``-o``/``-e`` patterns: ``%j %J %s %t %n %N %u %x %%``."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch != "%" or i + 1 >= len(pattern):
+            out.append(ch)
+            i += 1
+            continue
+        code = pattern[i + 1]
+        values = {
+            "j": str(ctx["jobId"]),
+            "J": f"{ctx['jobId']}.{step}",
+            "s": str(step),
+            "t": str(rank),
+            "n": str(nid),
+            "N": node,
+            "u": str(ctx.get("user") or ""),
+            "x": str(ctx.get("jobName") or ""),
+            "%": "%",
+        }
+        out.append(values.get(code, "%" + code))
+        i += 2
+    return "".join(out)
+
+
+def _ranges(ranks: list[int]) -> str:
+    ranks = sorted(ranks)
+    parts: list[str] = []
+    start = prev = ranks[0]
+    for r in [*ranks[1:], None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if r is not None:
+            start = prev = r
+    return ",".join(parts)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        while data:
+            n = os.write(fd, data)
+            data = data[n:]
+
+
+def _say(message: str) -> None:
+    _write_all(2, (message + "\n").encode())
+
+
+# -- running a step ----------------------------------------------------------------
+
+
+class Step:
+    """The tasks of one srun step, their output and their exit statuses."""
+
+    def __init__(self, ctx: Mapping[str, Any], jobdir: str, opts: SrunOptions) -> None:
+        self.ctx = ctx
+        self.jobdir = jobdir
+        self.opts = opts
+        self.pids: dict[int, int] = {}
+        """pid -> index into ``self.tasks``."""
+        self.status: dict[int, int] = {}
+        """index -> wait status."""
+        self.streams: dict[int, tuple[int, int, bytearray]] = {}
+        """read fd -> (task index, target fd, pending bytes)."""
+        self.signals: list[int] = []
+        self.cancelled = False
+        self.terminate_at: float | None = None
+        self.killed = False
+
+    # .. environment ..
+
+    def base_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        for name in STEP_CLEARED:
+            env.pop(name, None)
+        export = self.opts.export
+        if export is None or export.upper() == "ALL":
+            return env
+        items = [item for item in export.split(",") if item]
+        keep_all = any(item.upper() == "ALL" for item in items)
+        out = dict(env) if keep_all else {k: v for k, v in env.items() if k.startswith("SLURM")}
+        for item in items:
+            if item.upper() in ("ALL", "NONE"):
+                continue
+            name, eq, value = item.partition("=")
+            if eq:
+                out[name] = value
+            elif name in env:
+                out[name] = env[name]
+        if not keep_all:
+            for name in ("PHALANX_SLURM_CONTEXT", "PHALANX_JOB_ID"):
+                if name in env:
+                    out[name] = env[name]
+        return out
+
+    # .. launching ..
+
+    def launch(self) -> int:
+        opts = self.opts
+        step_id = _next_step_id(self.jobdir)
+        self.step_id = step_id
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        self.listener = listener
+        request = StepRequest(
+            step_id=step_id,
+            nodes=opts.nodes,
+            ntasks=opts.ntasks,
+            ntasks_per_node=opts.ntasks_per_node,
+            cpus_per_task=opts.cpus_per_task or _env_int("SRUN_CPUS_PER_TASK"),
+            gpus_per_task=opts.gpus_per_task,
+            comm_port=listener.getsockname()[1],
+            umask=_umask(),
+        )
+        try:
+            self.tasks = step_env(self.ctx, request)
+        except ValueError as exc:
+            _say(f"srun: error: {exc}")
+            return 1
+        if opts.nodes is not None and opts.ntasks is not None and opts.ntasks < opts.nodes:
+            _say(
+                f"srun: Warning: can't run {opts.ntasks} processes on {opts.nodes} nodes, "
+                f"setting nnodes to {opts.ntasks}"
+            )
+        base = self.base_env()
+        width = len(str(len(self.tasks) - 1))
+        self.labels = [f"{t.rank:>{width}}: ".encode() for t in self.tasks]
+        files: dict[str, int] = {}
+        command = list(opts.command)
+        try:
+            for index, task in enumerate(self.tasks):
+                out_fd, err_fd = self.task_outputs(task, files)
+                env = {**base, **task.env}
+                pid = self.spawn(index, command, env, out_fd, err_fd)
+                self.pids[pid] = index
+        finally:
+            for fd in files.values():
+                os.close(fd)
+        self.write_pids()
+        return -1
+
+    def task_outputs(self, task: Any, files: dict[str, int]) -> tuple[int, int]:
+        """The fds a task writes to: files (``-o``/``-e``) or pipes to srun (negative: none)."""
+        opts = self.opts
+
+        def open_file(pattern: str) -> int:
+            path = _expand(pattern, self.ctx, self.step_id, task.rank, task.node, task.node_id)
+            if path not in files:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+                if opts.open_mode == "truncate":
+                    flags |= os.O_TRUNC
+                files[path] = os.open(path, flags, 0o644)
+            return files[path]
+
+        out_fd = open_file(opts.output) if opts.output else -1
+        if opts.error:
+            err_fd = open_file(opts.error)
+        elif opts.output:
+            err_fd = out_fd
+        else:
+            err_fd = -2
+        return out_fd, err_fd
+
+    def spawn(self, index: int, command: list[str], env: dict[str, str], out: int, err: int) -> int:
+        pipes: list[tuple[int, int, int]] = []  # (read end, write end, target)
+        if out == -1:
+            r, w = os.pipe()
+            pipes.append((r, w, 1))
+            out = w
+        if err == -2:
+            r, w = os.pipe()
+            pipes.append((r, w, 2))
+            err = w
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child execs at once
+            self.child(index, command, env, out, err)
+        for r, w, target in pipes:
+            os.close(w)
+            self.streams[r] = (index, target, bytearray())
+        return pid
+
+    def child(
+        self, index: int, command: list[str], env: dict[str, str], out: int, err: int
+    ) -> None:
+        code = 2
+        try:
+            for sig in (*FORWARDED, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.set_wakeup_fd(-1)
+            if index != 0:
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+            os.closerange(3, 1 << 16)
+            if self.opts.chdir:
+                try:
+                    os.chdir(self.opts.chdir)
+                except OSError as exc:
+                    message = f"couldn't chdir to `{self.opts.chdir}': {exc.strerror}"
+                    _say(f"slurmstepd: error: {message}: going to /tmp instead")
+                    os.chdir("/tmp")
+            env["SLURM_TASK_PID"] = str(os.getpid())
+            try:
+                os.execvpe(command[0], command, env)
+            except OSError as exc:
+                _say(f"slurmstepd: error: execve(): {command[0]}: {exc.strerror}")
+        finally:
+            os._exit(code)
+
+    def write_pids(self) -> None:
+        path = os.path.join(self.jobdir, "steps", f"{self.step_id}.pids")
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="ascii") as fh:
+            fh.write(" ".join(str(pid) for pid in self.pids) + "\n")
+        os.replace(tmp, path)
+
+    # .. the loop ..
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        self.signals.append(signum)
+
+    def handle_signals(self) -> None:
+        signals, self.signals = self.signals, []
+        for signum in signals:
+            if signum in HANDLED and os.path.exists(os.path.join(self.jobdir, "terminating")):
+                if not self.cancelled:
+                    self.cancelled = True
+                    self.step_notice()
+                continue
+            self.forward(signum)
+
+    def step_notice(self) -> None:
+        try:
+            with open(os.path.join(self.jobdir, "terminating"), encoding="utf-8") as fh:
+                reason = fh.read().strip()
+        except OSError:
+            reason = ""
+        tail = " DUE TO TIME LIMIT" if reason == "TIMEOUT" else ""
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        node = self.tasks[0].node if self.tasks else "localhost"
+        job = self.ctx["jobId"]
+        _say(
+            f"srun: Job step aborted: Waiting up to {int(_kill_wait(self.jobdir)) + 2} "
+            "seconds for job step to finish."
+        )
+        step = f"{job}.{self.step_id}"
+        _say(f"slurmstepd: error: *** STEP {step} ON {node} CANCELLED AT {stamp}{tail} ***")
+
+    def forward(self, signum: int) -> None:
+        for pid, index in self.pids.items():
+            if index not in self.status:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signum)
+
+    def terminate(self) -> None:
+        """``-K``: SIGCONT + SIGTERM to the tasks still running, SIGKILL after kill_wait."""
+        if self.terminate_at is not None:
+            return
+        _say(f"srun: error: Terminating StepId={self.ctx['jobId']}.{self.step_id}")
+        self.cancelled = True
+        self.forward(signal.SIGCONT)
+        self.forward(signal.SIGTERM)
+        self.terminate_at = time.monotonic() + _kill_wait(self.jobdir)
+
+    def reap(self) -> None:
+        finished: list[int] = []
+        for pid, index in self.pids.items():
+            if index in self.status:
+                continue
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done, status = pid, 0
+            if done:
+                self.status[index] = status
+                finished.append(index)
+        if finished:
+            self.report(finished)
+
+    def report(self, finished: list[int]) -> None:
+        groups: dict[tuple[str, str], list[int]] = {}
+        bad = False
+        for index in finished:
+            status = self.status[index]
+            task = self.tasks[index]
+            if os.WIFEXITED(status):
+                code = os.WEXITSTATUS(status)
+                if code == 0:
+                    continue
+                bad = True
+                text = f"Exited with exit code {code}"
+            else:
+                bad = True
+                if self.cancelled:
+                    continue
+                sig = os.WTERMSIG(status)
+                text = signal.strsignal(sig) or f"Signal {sig}"
+                if os.WCOREDUMP(status):
+                    text += " (core dumped)"
+            groups.setdefault((task.node, text), []).append(task.rank)
+        for (node, text), ranks in groups.items():
+            word = "task" if len(ranks) == 1 else "tasks"
+            _say(f"srun: error: {node}: {word} {_ranges(ranks)}: {text}")
+        if bad and self.opts.kill_on_bad_exit and len(self.status) < len(self.tasks):
+            self.terminate()
+
+    def pump(self, timeout: float) -> None:
+        fds = list(self.streams)
+        try:
+            ready, _, _ = select.select([*fds, self.wakeup], [], [], timeout)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries select
+            return
+        for fd in ready:
+            if fd == self.wakeup:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(fd, 512):
+                        pass
+                continue
+            self.read(fd)
+
+    def read(self, fd: int) -> None:
+        index, target, pending = self.streams[fd]
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            data = b""
+        if not data:
+            if pending:
+                self.emit(index, target, bytes(pending) + b"\n" if self.opts.label else pending)
+            os.close(fd)
+            del self.streams[fd]
+            return
+        pending += data
+        cut = pending.rfind(b"\n")
+        if cut < 0:
+            if len(pending) > 1 << 16:
+                self.emit(index, target, bytes(pending))
+                pending.clear()
+            return
+        chunk = bytes(pending[: cut + 1])
+        del pending[: cut + 1]
+        self.emit(index, target, chunk)
+
+    def emit(self, index: int, target: int, chunk: bytes | bytearray) -> None:
+        if self.opts.label:
+            label = self.labels[index]
+            lines = bytes(chunk).splitlines(keepends=True)
+            chunk = b"".join(label + line for line in lines)
+        _write_all(target, bytes(chunk))
+
+    def run(self) -> int:
+        rfd, wfd = os.pipe()
+        os.set_blocking(rfd, False)
+        os.set_blocking(wfd, False)
+        self.wakeup = rfd
+        signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+        for sig in FORWARDED:
+            signal.signal(sig, self.on_signal)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        failed = self.launch()
+        if failed >= 0:
+            return failed
+        drain_until: float | None = None
+        try:
+            while True:
+                self.handle_signals()
+                self.reap()
+                now = time.monotonic()
+                if self.terminate_at is not None and not self.killed and now >= self.terminate_at:
+                    self.forward(signal.SIGKILL)
+                    self.killed = True
+                if len(self.status) == len(self.tasks):
+                    # Every task exited: what their leftover children still write gets
+                    # a moment, then the pipes are given up (slurmstepd kills them).
+                    if not self.streams:
+                        break
+                    if drain_until is None:
+                        drain_until = now + 0.5
+                    elif now >= drain_until:
+                        break
+                self.pump(0.1 if drain_until is None else max(0.0, drain_until - now))
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.jobdir, "steps", f"{self.step_id}.pids"))
+            self.listener.close()
+        return self.exit_code()
+
+    def exit_code(self) -> int:
+        signaled = [os.WTERMSIG(s) for s in self.status.values() if os.WIFSIGNALED(s)]
+        if signaled:
+            return 128 + max(signaled)
+        return max((os.WEXITSTATUS(s) for s in self.status.values()), default=0)
+
+
+def _env_int(name: str) -> int | None:
+    try:
+        value = int(os.environ.get(name, ""))
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+USAGE = """\
+Usage: srun [-N nnodes] [-n ntasks] [--ntasks-per-node=n] [-c ncpus] [-l] [-K[0|1]]
+            [--export=ALL|NONE|VAR[=val],...] [-o file] [-e file] [-J name] [-D dir]
+            executable [args...]
+(phalanx: runs a job step inside a batch job; every node's tasks run on this machine)
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: parse the options, run the step, return srun's exit status."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        opts = parse_args(args)
+    except UsageError as exc:
+        _say(f"srun: {exc}")
+        _say('Try "srun --help" for more information')
+        return 1
+    if opts.help:
+        _write_all(1, USAGE.encode())
+        return 0
+    context = os.environ.get("PHALANX_SLURM_CONTEXT")
+    if not context:
+        _say(
+            "srun: error: no job allocation: phalanx runs srun only inside a job; "
+            "submit a batch script with sbatch (salloc and srun without a job are not supported)"
+        )
+        return 1
+    if not opts.command:
+        _say("srun: fatal: No command given to execute.")
+        return 1
+    try:
+        with open(context, encoding="utf-8") as fh:
+            ctx = json.load(fh)
+    except (OSError, ValueError) as exc:
+        _say(f"srun: error: cannot read the job's context {context}: {exc}")
+        return 1
+    if opts.container:
+        if ctx.get("containerRuntime") != "host":
+            _say(CONTAINER_ERROR)
+            return 1
+        _say(
+            "srun: warning: the container runtime is 'host': the step runs on this machine, "
+            "without the image or its mounts (--container-* ignored)"
+        )
+    return Step(ctx, os.path.dirname(os.path.abspath(context)), opts).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
