@@ -156,11 +156,14 @@ class LocalRuntime:
         Every virtual node runs here, but a job script takes ``MASTER_ADDR`` from
         ``scontrol show hostnames`` and torch's rendezvous resolves it. With
         nss_wrapper (Debian's ``libnss-wrapper``) installed, tasks get it preloaded
-        with a hosts file naming every node as 127.0.0.1; without it the names
-        resolve only where DNS or /etc/hosts knows them.
+        with a hosts file naming every node as 127.0.0.1 and ::1, and ``gethostname()`` is
+        the task's node; without it the names resolve only where DNS or
+        /etc/hosts knows them.
         """
         hosts = self.root / "hosts"
-        lines = "".join(f"127.0.0.1 {name}\n" for name in sorted(set(names)))
+        # Both families: torch's TCPStore asks for IPv6 first and does not fall back
+        # to IPv4 for a name nss_wrapper knows.
+        lines = "".join(f"127.0.0.1 {name}\n::1 {name}\n" for name in sorted(set(names)))
         tmp = hosts.with_name("hosts.tmp")
         tmp.write_text(lines, encoding="ascii")
         os.replace(tmp, hosts)
@@ -176,6 +179,9 @@ class LocalRuntime:
                 **task.env,
                 "LD_PRELOAD": f"{NSS_WRAPPER} {preload}".strip(),
                 "NSS_WRAPPER_HOSTS": str(hosts),
+                # gethostname() is the virtual node's name, as on a real node: torch's
+                # rendezvous decides by it which agent hosts the store.
+                "NSS_WRAPPER_HOSTNAME": task.node,
             }
             tasks.append(dataclasses.replace(task, env=env))
         return dataclasses.replace(spec, tasks=tuple(tasks))

@@ -436,6 +436,9 @@ class Step:
             for index, task in enumerate(self.tasks):
                 out_fd, err_fd = self.task_outputs(task, files)
                 env = {**base, **task.env}
+                if "NSS_WRAPPER_HOSTNAME" in env:
+                    # The task's hostname is its own node's (the batch shell's is node 0's).
+                    env["NSS_WRAPPER_HOSTNAME"] = task.node
                 pid = self.spawn(index, command, env, out_fd, err_fd)
                 self.pids[pid] = index
         finally:
