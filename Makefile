@@ -19,14 +19,19 @@ lint: venv
 	$(BIN)/ruff format --check src tests bench demo
 	$(BIN)/mypy
 
-# The store tests run against a real PostgreSQL server, started by the tests
-# themselves; the Debian package provides initdb and pg_ctl.
-test-deps:
-	@if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
-		echo "installing PostgreSQL (Debian package postgresql) for the store tests"; \
+# What the tests need beyond the Python packages: PostgreSQL (the store tests
+# start a real server), nss_wrapper (virtual node names resolve inside jobs) and
+# a CPU build of torch (the sbatch proof trains on 16 ranks with gloo).
+test-deps: venv
+	@missing=""; \
+	command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	ls /usr/lib/*/libnss_wrapper.so /usr/lib/libnss_wrapper.so >/dev/null 2>&1 || missing="$$missing libnss-wrapper"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
 		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
 
 test: venv test-deps lint
 	$(BIN)/pytest

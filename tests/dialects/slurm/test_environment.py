@@ -1,7 +1,7 @@
 """The Slurm environment of phalanx against environments captured on real Slurm 22.05.
 
-The captures are ``/work/shared/peers/slurm/env-contract/*.txt`` (copied in
-:data:`CAPTURES` when that directory is absent). Every SLURM/CUDA/GPU/ROCR
+The captures are ``../shared/peers/slurm/env-contract/*.txt`` beside the
+checkout (the tests skip when it is absent). Every SLURM/CUDA/GPU/ROCR
 variable name must match; values match exactly unless they are per-run (ids,
 pids, hosts, ports, paths, the cluster's name), which are compared by shape.
 """
@@ -23,7 +23,9 @@ from phalanx.dialects.slurm.environment import (
     step_layout,
 )
 
-CAPTURES = Path("/work/shared/peers/slurm/env-contract")
+CAPTURES = (
+    Path(__file__).resolve().parents[3].parent / "shared" / "peers" / "slurm" / "env-contract"
+)
 PREFIX = re.compile(r"^(SLURM|SLURMD|CUDA|GPU_|ROCR)")
 
 SHAPES = {
@@ -46,7 +48,7 @@ NOT_SET = {"SLURM_TASK_PID"}
 def captured(name: str) -> dict[str, str]:
     path = CAPTURES / name
     if not path.exists():
-        pytest.skip(f"capture {path} not available")
+        pytest.skip(f"capture {path} not available (no ../shared beside the checkout)")
     lines = path.read_text().splitlines()
     return dict(line.split("=", 1) for line in lines if "=" in line)
 

@@ -95,17 +95,13 @@ def run(argv: Sequence[str]) -> int:
         if sys.stdin.isatty():
             sys.stderr.write("sbatch: Reading batch script from stdin (end with Ctrl-D)\n")
         script_text = sys.stdin.read()
-    try:
-        import importlib
-
-        slurm: Any = importlib.import_module("phalanx.dialects.slurm")
-    except ImportError:
-        tool_error("sbatch", "the Slurm dialect (phalanx.dialects.slurm) is not installed")
-        return 1
     import getpass
+    import socket
+
+    from phalanx.dialects.slurm import build_request, to_submission
 
     try:
-        request = slurm.build_request(
+        request = build_request(
             args,
             script_text=script_text,
             script_path=script_path,
@@ -114,22 +110,25 @@ def run(argv: Sequence[str]) -> int:
             now=time.time(),
             user=getpass.getuser(),
             lenient=lenient,
+            submit_host=socket.gethostname(),
         )
-        submission = slurm.to_submission(request, env=dict(os.environ))
+        submission = to_submission(request, env=dict(os.environ))
     except PhalanxError as exc:
         for line in exc.detail.splitlines() or [exc.error]:
             sys.stderr.write(
                 line + "\n" if line.startswith("sbatch:") else f"sbatch: error: {line}\n"
             )
         return 1
-    parsable = parsable or bool(getattr(request, "parsable", False))
-    wait = wait or bool(getattr(request, "wait", False))
-    test_only = test_only or bool(getattr(request, "test_only", False))
+    for warning in request.warnings:
+        sys.stderr.write(f"sbatch: warning: {warning}\n")
+    parsable = parsable or bool(request.options.parsable)
+    wait = wait or bool(request.options.wait)
+    test_only = test_only or bool(request.options.test_only)
     from phalanx.client import Client
 
     try:
         with Client() as client:
-            data = submission.to_dict() if hasattr(submission, "to_dict") else submission
+            data = submission.to_dict()
             if test_only:
                 return _test_only(client, data)
             job_id = client.submit(data)

@@ -32,6 +32,7 @@ from typing import Any
 
 import hostlist
 
+from phalanx.dialects.slurm.lint import script_warnings as lint_script
 from phalanx.dialects.slurm.memory import MB
 from phalanx.dialects.slurm.options import (
     SbatchOptions,
@@ -191,6 +192,7 @@ def build_request(
         warnings.append(f"{name}: accepted, but phalanx does not act on it")
     merged, more = _validate(merged)
     warnings += more
+    warnings += lint_script(text, merged, source)
     begin = parse_begin(merged.begin, now) if merged.begin is not None else None
     return SbatchRequest(
         options=merged,
