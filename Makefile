@@ -25,7 +25,7 @@ lint: venv
 test-deps: venv
 	@missing=""; \
 	command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
-	ls /usr/lib/*/libnss_wrapper.so /usr/lib/libnss_wrapper.so >/dev/null 2>&1 || missing="$$missing libnss-wrapper"; \
+	ls /usr/lib/*/libnss_wrapper.so /usr/lib/libnss_wrapper.so 2>/dev/null | grep -q . || missing="$$missing libnss-wrapper"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
