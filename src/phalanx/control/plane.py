@@ -32,7 +32,7 @@ from phalanx.control.slurmjobs import (
     requeues,
     slurm_launch,
 )
-from phalanx.control.submissions import DEFAULT_TIME, resolve_submissions
+from phalanx.control.submissions import DEF_MEM_PER_CPU, DEFAULT_TIME, resolve_submissions
 from phalanx.engine import (
     Admit,
     Adopt,
@@ -50,7 +50,7 @@ from phalanx.engine import (
 )
 from phalanx.engine.decisions import decision_from_dict
 from phalanx.errors import Conflict, Forbidden, Invalid, NotFound, PhalanxError, Unauthorized
-from phalanx.model import GPU, Job, JobState, JobSubmission
+from phalanx.model import CPU, GPU, MEMORY, Job, JobState, JobSubmission
 from phalanx.runtime.local import LocalRuntime
 from phalanx.runtime.spec import AlreadyLaunched, Exited, LaunchSpec, Started, TaskSpec
 from phalanx.store import JobRow, NewJob, Store, TokenRow, Tx
@@ -533,7 +533,13 @@ class ControlPlane:
         for cmd in commands:
             try:
                 if isinstance(cmd, _SubmitCmd):
-                    cmd.jobs = resolve_submissions(cmd.principal, cmd.submissions, self.registry)
+                    jobs = resolve_submissions(cmd.principal, cmd.submissions, self.registry)
+                    pairs = [
+                        self._partition_defaults(job, sub)
+                        for job, sub in zip(jobs, cmd.submissions, strict=True)
+                    ]
+                    cmd.jobs = [job for job, _ in pairs]
+                    cmd.submissions = [sub for _, sub in pairs]
                 elif isinstance(cmd, _DeleteCmd):
                     self._check_delete(cmd.kind, cmd.name)
                 elif isinstance(cmd, _ApplyCmd):
@@ -590,7 +596,6 @@ class ControlPlane:
         for job, sub in zip(cmd.jobs, cmd.submissions, strict=True):
             firsts.append(len(rows))
             target = self._target_queue(job)
-            sub = self._with_default_time(sub, target)
             tasks: list[int | None] = list(sub.array.indices) if sub.array is not None else [None]
             for n, task in enumerate(tasks):
                 rows.append(_new_job(job, sub, now, target, task, n == 0))
@@ -608,16 +613,37 @@ class ControlPlane:
         effects.answers.append((cmd.future, [ids[i] for i in firsts]))
         self._dirty = True
 
-    def _with_default_time(self, sub: JobSubmission, cluster_queue: str | None) -> JobSubmission:
-        """A batch job without ``--time`` gets its partition's DefaultTime, as in Slurm."""
-        if sub.run.time_limit is not None or sub.slurm is None or cluster_queue is None:
-            return sub
-        cq = self.registry.get("ClusterQueue", cluster_queue)
-        default = cq.annotations.get(DEFAULT_TIME, "") if cq is not None else ""
-        if not default.isdigit():
-            return sub
-        run = sub.run.model_copy(update={"time_limit": int(default)})
-        return sub.model_copy(update={"run": run})
+    def _partition_defaults(self, job: Job, sub: JobSubmission) -> tuple[Job, JobSubmission]:
+        """A batch job gets its partition's DefaultTime and DefMemPerCPU, as in Slurm."""
+        target = self._target_queue(job)
+        cq = self.registry.get("ClusterQueue", target) if target is not None else None
+        request = sub.slurm
+        if request is None or cq is None:
+            return job, sub
+        annotations = cq.annotations
+        default_time = annotations.get(DEFAULT_TIME, "")
+        if sub.run.time_limit is None and default_time.isdigit():
+            run = sub.run.model_copy(update={"time_limit": int(default_time)})
+            sub = sub.model_copy(update={"run": run})
+        mem_per_cpu = annotations.get(DEF_MEM_PER_CPU, "")
+        asked = ("memPerNodeMb", "memPerCpuMb", "memPerGpuMb")
+        if mem_per_cpu.isdigit() and not any(request.get(k) for k in asked):
+            per_cpu = int(mem_per_cpu) << 20
+            pod_sets = [
+                p.model_copy(
+                    update={
+                        "requests": {
+                            **p.requests,
+                            MEMORY: -(-p.requests.get(CPU, 1000) // 1000) * per_cpu,
+                        }
+                    }
+                )
+                for p in sub.pod_sets
+            ]
+            slurm = {**request, "memPerCpuMb": int(mem_per_cpu)}
+            sub = sub.model_copy(update={"pod_sets": pod_sets, "slurm": slurm})
+            job = job.model_copy(update={"pod_sets": pod_sets})
+        return job, sub
 
     def _open_gate(self, tx: Tx, now: float) -> None:
         """Hand the jobs that became eligible to the engine; record the reasons of the rest."""
@@ -843,6 +869,14 @@ class ControlPlane:
             tx.add_event(event.job_id, "Requeued", now, reason=evict_reason)
             return
         state = JobState(event.state)
+        exit_code, signum = event.exit_code, event.signal
+        if (
+            state in (JobState.CANCELLED, JobState.TIMEOUT)
+            and row is not None
+            and (row.submission.get("run") or {}).get("script") is not None
+        ):
+            # Slurm records the kill on the batch step; the job's own ExitCode is 0:0.
+            exit_code, signum = 0, None
         self.engine.apply(Finish(event.job_id, state))
         self.gate.left(event.job_id, row.array_job_id if row is not None else None)
         tx.update_job(
@@ -852,8 +886,8 @@ class ControlPlane:
             start_time=event.start_time
             if row is None or row.start_time is None
             else row.start_time,
-            exit_code=event.exit_code,
-            signal=event.signal,
+            exit_code=exit_code,
+            signal=signum,
             reason="",
             message=event.message,
         )

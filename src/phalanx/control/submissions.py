@@ -29,6 +29,8 @@ DEFAULT_PARTITION = "slurm.phalanx.io/default-partition"
 DEFAULT_TIME = "slurm.phalanx.io/default-time"
 """ClusterQueue annotation: the partition's DefaultTime in seconds (batch jobs without --time)."""
 MAX_TIME = "slurm.phalanx.io/max-time"
+DEF_MEM_PER_CPU = "slurm.phalanx.io/def-mem-per-cpu"
+"""ClusterQueue annotation: DefMemPerCPU in MB (batch jobs that ask for no memory)."""
 """ClusterQueue annotation: the partition's MaxTime in seconds."""
 
 _MAX_PROBLEMS = 20

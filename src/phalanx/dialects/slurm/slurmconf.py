@@ -46,6 +46,8 @@ PARTITION_LABEL = "slurm.phalanx.io/partition-{}"
 DEFAULT_PARTITION = "slurm.phalanx.io/default-partition"
 DEFAULT_TIME = "slurm.phalanx.io/default-time"
 MAX_TIME = "slurm.phalanx.io/max-time"
+DEF_MEM_PER_CPU = "slurm.phalanx.io/def-mem-per-cpu"
+"""DefMemPerCPU (MB): the memory of a batch job that asks for none, per CPU."""
 STATE = "slurm.phalanx.io/state"
 
 _PAIR = re.compile(r'([A-Za-z][A-Za-z0-9_]*)=("[^"]*"|\'[^\']*\'|\S*)')
@@ -135,6 +137,7 @@ def read_slurm_conf(
     nodes: dict[str, dict[str, str]] = {}
     node_lines: dict[str, int] = {}
     partitions: dict[str, tuple[int, dict[str, str]]] = {}
+    cluster_defaults: dict[str, str] = {}
     for number, line in _logical_lines(text):
         first = line.split(None, 1)[0]
         if first.lower() in ("include",) or first.lower().startswith("include "):
@@ -147,6 +150,9 @@ def read_slurm_conf(
             continue
         key, value = pairs[0]
         attrs = dict(pairs[1:])
+        if key == "defmempercpu" and value.isdigit():
+            cluster_defaults["defmempercpu"] = value
+            continue
         if key == "nodename":
             if value.upper() == "DEFAULT":
                 node_defaults.update(attrs)
@@ -243,6 +249,9 @@ def read_slurm_conf(
                 seconds = _time(source, number, key, attrs[key])
                 if seconds is not None:
                     annotations[annotation] = str(seconds)
+        mem_per_cpu = attrs.get("defmempercpu", cluster_defaults.get("defmempercpu"))
+        if mem_per_cpu and mem_per_cpu.isdigit():
+            annotations[DEF_MEM_PER_CPU] = mem_per_cpu
         part_state = attrs.get("state", "UP").upper()
         annotations[STATE] = part_state
         queues.append(

@@ -1,0 +1,450 @@
+"""The same sbatch scripts on a real Slurm 22.05 (the peer) and on phalanx, side by side.
+
+Both clusters have nodes ``gpu[1-4]`` (64 CPUs, 512000 MB, 8 x h100 each) and one
+partition ``gpu`` (Default=YES); phalanx gets them from ``phalanx import`` of the
+slurm.conf below. Every script runs unchanged on both, through the same command
+lines: ``sbatch``/``squeue``/``sacct``/``scancel`` from ``/usr/bin`` for Slurm, and
+the ``phalanx shims`` wrappers of the same names for phalanx. Compared:
+
+* final states (first word: Slurm prints ``CANCELLED by 0``) and exit codes, from
+  ``sacct -X -n -P -o JobID,State,ExitCode``, with job ids replaced by names;
+* output file names (``%x-%j.out``, ``%A_%a.out``) with the ids substituted back;
+* the job environment: the set of ``SLURM_*`` names, and the values of the
+  deterministic ones (:data:`COMPARED_VALUES`);
+* array throttling (``%2``: at most two tasks at once, from sacct Start/End);
+* pending reasons (``squeue -h -j E -o %r`` = ``DependencyNeverSatisfied``);
+* ``srun`` ranks over 2 nodes x 2 tasks.
+
+The timeout job (``--time=1``, ``sleep 300``) is submitted on both at the start of
+the module and checked last: Slurm enforces a 1-minute limit only after 60-90 s
+(its time-limit check runs about every 30 s), so running it alongside the other
+scripts keeps the module at ~2 minutes while still checking TIMEOUT on the real peer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from tests.reliability import server as phalanx_server
+
+pytestmark = pytest.mark.usefixtures("slurm_peer")
+
+SLURM_CONF = """\
+ClusterName=phalanxpeer
+GresTypes=gpu
+DefMemPerCPU=8000
+NodeName=gpu[1-4] CPUs=64 Boards=1 SocketsPerBoard=2 CoresPerSocket=32 ThreadsPerCore=1 \
+RealMemory=512000 Gres=gpu:h100:8 State=UNKNOWN
+PartitionName=gpu Nodes=gpu[1-4] Default=YES DefaultTime=01:00:00 MaxTime=INFINITE State=UP
+"""
+
+TOOLS = ("sbatch", "squeue", "sacct", "scancel")
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+ENV_DUMP = "env | grep -E '^(SLURM_|CUDA_VISIBLE_DEVICES=)' | sort"
+
+COMPARED_VALUES = (
+    "SLURM_NNODES",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST",
+    "SLURM_JOB_NUM_NODES",
+    "SLURM_CPUS_PER_TASK",
+    "SLURM_CPUS_ON_NODE",
+    "SLURM_JOB_CPUS_PER_NODE",
+    "SLURM_MEM_PER_NODE",
+    "SLURM_GPUS_PER_NODE",
+    "SLURM_GPUS_ON_NODE",
+    "SLURM_JOB_GPUS",
+    "SLURM_JOB_PARTITION",
+    "SLURM_JOB_NAME",
+    "SLURM_NODEID",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_GTIDS",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_COUNT",
+    "SLURM_ARRAY_TASK_MIN",
+    "SLURM_ARRAY_TASK_MAX",
+    "SLURM_ARRAY_TASK_STEP",
+    "CUDA_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL",
+    "ROCR_VISIBLE_DEVICES",
+)
+"""Values that depend only on the request and the (identical) cluster, on an idle cluster."""
+
+EXCLUDED_VALUES = {
+    "SLURM_JOB_ID": "job id (assigned by each scheduler)",
+    "SLURM_JOBID": "job id",
+    "SLURM_ARRAY_JOB_ID": "job id",
+    "SLURM_TASK_PID": "process id",
+    "SLURM_SUBMIT_DIR": "path (each side runs in its own directory)",
+    "SLURM_SUBMIT_HOST": "host name",
+    "SLURMD_NODENAME": "host: follows the node list, which is compared",
+    "SLURM_TOPOLOGY_ADDR": "host: follows the node list, which is compared",
+    "SLURM_TOPOLOGY_ADDR_PATTERN": "topology plugin detail",
+    "SLURM_CLUSTER_NAME": "cluster name (ClusterName of each side)",
+    "SLURM_WORKING_CLUSTER": "cluster name, controller address, port, rpc version",
+    "SLURM_CONF": "path of each side's slurm.conf",
+    "SLURM_JOB_ACCOUNT": "account name (Slurm: teama from slurmdbd; phalanx: its tenant)",
+    "SLURM_JOB_UID": "same user on both, but not a scheduling result",
+    "SLURM_JOB_GID": "same user on both, but not a scheduling result",
+    "SLURM_JOB_USER": "same user on both, but not a scheduling result",
+    "SLURM_PRIO_PROCESS": "nice value of the submitter",
+    "SLURM_NODE_ALIASES": "(null) on both; cloud-node plumbing",
+    "SLURM_MEM_PER_CPU": "compared separately (test_default_memory_per_cpu)",
+}
+"""Names whose values are not compared (their presence still is), and why."""
+
+EXCLUDED_NAMES = {
+    "SLURM_JOB_QOS": "Slurm sets it only with slurmdbd accounting (QOS normal); phalanx has no QOS",
+    "SLURM_MEM_PER_CPU": "compared separately (test_default_memory_per_cpu)",
+}
+"""Names left out of the name-set comparison, and why."""
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 60) -> str:
+    done = subprocess.run(
+        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"{args} failed (rc {done.returncode}):\n{done.stdout}{done.stderr}")
+    return done.stdout
+
+
+@dataclass
+class Side:
+    """One scheduler: where its tools are and where its jobs run."""
+
+    name: str
+    tools: dict[str, str]
+    root: Path
+    env: dict[str, str]
+    timeout_job: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def run(self, tool: str, *args: str, cwd: Path | None = None) -> str:
+        return _run([self.tools[tool], *args], cwd or self.root, self.env)
+
+    def dir(self, name: str) -> Path:
+        path = self.root / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def sbatch(self, cwd: Path, script: str, *args: str, name: str = "job.sh") -> str:
+        """Write ``script`` into ``cwd`` and submit it; returns the job id."""
+        path = cwd / name
+        path.write_text(script)
+        out = self.run("sbatch", "--parsable", *args, str(path), cwd=cwd).strip()
+        match = re.fullmatch(r"(\d+)(;\S+)?", out)
+        assert match, f"{self.name}: sbatch printed {out!r}"
+        return match.group(1)
+
+    def sacct(self, job_ids: list[str], fields: str = "JobID,State,ExitCode") -> list[list[str]]:
+        out = self.run("sacct", "-X", "-n", "-P", "-o", fields, "-j", ",".join(job_ids))
+        return [line.split("|") for line in out.splitlines() if line.strip()]
+
+    def wait_final(
+        self,
+        job_ids: list[str],
+        rows: int,
+        timeout: float = 120,
+        fields: str = "JobID,State,ExitCode",
+    ) -> list[list[str]]:
+        """Poll sacct until ``rows`` rows (array tasks count one each) are all final."""
+        deadline = time.monotonic() + timeout
+        got: list[list[str]] = []
+        while time.monotonic() < deadline:
+            got = self.sacct(job_ids, fields)
+            if len(got) == rows and all(row[1].split()[0] in FINAL for row in got):
+                return got
+            time.sleep(0.5)
+        raise AssertionError(f"{self.name}: jobs {job_ids} not all final after {timeout} s: {got}")
+
+    def squeue(self, job_id: str, fmt: str) -> str:
+        return self.run("squeue", "-h", "-j", job_id, "-o", fmt).strip()
+
+    def wait_squeue(self, job_id: str, fmt: str, want: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        got = ""
+        while time.monotonic() < deadline:
+            got = self.squeue(job_id, fmt)
+            if got == want:
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"{self.name}: squeue -j {job_id} -o {fmt} is {got!r}, not {want!r}")
+
+
+def _env(text: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and (name.startswith("SLURM") or name == "CUDA_VISIBLE_DEVICES"):
+            env[name] = value
+    return env
+
+
+def _compare_env(slurm: dict[str, str], phalanx: dict[str, str], what: str) -> None:
+    names_s = set(slurm) - set(EXCLUDED_NAMES)
+    names_p = set(phalanx) - set(EXCLUDED_NAMES)
+    assert names_s == names_p, (
+        f"{what}: only in Slurm: {sorted(names_s - names_p)}, "
+        f"only in phalanx: {sorted(names_p - names_s)}"
+    )
+    values_s = {k: slurm.get(k) for k in COMPARED_VALUES}
+    values_p = {k: phalanx.get(k) for k in COMPARED_VALUES}
+    diff = {k: (values_s[k], values_p[k]) for k in COMPARED_VALUES if values_s[k] != values_p[k]}
+    assert not diff, f"{what}: values differ (Slurm, phalanx): {diff}"
+
+
+def _named(rows: list[list[str]], names: dict[str, str]) -> list[tuple[str, ...]]:
+    """sacct rows with job ids replaced by names (``12_3`` -> ``arr_3``), state's first word."""
+    out = []
+    for job_id, state, *rest in rows:
+        base, sep, task = job_id.partition("_")
+        out.append((names[base] + sep + task, state.split()[0], *rest))
+    return sorted(out)
+
+
+@pytest.fixture(scope="module")
+def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Side, Side]]:
+    base = tmp_path_factory.mktemp("side_by_side")
+    state = base / "phalanx-state"
+    server = phalanx_server.start(state)
+    try:
+        env = {**os.environ, "PHALANX_URL": server.url, "PHALANX_TOKEN": server.token}
+        env.pop("PHALANX_STATE_DIR", None)
+        bindir = Path(sys.executable).parent
+        env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
+        conf = base / "slurm.conf"
+        conf.write_text(SLURM_CONF)
+        _run([str(bindir / "phalanx"), "import", str(conf)], base, env)
+        shims = base / "shims"
+        _run([str(bindir / "phalanx"), "shims", str(shims)], base, env)
+        slurm_env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        slurm_tools = {t: shutil.which(t) or t for t in TOOLS}
+        slurm = Side("slurm", slurm_tools, base / "slurm", slurm_env)
+        phalanx = Side("phalanx", {t: str(shims / t) for t in TOOLS}, base / "phalanx", env)
+        for side in (slurm, phalanx):
+            side.root.mkdir()
+            # Submitted first, checked last (test_timeout): see the module docstring.
+            cwd = side.dir("timeout")
+            side.timeout_job = side.sbatch(
+                cwd, "#!/bin/bash\n#SBATCH --time=1 -w gpu4 -o timeout.out\nsleep 300\n"
+            )
+        yield slurm, phalanx
+    finally:
+        server.stop()
+
+
+def _both(sides: tuple[Side, Side], name: str) -> list[tuple[Side, Path]]:
+    return [(side, side.dir(name)) for side in sides]
+
+
+ENV_SCRIPT = f"""\
+#!/bin/bash
+#SBATCH --job-name=envdump
+#SBATCH --output=%x-%j.out
+#SBATCH --nodes=1 --ntasks=2 --cpus-per-task=4 --gpus-per-node=2 --mem=16G
+{ENV_DUMP}
+"""
+
+
+def test_environment(sides: tuple[Side, Side]) -> None:
+    dumps = {}
+    for side, cwd in _both(sides, "env"):
+        job = side.sbatch(cwd, ENV_SCRIPT)
+        assert side.wait_final([job], 1) == [[job, "COMPLETED", "0:0"]]
+        files = sorted(p.name for p in cwd.glob("*.out"))
+        assert files == [f"envdump-{job}.out"], f"{side.name}: {files}"
+        dumps[side.name] = _env((cwd / files[0]).read_text())
+    assert dumps["slurm"]["SLURM_JOB_NODELIST"] == "gpu1"
+    _compare_env(dumps["slurm"], dumps["phalanx"], "batch env")
+
+
+DEFAULT_MEM_SCRIPT = f"""\
+#!/bin/bash
+#SBATCH --job-name=defmem
+#SBATCH --output=%x-%j.out
+{ENV_DUMP}
+"""
+
+
+def test_default_memory_per_cpu(sides: tuple[Side, Side]) -> None:
+    """No ``--mem``: Slurm exports slurm.conf's DefMemPerCPU as SLURM_MEM_PER_CPU."""
+    dumps = {}
+    for side, cwd in _both(sides, "defmem"):
+        job = side.sbatch(cwd, DEFAULT_MEM_SCRIPT)
+        assert side.wait_final([job], 1) == [[job, "COMPLETED", "0:0"]]
+        dumps[side.name] = _env((cwd / f"defmem-{job}.out").read_text())
+    assert dumps["slurm"].get("SLURM_MEM_PER_CPU") == "8000"
+    assert dumps["phalanx"].get("SLURM_MEM_PER_CPU") == "8000"
+
+
+def _max_concurrent(rows: list[list[str]]) -> int:
+    """Most tasks running in one second, from sacct's Start and End (1 s resolution)."""
+    spans = []
+    for row in rows:
+        start, end = datetime.fromisoformat(row[3]), datetime.fromisoformat(row[4])
+        spans.append((start.timestamp(), max(end.timestamp(), start.timestamp() + 1)))
+    if not spans:
+        return 0
+    first, last = int(min(s for s, _ in spans)), int(max(e for _, e in spans))
+    return max(sum(1 for s, e in spans if s <= t < e) for t in range(first, last + 1))
+
+
+ARRAY_SCRIPT = f"""\
+#!/bin/bash
+#SBATCH --job-name=arr
+#SBATCH --array=0-5%2
+#SBATCH --output=%A_%a.out
+echo "task=$SLURM_ARRAY_TASK_ID"
+sleep 1
+{ENV_DUMP}
+"""
+
+
+def test_array_throttled(sides: tuple[Side, Side]) -> None:
+    """``--array=0-5%2``: six tasks, at most two at once, ``%A_%a`` file names."""
+    results = {}
+    for side, cwd in _both(sides, "array"):
+        side.notes.append(side.sbatch(cwd, ARRAY_SCRIPT))
+    for side, cwd in _both(sides, "array"):
+        job = side.notes.pop()
+        rows = side.wait_final([job], 6, fields="JobID,State,ExitCode,Start,End")
+        assert _max_concurrent(rows) <= 2, f"{side.name}: more than 2 tasks at once: {rows}"
+        files = sorted(p.name for p in cwd.glob("*.out"))
+        assert files == [f"{job}_{i}.out" for i in range(6)], f"{side.name}: {files}"
+        outputs = {i: (cwd / f"{job}_{i}.out").read_text() for i in range(6)}
+        for i, text in outputs.items():
+            assert text.startswith(f"task={i}\n"), f"{side.name} task {i}: {text!r}"
+        results[side.name] = (_named([r[:3] for r in rows], {job: "arr"}), outputs)
+    assert results["slurm"][0] == results["phalanx"][0]
+    assert results["slurm"][0] == [(f"arr_{i}", "COMPLETED", "0:0") for i in range(6)]
+    placed: dict[str, set[str]] = {"slurm": set(), "phalanx": set()}
+    for i in range(6):
+        env_s, env_p = _env(results["slurm"][1][i]), _env(results["phalanx"][1][i])
+        for name, env in (("slurm", env_s), ("phalanx", env_p)):
+            placed[name].add(env.pop("SLURM_JOB_NODELIST", ""))
+            env.pop("SLURM_NODELIST", None)
+        _compare_env(env_s, env_p, f"array task {i}")
+    # Placement, last: the timeout job (1 CPU, no GPU) is running on gpu4 meanwhile.
+    if placed["slurm"] != placed["phalanx"]:
+        pytest.xfail(
+            "difference: node choice for 1-CPU, no-GPU array tasks while a 1-CPU job runs on "
+            f"gpu4: Slurm (cons_tres, CR_Core_Memory) packs them onto {sorted(placed['slurm'])}, "
+            f"phalanx (best-fit on the GPU flavor) puts them on {sorted(placed['phalanx'])}"
+        )
+
+
+def test_dependencies(sides: tuple[Side, Side]) -> None:
+    results = {}
+    ids: dict[str, dict[str, str]] = {}
+    for side, cwd in _both(sides, "deps"):
+        job = ids.setdefault(side.name, {})
+
+        def submit(name: str, code: int, *args: str, side: Side = side, cwd: Path = cwd) -> str:
+            script = f"#!/bin/bash\n#SBATCH --job-name={name} -o {name}.out\nexit {code}\n"
+            return side.sbatch(cwd, script, *args, name=f"{name}.sh")
+
+        job["A"] = submit("A", 0)
+        job["B"] = submit("B", 0, f"--dependency=afterok:{job['A']}")
+        job["C"] = submit("C", 0, f"--dependency=afterok:{job['B']}")
+        job["D"] = submit("D", 3)
+        job["E"] = submit("E", 0, f"--dependency=afterok:{job['D']}")
+    for side in sides:
+        job = ids[side.name]
+        side.wait_final([job[n] for n in "ABCD"], 4)
+        side.wait_squeue(job["E"], "%T %r", "PENDING DependencyNeverSatisfied", timeout=60)
+    reasons = {side.name: side.squeue(ids[side.name]["E"], "%r") for side in sides}
+    assert reasons["slurm"] == reasons["phalanx"] == "DependencyNeverSatisfied"
+    for side in sides:
+        job = ids[side.name]
+        side.run("scancel", job["E"])
+        rows = side.wait_final([job[n] for n in "ABCDE"], 5)
+        results[side.name] = _named(rows, {v: k for k, v in job.items()})
+    assert results["slurm"] == [
+        ("A", "COMPLETED", "0:0"),
+        ("B", "COMPLETED", "0:0"),
+        ("C", "COMPLETED", "0:0"),
+        ("D", "FAILED", "3:0"),
+        ("E", "CANCELLED", "0:0"),
+    ]
+    assert results["phalanx"] == results["slurm"]
+
+
+SRUN_SCRIPT = """\
+#!/bin/bash
+#SBATCH --job-name=ranks
+#SBATCH --output=%x-%j.out
+#SBATCH --nodes=2 --ntasks-per-node=2
+srun sh -c 'echo $SLURM_PROCID $SLURMD_NODENAME'
+"""
+
+
+def test_srun_two_nodes(sides: tuple[Side, Side]) -> None:
+    layouts = {}
+    for side, cwd in _both(sides, "srun"):
+        side.notes.append(side.sbatch(cwd, SRUN_SCRIPT))
+    for side, cwd in _both(sides, "srun"):
+        job = side.notes.pop()
+        assert side.wait_final([job], 1) == [[job, "COMPLETED", "0:0"]]
+        lines = (cwd / f"ranks-{job}.out").read_text().split("\n")
+        pairs = sorted(tuple(line.split()) for line in lines if line.strip())
+        by_node: dict[str, list[int]] = {}
+        for rank, node in pairs:
+            by_node.setdefault(node, []).append(int(rank))
+        # Modulo node names: which ranks share a node.
+        layouts[side.name] = sorted(sorted(ranks) for ranks in by_node.values())
+    assert layouts["slurm"] == [[0, 1], [2, 3]]
+    assert layouts["phalanx"] == layouts["slurm"]
+
+
+CANCEL_SCRIPT = """\
+#!/bin/bash
+#SBATCH --job-name=victim
+#SBATCH --output=%x-%j.out
+sleep 60
+"""
+
+
+def test_cancel_running(sides: tuple[Side, Side]) -> None:
+    results = {}
+    for side, cwd in _both(sides, "cancel"):
+        side.notes.append(side.sbatch(cwd, CANCEL_SCRIPT))
+    for side in sides:
+        side.wait_squeue(side.notes[-1], "%T", "RUNNING", timeout=60)
+    for side in sides:
+        side.run("scancel", side.notes[-1])
+    for side, cwd in _both(sides, "cancel"):
+        job = side.notes.pop()
+        rows = side.wait_final([job], 1, timeout=60)
+        results[side.name] = _named(rows, {job: "victim"})
+        assert (cwd / f"victim-{job}.out").exists(), f"{side.name}: no output file"
+    assert results["slurm"][0][:2] == ("victim", "CANCELLED")
+    assert results["phalanx"][0][:2] == results["slurm"][0][:2]
+    assert results["phalanx"] == results["slurm"]  # ExitCode 0:0: the kill is on the step
+
+
+def test_timeout(sides: tuple[Side, Side]) -> None:
+    """``--time=1`` + ``sleep 300`` (submitted when the module started): TIMEOUT on both."""
+    results = {}
+    for side in sides:
+        rows = side.wait_final([side.timeout_job], 1, timeout=180)
+        results[side.name] = _named(rows, {side.timeout_job: "slow"})
+    assert results["slurm"][0][:2] == ("slow", "TIMEOUT")
+    assert results["phalanx"][0][:2] == results["slurm"][0][:2]
+    assert results["phalanx"] == results["slurm"]  # ExitCode 0:0: the kill is on the step
