@@ -399,3 +399,18 @@ def test_multi_pod_set_gang_is_all_or_nothing() -> None:
     out = step(engine, 1.0, Upsert(node("g2")))
     adm = admits(out)[1]
     assert sum(_placement(adm, 1).values()) == 3
+
+
+def test_node_names_and_exclusions_limit_where_tasks_go() -> None:
+    from tests.engine.helpers import admits, cluster_queue, engine_with, flavor, job, node
+
+    engine = engine_with(
+        flavor("f"), *(node(f"n{i}") for i in range(4)), cluster_queue("cq", {"f": 32})
+    )
+    engine.apply(Submit(job("cq", gpus=8, count=2, id=1, node_names=["n2", "n3"])))
+    engine.apply(Submit(job("cq", gpus=8, count=1, id=2, exclude_nodes=["n0"])))
+    engine.apply(Submit(job("cq", gpus=1, count=1, id=3, node_names=["n2"])))
+    out = admits(engine.cycle(0.0))
+    assert sorted(n.node for n in out[1].pod_sets[0].nodes) == ["n2", "n3"]
+    assert [n.node for n in out[2].pod_sets[0].nodes] == ["n1"]
+    assert 3 not in out  # n2 is full: the job waits rather than going elsewhere

@@ -109,11 +109,16 @@ def _node_filter(
     selector = pod_set.node_selector
     tolerations: tuple[Toleration, ...] = (*pod_set.tolerations, *flavor.tolerations)
     extra = tuple(f for f in other_flavors if f.node_labels)
-    if not selector and not tainted and not extra:
+    allowed, excluded = pod_set.node_names, pod_set.exclude_nodes
+    if not selector and not tainted and not extra and allowed is None and not excluded:
         return None
 
     def accept(slot: NodeSlot) -> bool:
         node = slot.node
+        if allowed is not None and node.name not in allowed:
+            return False
+        if node.name in excluded:
+            return False
         labels = node.labels
         for key, value in selector:
             if labels.get(key) != value:

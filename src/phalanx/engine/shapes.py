@@ -27,6 +27,8 @@ class PodSetShape:
     tolerations: tuple[Toleration, ...]
     tasks_per_node: int | None
     exclusive: bool
+    node_names: frozenset[str] | None = None
+    exclude_nodes: frozenset[str] = frozenset()
 
     @property
     def units(self) -> int:
@@ -76,6 +78,8 @@ class ShapeInterner:
             tolerations=tuple(pod_set.tolerations),
             tasks_per_node=pod_set.tasks_per_node,
             exclusive=pod_set.exclusive,
+            node_names=frozenset(pod_set.node_names) if pod_set.node_names is not None else None,
+            exclude_nodes=frozenset(pod_set.exclude_nodes),
         )
         return self._pod_sets.setdefault(shape, shape)
 

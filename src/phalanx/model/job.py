@@ -80,6 +80,10 @@ class PodSet(PhalanxModel):
     tolerations: list[Toleration] = Field(default_factory=list)
     tasks_per_node: int | None = Field(default=None, ge=1)
     exclusive: bool = False
+    node_names: list[str] | None = Field(default=None, min_length=1)
+    """Only these nodes may take the pod set's tasks (Slurm's ``--nodelist``)."""
+    exclude_nodes: list[str] = Field(default_factory=list)
+    """These nodes may not (Slurm's ``--exclude``)."""
 
     @field_validator("requests", mode="before")
     @classmethod

@@ -232,12 +232,16 @@ def test_task_mode_and_selectors() -> None:
     assert ps.node_selector == {
         "slurm.phalanx.io/feature-ib": "true",
         "slurm.phalanx.io/feature-nvme": "true",
-        "kubernetes.io/hostname": "gpu1",
     }
+    assert ps.node_names == ["gpu1"] and ps.exclude_nodes == []
+    (ps,) = to_submission(
+        req(["-N", "2", "-w", "gpu[1,3]", "-x", "gpu2"], "#!/bin/sh\n"), env={}
+    ).pod_sets
+    assert (ps.count, ps.node_names, ps.exclude_nodes) == (2, ["gpu1", "gpu3"], ["gpu2"])
     for argv, match in [
         (["-C", "a|b"], "not supported"),
-        (["-w", "gpu[1-2]"], "--nodelist.*not supported yet"),
-        (["-x", "gpu1"], "--exclude.*not supported yet"),
+        (["-N", "3", "-w", "gpu[1-2]"], "names 2 node.* for a 3-node job"),
+        (["-N", "1", "-w", "gpu1", "-x", "gpu1"], "Requested node configuration is not available"),
         (["-N", "3", "--gpus=8"], "cannot be divided evenly"),
         (["--gpus-per-task=1"], "requires an explicit task count"),
         (["--mem=1G", "--mem-per-cpu=1G"], "mutually exclusive"),

@@ -15,7 +15,7 @@ text, or ``--wrap``) and checks the combinations sbatch refuses.
   GPUs). Without, it is one pod per task (``--ntasks``, default 1);
 * ``--constraint=a&b`` -> node selector ``slurm.phalanx.io/feature-<f>: "true"`` per
   feature; a GPU type (``--gpus-per-node=h100:8``) -> ``slurm.phalanx.io/gpu-type``;
-  ``--nodelist`` of one node -> ``kubernetes.io/hostname``;
+  ``--nodelist`` -> the pod set's ``nodeNames``, ``--exclude`` -> ``excludeNodes``;
 * output patterns stay unexpanded (the server expands ``%j``); the default is
   ``slurm-%j.out`` (``slurm-%A_%a.out`` for arrays);
 * ``JobSubmission.slurm`` records what the user asked, for the ``SLURM_*`` environment.
@@ -265,24 +265,42 @@ def _node_selector(o: SbatchOptions, gpu_type: str | None) -> dict[str, str]:
                     "OR (|), counts (*N), brackets and parentheses are not supported"
                 )
             selector[FEATURE_LABEL.format(feature)] = "true"
-    if o.exclude is not None:
-        raise _err(f"--exclude={o.exclude}: excluding nodes is not supported yet")
-    if o.nodelist is not None:
-        if "/" in o.nodelist:
-            raise _err(f"--nodelist={o.nodelist}: a node list file is not supported yet")
-        try:
-            nodes = sorted(set(hostlist.expand_hostlist(o.nodelist)))
-        except hostlist.BadHostlist as exc:
-            raise _err(f"--nodelist={o.nodelist}: invalid hostlist ({exc})") from None
-        if len(nodes) != 1:
-            raise _err(
-                f"--nodelist={o.nodelist}: more than one node is not supported yet; "
-                "give one node, or use --constraint"
-            )
-        selector[HOSTNAME_LABEL] = nodes[0]
     if gpu_type is not None:
         selector[GPU_TYPE_LABEL] = gpu_type
     return selector
+
+
+def _hosts(option: str, value: str) -> list[str]:
+    if "/" in value:
+        raise _err(f"--{option}={value}: a node list file is not supported yet")
+    try:
+        return sorted(set(hostlist.expand_hostlist(value)))
+    except hostlist.BadHostlist as exc:
+        raise _err(f"--{option}={value}: invalid hostlist ({exc})") from None
+
+
+def _node_lists(o: SbatchOptions, units: int, per_node: bool) -> dict[str, Any]:
+    """``--nodelist`` (the job gets exactly these nodes) and ``--exclude`` as pod set fields.
+
+    Slurm's ``--nodelist`` means the allocation contains every listed node (and
+    maybe more); phalanx places on exactly the listed ones, so the list must
+    name as many nodes as the job has (one per node-sized unit).
+    """
+    fields: dict[str, Any] = {}
+    if o.exclude is not None:
+        fields["exclude_nodes"] = _hosts("exclude", o.exclude)
+    if o.nodelist is not None:
+        nodes = _hosts("nodelist", o.nodelist)
+        if per_node and len(nodes) != units:
+            raise _err(
+                f"--nodelist={o.nodelist}: names {len(nodes)} node(s) for a {units}-node job; "
+                "phalanx places a job on exactly the listed nodes (give --nodes to match, "
+                "or use --constraint)"
+            )
+        if set(nodes) & set(fields.get("exclude_nodes", ())):
+            raise _err("Batch job submission failed: Requested node configuration is not available")
+        fields["node_names"] = nodes
+    return fields
 
 
 def _pod_set(o: SbatchOptions) -> tuple[PodSet, str | None]:
@@ -366,6 +384,7 @@ def _pod_set(o: SbatchOptions) -> tuple[PodSet, str | None]:
         node_selector=_node_selector(o, gpu_type),
         tasks_per_node=tasks_per_node,
         exclusive=o.exclusive is not None,
+        **_node_lists(o, count, per_node),
     )
     return pod_set, gpu_type
 
