@@ -44,10 +44,14 @@ PartitionName=gpu Nodes=gpu[1-4] Default=YES MaxTime=INFINITE DefaultTime=01:00:
 def concurrently(clients: int, total: int, work: Callable[[], None]) -> float:
     """``total`` calls of ``work`` spread over ``clients`` threads; the wall time."""
     counts = [total // clients + (1 if i < total % clients else 0) for i in range(clients)]
+    errors: list[BaseException] = []
 
     def run(n: int) -> None:
-        for _ in range(n):
-            work()
+        try:
+            for _ in range(n):
+                work()
+        except BaseException as exc:  # surfaced below: a failed submit voids the figures
+            errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(n,)) for n in counts]
     started = time.perf_counter()
@@ -55,6 +59,8 @@ def concurrently(clients: int, total: int, work: Callable[[], None]) -> float:
         t.start()
     for t in threads:
         t.join()
+    if errors:
+        raise SystemExit(f"{len(errors)} submitter(s) failed: {errors[0]!r}")
     return time.perf_counter() - started
 
 
@@ -68,13 +74,16 @@ class System:
         self.env = env
 
     def sbatch(self, *args: str) -> None:
-        subprocess.run(
+        done = subprocess.run(
             [*self.sbatch_command(), "--parsable", "-o", "/dev/null", "-c", "1", *args],
             cwd=self.work,
             env=self.env,
-            check=True,
+            check=False,
             capture_output=True,
+            text=True,
         )
+        if done.returncode != 0:
+            raise RuntimeError(f"{self.name} sbatch failed: {done.stderr.strip()[-500:]}")
 
     def sbatch_command(self) -> list[str]:
         raise NotImplementedError

@@ -28,6 +28,17 @@ def main(argv: list[str] | None = None) -> int:
 
         sys.stdout.write(f"phalanx {__version__}\n")
         return 0
+    if args[:1] == ["sbatch"] and "--help" not in args[1:]:
+        # sbatch parses its own command line, as Slurm's does: no click, no app.
+        from phalanx.cli.slurm.sbatch import run
+        from phalanx.errors import PhalanxError
+
+        try:
+            return run(args[1:])
+        except PhalanxError as exc:
+            for line in exc.detail.splitlines() or [exc.error]:
+                _error(line)
+            return 1
     import click
 
     from phalanx.cli.app import app

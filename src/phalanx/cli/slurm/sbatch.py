@@ -98,7 +98,7 @@ def run(argv: Sequence[str]) -> int:
     import getpass
     import socket
 
-    from phalanx.dialects.slurm import build_request, to_submission
+    from phalanx.dialects.slurm.sbatch import build_request, submission_dict
 
     try:
         request = build_request(
@@ -112,7 +112,7 @@ def run(argv: Sequence[str]) -> int:
             lenient=lenient,
             submit_host=socket.gethostname(),
         )
-        submission = to_submission(request, env=dict(os.environ))
+        submission = submission_dict(request, env=dict(os.environ))
     except PhalanxError as exc:
         for line in exc.detail.splitlines() or [exc.error]:
             sys.stderr.write(
@@ -128,7 +128,7 @@ def run(argv: Sequence[str]) -> int:
 
     try:
         with Client() as client:
-            data = submission.to_dict()
+            data = submission
             if test_only:
                 return _test_only(client, data)
             job_id = client.submit(data)

@@ -9,9 +9,9 @@ suffix that throttles how many tasks run at once (``0-15%4``). Indices run from
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from phalanx.errors import Invalid
-from phalanx.model.submission import ArraySpec
 
 __all__ = ["MAX_ARRAY_SIZE", "array_step", "parse_array"]
 
@@ -26,8 +26,20 @@ def _invalid(text: str, why: str) -> Invalid:
     return Invalid(f"{_ERROR}\nsbatch: error: --array={text}: {why}")
 
 
-def parse_array(text: str) -> ArraySpec:
-    """The :class:`ArraySpec` of the Slurm array specification ``text``.
+@dataclass(frozen=True, slots=True)
+class ArrayRequest:
+    """A parsed ``--array`` (the wire form is :class:`phalanx.model.ArraySpec`)."""
+
+    indices: list[int]
+    throttle: int | None
+    text: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"indices": list(self.indices), "throttle": self.throttle, "text": self.text}
+
+
+def parse_array(text: str) -> ArrayRequest:
+    """The indices and throttle of the Slurm array specification ``text``.
 
     >>> parse_array("1-3,8,10-20:5%2").indices
     [1, 2, 3, 8, 10, 15, 20]
@@ -59,7 +71,7 @@ def parse_array(text: str) -> ArraySpec:
                 text, f"index {last} is above the maximum {MAX_ARRAY_SIZE - 1} (MaxArraySize)"
             )
         indices.update(range(first, last + 1, step))
-    return ArraySpec(indices=sorted(indices), throttle=throttle, text=text)
+    return ArrayRequest(indices=sorted(indices), throttle=throttle, text=text)
 
 
 def array_step(text: str) -> int:

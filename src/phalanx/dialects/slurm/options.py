@@ -25,11 +25,10 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from phalanx.dialects.slurm.arrays import parse_array
+from phalanx.dialects.slurm.arrays import ArrayRequest, parse_array
 from phalanx.dialects.slurm.dependency import Dependency, parse_dependency
 from phalanx.dialects.slurm.memory import parse_memory_mb
 from phalanx.errors import Invalid
-from phalanx.model.submission import ArraySpec, SignalSpec
 from phalanx.timefmt import FORMATS, parse_duration_seconds, parse_time_limit
 
 __all__ = [
@@ -112,13 +111,13 @@ class SbatchOptions:
     output: str | None = None
     error: str | None = None
     open_mode: Literal["append", "truncate"] | None = None
-    array: ArraySpec | None = None
+    array: ArrayRequest | None = None
     dependency: Dependency | None = None
     begin: str | None = None
     hold: bool | None = None
     requeue: bool | None = None
     """True for ``--requeue``, False for ``--no-requeue``."""
-    signal: SignalSpec | None = None
+    signal: SignalRequest | None = None
     export: ExportSpec | None = None
     chdir: str | None = None
     wrap: str | None = None
@@ -260,7 +259,7 @@ def _open_mode(value: str, name: str) -> str:
     raise _bad(f"Invalid --open-mode argument: {value} (expected append or truncate)")
 
 
-def _array(value: str, name: str) -> ArraySpec:
+def _array(value: str, name: str) -> ArrayRequest:
     return parse_array(value)
 
 
@@ -392,7 +391,19 @@ SIGNALS: dict[str, int] = {
 """Linux signal numbers by name (without ``SIG``), as Slurm's ``sig_name2num`` knows them."""
 
 
-def parse_signal(value: str, name: str = "--signal") -> SignalSpec:
+@dataclass(frozen=True, slots=True)
+class SignalRequest:
+    """A parsed ``--signal`` (the wire form is :class:`phalanx.model.SignalSpec`)."""
+
+    signal: int
+    seconds: int = 60
+    batch_only: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        return {"signal": self.signal, "seconds": self.seconds, "batchOnly": self.batch_only}
+
+
+def parse_signal(value: str, name: str = "--signal") -> SignalRequest:
     """``[{R|B}:]SIG[@secs]`` (SIG by name, with or without ``SIG``, or number)."""
     text = value
     batch_only = False
@@ -413,10 +424,10 @@ def parse_signal(value: str, name: str = "--signal") -> SignalSpec:
         if not re.fullmatch(r"[0-9]+", secs) or int(secs) > 65535:
             raise _bad(f"Invalid {name} specification: {value} (seconds must be 0..65535)")
         seconds = int(secs)
-    return SignalSpec(signal=number, seconds=seconds, batch_only=batch_only)
+    return SignalRequest(signal=number, seconds=seconds, batch_only=batch_only)
 
 
-def _signal(value: str, name: str) -> SignalSpec:
+def _signal(value: str, name: str) -> SignalRequest:
     return parse_signal(value, name)
 
 

@@ -28,7 +28,7 @@ import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hostlist
 
@@ -42,9 +42,15 @@ from phalanx.dialects.slurm.options import (
 )
 from phalanx.dialects.slurm.script import check_script, read_directives
 from phalanx.errors import Invalid
-from phalanx.model.job import PodSet
-from phalanx.model.quantity import CPU, GPU, MEMORY
-from phalanx.model.submission import JobSubmission, RunSpec
+
+if TYPE_CHECKING:
+    from phalanx.model.submission import JobSubmission
+
+# The resource names (phalanx.model.quantity's), spelled here: importing the
+# model package costs sbatch more than everything else it does.
+CPU = "cpu"
+GPU = "nvidia.com/gpu"
+MEMORY = "memory"
 
 __all__ = [
     "FEATURE_LABEL",
@@ -303,7 +309,7 @@ def _node_lists(o: SbatchOptions, units: int, per_node: bool) -> dict[str, Any]:
     return fields
 
 
-def _pod_set(o: SbatchOptions) -> tuple[PodSet, str | None]:
+def _pod_set(o: SbatchOptions) -> tuple[dict[str, Any], str | None]:
     cpt = o.cpus_per_task or 1
     gres = _gres_gpus(o)
     gpu_type = next(
@@ -377,15 +383,20 @@ def _pod_set(o: SbatchOptions) -> tuple[PodSet, str | None]:
         memory_mb = o.mem_per_gpu * gpus
     if memory_mb:
         requests[MEMORY] = memory_mb * MB
-    pod_set = PodSet(
-        name="main",
-        count=count,
-        requests=requests,
-        node_selector=_node_selector(o, gpu_type),
-        tasks_per_node=tasks_per_node,
-        exclusive=o.exclusive is not None,
-        **_node_lists(o, count, per_node),
-    )
+    pod_set: dict[str, Any] = {
+        "name": "main",
+        "count": count,
+        "requests": requests,
+        "nodeSelector": _node_selector(o, gpu_type),
+        "exclusive": o.exclusive is not None,
+    }
+    if tasks_per_node is not None:
+        pod_set["tasksPerNode"] = tasks_per_node
+    lists = _node_lists(o, count, per_node)
+    if "node_names" in lists:
+        pod_set["nodeNames"] = lists["node_names"]
+    if "exclude_nodes" in lists:
+        pod_set["excludeNodes"] = lists["exclude_nodes"]
     return pod_set, gpu_type
 
 
@@ -452,8 +463,12 @@ def _slurm_record(req: SbatchRequest, name: str, gpu_type: str | None) -> dict[s
     return record
 
 
-def to_submission(req: SbatchRequest, *, env: Mapping[str, str]) -> JobSubmission:
-    """The :class:`JobSubmission` for ``req``; ``env`` is the submitting environment."""
+def submission_dict(req: SbatchRequest, *, env: Mapping[str, str]) -> dict[str, Any]:
+    """The job submission for ``req`` in its wire form (what the API takes).
+
+    Built without the pydantic models, so that ``phalanx sbatch`` starts fast;
+    :func:`to_submission` validates it into a :class:`~phalanx.model.JobSubmission`.
+    """
     o = req.options
     if req.script is None:
         raise _err("nothing to submit (--help, --usage or --version)")
@@ -468,33 +483,49 @@ def to_submission(req: SbatchRequest, *, env: Mapping[str, str]) -> JobSubmissio
     pod_set, gpu_type = _pod_set(o)
     workdir = posixpath.normpath(posixpath.join(req.cwd, o.chdir)) if o.chdir else req.cwd
     output = o.output or ("slurm-%A_%a.out" if o.array is not None else "slurm-%j.out")
-    run = RunSpec(
-        script=req.script,
-        command=list(req.script_args),
-        working_dir=workdir,
-        env=_exported_env(o, env),
-        time_limit=o.time or None,
-        output=output,
-        error=o.error,
-        open_mode=o.open_mode or "truncate",
-        signal=o.signal,
-    )
+    run: dict[str, Any] = {
+        "script": req.script,
+        "command": list(req.script_args),
+        "workingDir": workdir,
+        "env": _exported_env(o, env),
+        "timeLimit": o.time or None,
+        "output": output,
+        "error": o.error,
+        "openMode": o.open_mode or "truncate",
+        "signal": o.signal.to_dict() if o.signal is not None else None,
+    }
     mail = {k: v for k, v in (("type", o.mail_type), ("user", o.mail_user)) if v}
-    return JobSubmission(
-        name=name,
-        tenant=o.account,
-        user=req.user or None,
-        cluster_queue=o.partition,
-        priority_class=o.qos,
-        pod_sets=[pod_set],
-        run=run,
-        array=o.array,
-        dependency=o.dependency.format() if o.dependency else None,
-        begin_time=req.begin_time,
-        hold=bool(o.hold),
-        requeue=bool(o.requeue),
-        nice=o.nice or 0,
-        comment=o.comment or "",
-        mail=mail,
-        slurm=_slurm_record(req, name, gpu_type),
-    )
+    data: dict[str, Any] = {
+        "name": name,
+        "tenant": o.account,
+        "user": req.user or None,
+        "clusterQueue": o.partition,
+        "priorityClass": o.qos,
+        "podSets": [pod_set],
+        "run": {k: v for k, v in run.items() if v is not None},
+        "array": o.array.to_dict() if o.array is not None else None,
+        "dependency": o.dependency.format() if o.dependency else None,
+        "beginTime": req.begin_time,
+        "hold": bool(o.hold),
+        "requeue": bool(o.requeue),
+        "nice": o.nice or 0,
+        "comment": o.comment or "",
+        "mail": mail,
+        "slurm": _slurm_record(req, name, gpu_type),
+    }
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def to_submission(req: SbatchRequest, *, env: Mapping[str, str]) -> JobSubmission:
+    """The validated :class:`~phalanx.model.JobSubmission` for ``req``."""
+    from pydantic import ValidationError
+
+    from phalanx.model.submission import JobSubmission
+
+    data = submission_dict(req, env=env)
+    try:
+        return JobSubmission.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise _err(f"Batch job submission failed: {where}: {first['msg']}") from None
