@@ -39,6 +39,7 @@ test: venv test-deps lint
 bench: venv
 	$(BIN)/python bench/engine.py --json
 	$(BIN)/python bench/api.py $$(test -f ../shared/peers/slurm/start-slurm.sh && echo --slurm)
+	$(BIN)/python bench/sbatch.py $$(test -f ../shared/peers/slurm/start-slurm.sh || echo --no-slurm)
 
 demo: venv
 	$(BIN)/python demo/run.py
