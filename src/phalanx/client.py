@@ -359,10 +359,7 @@ class Client:
         ``None`` when the server has no estimate endpoint (``sbatch --test-only``).
         """
         response = self.request(
-            "POST",
-            "/api/v1/jobs/estimate",
-            json_body=_as_dict(submission),
-            ok=(400, 404, 405, 422),
+            "POST", "/api/v1/jobs/estimate", json_body=_as_dict(submission), ok=(404, 405)
         )
         if response.status >= 400:
             return None

@@ -125,6 +125,12 @@ def submit(plane: Plane, principal: Caller, job: JobSubmission) -> dict[str, Any
     return {"id": ids[0], "ids": ids}
 
 
+@router.post("/jobs/estimate")
+def estimate_job(plane: Plane, principal: Caller, job: JobSubmission) -> dict[str, Any]:
+    """Validate a job without submitting it: its partition and size (``sbatch --test-only``)."""
+    return plane.estimate(principal, job)
+
+
 @router.post("/jobs/batch", status_code=201, response_model=BatchSubmitted)
 def submit_batch(plane: Plane, principal: Caller, batch: BatchRequest) -> dict[str, Any]:
     """Submit up to 10,000 jobs in one transaction: all are accepted, or none."""

@@ -286,6 +286,26 @@ class ControlPlane:
             raise Forbidden("only the admin changes cluster configuration")
         self._call(_DeleteCmd(principal, kind, name))
 
+    def estimate(self, principal: Principal, submission: JobSubmission) -> dict[str, Any]:
+        """Validate a submission without submitting it (``sbatch --test-only``).
+
+        The answer names the ClusterQueue (partition) and the size; there is no
+        start time yet: that needs the backfill planner's reservations.
+        """
+        with self._lock:
+            [job] = resolve_submissions(principal, [submission], self.registry)
+            job, submission = self._partition_defaults(job, submission)
+            target = self._target_queue(job)
+        cpu_milli = sum(p.count * p.requests.get(CPU, 0) for p in submission.pod_sets)
+        return {
+            "id": None,
+            "partition": target,
+            "num_cpus": max(1, -(-cpu_milli // 1000)),
+            "gpus": job.gpus,
+            "nodes": [],
+            "start_time": None,
+        }
+
     def hold(self, principal: Principal, job_id: int) -> JobRow:
         """Keep a pending job from starting until :meth:`release` (``scontrol hold``)."""
         self.job(principal, job_id)

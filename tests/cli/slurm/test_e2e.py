@@ -207,3 +207,33 @@ def test_hold_and_release(as_admin: Cluster, capsys: pytest.CaptureFixture[str])
         assert not out.startswith("JobHeld")
     finally:
         run(capsys, "scancel", str(job_id))
+
+
+def test_sbatch_submits_and_test_only_validates(
+    as_admin: Cluster,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "hello.sbatch"
+    script.write_text(
+        "#!/bin/sh\n#SBATCH -p team-a -A team-a -J hello -o %x-%j.out\n"
+        "echo hello $SLURM_JOB_NAME $SLURM_JOB_PARTITION $SLURM_NNODES\n"
+    )
+    code, out, err = run(capsys, "sbatch", "--parsable", str(script))
+    assert code == 0, err
+    job_id = int(out.strip())
+    with as_admin.admin as client:
+        assert client.wait(job_id, timeout=30)["state"] == "COMPLETED"
+    assert (tmp_path / f"hello-{job_id}.out").read_text() == "hello hello team-a 1\n"
+    code, out, err = run(
+        capsys, "sbatch", "--test-only", "-p", "team-b", "-A", "team-b", "-c", "4", "--wrap", "true"
+    )
+    assert code == 0, err
+    expected = "using 4 processors on nodes (null) in partition team-b\n"
+    assert err == f"sbatch: Job 0 to start at Unknown {expected}"
+    code, out, err = run(
+        capsys, "sbatch", "--test-only", "-p", "nope", "-A", "team-a", "--wrap", "true"
+    )
+    assert code == 1 and "no ClusterQueue named 'nope'" in err

@@ -164,10 +164,10 @@ def _test_only(client: Any, submission: dict[str, Any]) -> int:
             "(no POST /api/v1/jobs/estimate); nothing was submitted",
         )
         return 1
-    when = slurm_time(estimate.get("start_time") or estimate.get("estimated_start"), "Unknown")
+    when = slurm_time(estimate.get("start_time"), "Unknown")
     procs = estimate.get("num_cpus") or ""
-    nodes = estimate.get("nodelist") or ",".join(estimate.get("nodes") or []) or "(null)"
-    partition = estimate.get("partition") or estimate.get("cluster_queue") or ""
+    nodes = ",".join(estimate.get("nodes") or []) or "(null)"
+    partition = estimate.get("partition") or ""
     job_id = estimate.get("id") or 0
     sys.stderr.write(
         f"sbatch: Job {job_id} to start at {when} using {procs} processors on nodes "
