@@ -18,7 +18,7 @@ import hostlist
 
 from phalanx.dialects.slurm.environment import compress_hostlist
 
-__all__ = ["main"]
+__all__ = ["answer_locally", "main"]
 
 
 def _expand(expression: str) -> list[str]:
@@ -26,7 +26,7 @@ def _expand(expression: str) -> list[str]:
     return list(hostlist.expand_hostlist(",".join(expression.split()), allow_duplicates=True))
 
 
-def _local(args: list[str]) -> int | None:
+def answer_locally(args: list[str]) -> int | None:
     """Answer ``show hostnames|hostlist|hostlistsorted``; None for anything else."""
     if len(args) < 2 or args[0] != "show":
         return None
@@ -60,7 +60,7 @@ def _local(args: list[str]) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: the local fast path, or exec the full ``phalanx scontrol``."""
     args = sys.argv[1:] if argv is None else argv
-    code = _local(args)
+    code = answer_locally(args)
     if code is not None:
         return code
     command = [sys.executable, "-I", "-m", "phalanx.cli.main", "scontrol", *args]

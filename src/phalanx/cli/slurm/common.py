@@ -12,9 +12,12 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
+
+from phalanx.dialects.slurm.environment import compress_hostlist
+from phalanx.timefmt import format_duration
 
 __all__ = [
     "FINISHED",
@@ -167,12 +170,7 @@ def secs2time(seconds: int | None) -> str:
         return "UNLIMITED"
     if seconds < 0:
         return "INVALID"
-    days, rest = divmod(int(seconds), 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return format_duration(seconds)
 
 
 def fit(text: str, width: int | None, right: bool) -> str:
@@ -279,103 +277,15 @@ def parse_job_ref(text: str) -> ArrayRef | None:
 
 # --------------------------------------------------------------------------- hostlists
 
-_NUM_TAIL = re.compile(r"^(.*?)(\d+)$")
-
-
-def _split_host(name: str) -> tuple[str, str | None]:
-    m = _NUM_TAIL.match(name)
-    if not m:
-        return name, None
-    return m.group(1), m.group(2)
-
-
-def _width_ok(a: str, b: str) -> bool:
-    """Whether two numbers may share a range (Slurm's ``_width_equiv``)."""
-    if len(a) == len(b):
-        return True
-    padded = (len(a) > 1 and a[0] == "0") or (len(b) > 1 and b[0] == "0")
-    return not padded
-
-
-def compress_hostlist(hosts: Sequence[str]) -> str:
-    """``gpu1,gpu2,gpu3,gpu5`` -> ``gpu[1-3,5]``; order kept, no dedup (``show hostlist``)."""
-    groups: list[tuple[str, list[list[str]]]] = []  # prefix, runs of digit strings
-    for host in hosts:
-        prefix, num = _split_host(host)
-        if num is None:
-            groups.append((host, []))
-            continue
-        if groups and groups[-1][0] == prefix and groups[-1][1]:
-            runs = groups[-1][1]
-            last = runs[-1][-1]
-            if int(num) == int(last) + 1 and _width_ok(runs[-1][0], num):
-                runs[-1].append(num)
-            else:
-                runs.append([num])
-        else:
-            groups.append((prefix, [[num]]))
-    parts = []
-    for prefix, runs in groups:
-        if not runs:
-            parts.append(prefix)
-            continue
-        ranges = [r[0] if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs]
-        if len(runs) == 1 and len(runs[0]) == 1:
-            parts.append(prefix + runs[0][0])
-        else:
-            parts.append(f"{prefix}[{','.join(ranges)}]")
-    return ",".join(parts)
-
-
-def _split_top(text: str) -> list[str]:
-    """Split on commas and whitespace outside brackets."""
-    out: list[str] = []
-    depth = 0
-    cur = ""
-    for ch in text:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        if depth == 0 and (ch == "," or ch.isspace()):
-            if cur:
-                out.append(cur)
-            cur = ""
-            continue
-        cur += ch
-    if depth != 0:
-        raise ValueError(f"unbalanced brackets in {text!r}")
-    if cur:
-        out.append(cur)
-    return out
-
-
-def _expand_token(token: str) -> list[str]:
-    start = token.find("[")
-    if start < 0:
-        return [token]
-    end = token.index("]", start)
-    prefix, body, rest = token[:start], token[start + 1 : end], token[end + 1 :]
-    tails = _expand_token(rest)
-    out: list[str] = []
-    for part in body.split(","):
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            if not (lo.isdigit() and hi.isdigit()) or int(lo) > int(hi):
-                raise ValueError(f"invalid range {part!r} in {token!r}")
-            width = len(lo)
-            names = [f"{n:0{width}d}" for n in range(int(lo), int(hi) + 1)]
-        else:
-            if not part.isdigit():
-                raise ValueError(f"invalid number {part!r} in {token!r}")
-            names = [part]
-        out.extend(prefix + n + t for n in names for t in tails)
-    return out
-
 
 def expand_hostlist(text: str) -> list[str]:
-    """``tux[1-3],rack[1-2]-n[01-02]`` -> every name, outer group first (``show hostnames``)."""
-    out: list[str] = []
-    for token in _split_top(text):
-        out.extend(_expand_token(token))
-    return out
+    """``tux[1-3],rack[1-2]-n[01-02]`` -> every name, in order (``show hostnames``).
+
+    python-hostlist does the work; Slurm also takes whitespace as a separator.
+    """
+    import hostlist
+
+    try:
+        return list(hostlist.expand_hostlist(",".join(text.split()), allow_duplicates=True))
+    except hostlist.BadHostlist as exc:
+        raise ValueError(f"invalid hostlist {text!r}: {exc}") from None

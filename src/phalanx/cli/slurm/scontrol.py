@@ -10,7 +10,6 @@ than invented. ``show hostnames``/``show hostlist`` run locally, no server.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -195,29 +194,12 @@ def run(args: Sequence[str], *, oneliner: bool, details: bool) -> int:
             tool_error("scontrol", "show: entity not specified")
             return 1
         entity = rest[0].lower()
-        target = rest[1] if len(rest) > 1 else None
-        if entity in ("hostnames", "hostname"):
-            text = target or os.environ.get("SLURM_JOB_NODELIST", "")
-            try:
-                names = expand_hostlist(text)
-            except ValueError:
-                sys.stderr.write(f"Invalid hostlist: {text}\n")
-                return 1
-            sys.stdout.write("".join(f"{n}\n" for n in names))
-            return 0
-        if entity in ("hostlist", "hostlistsorted"):
-            if target is None:
-                tool_error("scontrol", "hostlist requires a list of hosts")
-                return 1
-            try:
-                names = expand_hostlist(target)
-            except ValueError:
-                sys.stderr.write(f"Invalid hostlist: {target}\n")
-                return 1
-            if entity == "hostlistsorted":
-                names = sorted(names)
-            sys.stdout.write(compress_hostlist(names) + "\n")
-            return 0
+        if entity in ("hostnames", "hostname", "hostlist", "hostlistsorted"):
+            # The same answer as inside a job, where no server is needed.
+            from phalanx.runtime.scontrol import answer_locally
+
+            code = answer_locally(["show", entity, *rest[1:]])
+            return code if code is not None else 1
     from phalanx.client import Client
 
     try:
