@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
@@ -53,10 +53,10 @@ def _kind(plural: str) -> str:
 
 
 def _manifest(plane: ControlPlane, row: ObjectRow, status: dict[str, Any] | None) -> dict[str, Any]:
-    from phalanx.control.registry import MODEL_BY_KIND
     from phalanx.dialects import kueue
+    from phalanx.model.kinds import MODEL_BY_KIND
 
-    obj = MODEL_BY_KIND[row.kind].model_validate(row.spec)
+    obj = cast(kueue.ManifestObject, MODEL_BY_KIND[row.kind].model_validate(row.spec))
     manifest = dict(kueue.to_manifest(row.kind, obj))
     if status is not None:
         extra = status.get(row.name)

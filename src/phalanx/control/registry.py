@@ -11,30 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from phalanx.model import (
-    ClusterQueue,
-    Cohort,
-    LocalQueue,
-    Node,
-    PriorityClass,
-    ResourceFlavor,
-    Tenant,
-    Topology,
-)
+from phalanx.model import LocalQueue
+from phalanx.model.kinds import KINDS, MODEL_BY_KIND
 
 __all__ = ["KIND_ORDER", "MODEL_BY_KIND", "Registry", "object_key"]
 
-MODEL_BY_KIND: dict[str, type[Any]] = {
-    "ResourceFlavor": ResourceFlavor,
-    "Topology": Topology,
-    "Cohort": Cohort,
-    "ClusterQueue": ClusterQueue,
-    "LocalQueue": LocalQueue,
-    "Tenant": Tenant,
-    "PriorityClass": PriorityClass,
-    "Node": Node,
-}
-KIND_ORDER: tuple[str, ...] = tuple(MODEL_BY_KIND)
+KIND_ORDER = KINDS
 """Kinds in the order recovery applies them: what is referred to comes first."""
 _KIND_BY_MODEL = {model: kind for kind, model in MODEL_BY_KIND.items()}
 

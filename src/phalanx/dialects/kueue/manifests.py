@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from phalanx.errors import Invalid
 from phalanx.model import (
@@ -55,6 +55,7 @@ from phalanx.model import (
     Tenant,
     Topology,
 )
+from phalanx.model.kinds import KINDS, MODEL_BY_KIND
 from phalanx.model.resources import format_resources
 
 __all__ = [
@@ -74,28 +75,7 @@ ManifestObject = (
 )
 """Every object a manifest can describe."""
 
-KINDS: tuple[str, ...] = (
-    "ResourceFlavor",
-    "Topology",
-    "Cohort",
-    "ClusterQueue",
-    "LocalQueue",
-    "Tenant",
-    "PriorityClass",
-    "Node",
-)
-"""Canonical kinds (``phalanx.engine.events.ObjectKind``) in the order to apply them."""
-
-_MODELS: dict[str, type[BaseModel]] = {
-    "ResourceFlavor": ResourceFlavor,
-    "Topology": Topology,
-    "Cohort": Cohort,
-    "ClusterQueue": ClusterQueue,
-    "LocalQueue": LocalQueue,
-    "Tenant": Tenant,
-    "PriorityClass": PriorityClass,
-    "Node": Node,
-}
+_MODELS = MODEL_BY_KIND
 
 KIND_ALIASES: dict[str, str] = {
     **{alias: "ClusterQueue" for alias in ("clusterqueue", "clusterqueues", "cq", "cqs")},
