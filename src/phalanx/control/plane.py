@@ -347,17 +347,12 @@ class ControlPlane:
         """Where the job's standard output and standard error go (error None: merged)."""
         run = job.submission.get("run", {})
         workdir = Path(run.get("workingDir") or "/")
-        if run.get("script") is not None:
-            out_pattern = run.get("output") or "slurm-%j.out"
-            err_pattern = run.get("error")
-            return (
-                expand_output(out_pattern, job, workdir),
-                expand_output(err_pattern, job, workdir) if err_pattern else None,
-            )
         output = run.get("output")
-        out = _expand(output, job, workdir) if output else self.runtime.default_output(job.id)
+        if output is None and run.get("script") is not None:
+            output = "slurm-%j.out"  # sbatch's default
+        out = expand_output(output, job, workdir) if output else self.runtime.default_output(job.id)
         error = run.get("error")
-        return out, (_expand(error, job, workdir) if error else None)
+        return out, (expand_output(error, job, workdir) if error else None)
 
     def cluster_queue_status(self) -> dict[str, dict[str, Any]]:
         with self._lock:
@@ -1167,25 +1162,6 @@ def _job_from_row(row: JobRow, submission: JobSubmission) -> Job:
         submit_time=row.submit_time,
         labels=submission.labels,
     )
-
-
-def _expand(pattern: str, job: JobRow, workdir: Path) -> Path:
-    """Slurm's basic filename patterns: %j job id, %x name, %u user, %% a percent sign."""
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "%" and i + 1 < len(pattern):
-            code = pattern[i + 1]
-            value = {"j": str(job.id), "x": job.name or "job", "u": job.user, "%": "%"}.get(code)
-            if value is not None:
-                out.append(value)
-                i += 2
-                continue
-        out.append(ch)
-        i += 1
-    path = Path("".join(out))
-    return path if path.is_absolute() else workdir / path
 
 
 def _stopped() -> PhalanxError:

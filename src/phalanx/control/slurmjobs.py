@@ -97,14 +97,17 @@ def dependency_checker(tx: Tx, now: float) -> DependencyStatus:
 
 
 def expand_output(pattern: str, row: JobRow, workdir: Path) -> Path:
-    """Slurm's filename patterns (``%j``, ``%x``, ``%A_%a``, ``%N``, ...) under ``workdir``."""
+    """Slurm's filename patterns (``%j``, ``%x``, ``%A_%a``, ``%N``, ...) under ``workdir``.
+
+    Every job's output files use them, whether it came in as a batch script or not.
+    """
     from phalanx.dialects.slurm.patterns import PatternFields, expand_pattern
 
     fields = PatternFields(
         job_id=row.id,
         array_job_id=row.array_job_id,
         array_task_id=row.array_task_id,
-        job_name=row.name,
+        job_name=row.name or "job",
         user=row.user,
         node=row.nodes[0] if row.nodes else "",
         node_index=0,
