@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from phalanx.auth import Principal
+from phalanx.dialects.slurm.reasons import slurm_reason
 from phalanx.store.records import JobEventRow, JobRow, TokenRow
 
 __all__ = [
@@ -191,8 +192,6 @@ def job_view(row: JobRow, paths: tuple[Any, Any] | None = None) -> dict[str, Any
 
     ``paths`` are the job's output files as the control plane resolves them.
     """
-    from phalanx.dialects.slurm.reasons import slurm_reason
-
     run = row.submission.get("run") or {}
     sub = row.submission
     gpu_indices = (row.assignment or {}).get("gpus") or {}
