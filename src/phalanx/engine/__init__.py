@@ -5,9 +5,15 @@
 >>> # engine.apply(Upsert(node)); engine.apply(Submit(job)); engine.cycle(now)
 """
 
-from phalanx.engine.config import PRESETS, EngineConfig
+from phalanx.engine.config import (
+    PRESETS,
+    EngineConfig,
+    FairSharingConfig,
+    WaitForPodsReadyConfig,
+)
 from phalanx.engine.decisions import (
     Admit,
+    Deactivate,
     Decision,
     Evict,
     NodeAssignment,
@@ -21,6 +27,7 @@ from phalanx.engine.events import (
     Delete,
     Event,
     Finish,
+    PodsReady,
     Requeue,
     Submit,
     TenantUsage,
@@ -35,6 +42,7 @@ __all__ = [
     "Admit",
     "Adopt",
     "Cancel",
+    "Deactivate",
     "Decision",
     "Delete",
     "Engine",
@@ -42,16 +50,19 @@ __all__ = [
     "Event",
     "Evict",
     "FairShareWeights",
+    "FairSharingConfig",
     "Finish",
     "NodeAssignment",
     "Pending",
     "PodSetAssignment",
+    "PodsReady",
     "Reason",
     "ReasonCode",
     "Requeue",
     "Submit",
     "TenantUsage",
     "Upsert",
+    "WaitForPodsReadyConfig",
     "export_state",
     "load_state",
 ]

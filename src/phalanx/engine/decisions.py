@@ -9,6 +9,7 @@ from phalanx.engine.reasons import Reason, reason_from_dict
 
 __all__ = [
     "Admit",
+    "Deactivate",
     "Decision",
     "Evict",
     "NodeAssignment",
@@ -32,11 +33,19 @@ class PodSetAssignment:
     flavors: tuple[tuple[str, str], ...]
     """``(resource, flavor)`` for every requested resource."""
     nodes: tuple[NodeAssignment, ...]
+    count: int = -1
+    """Tasks admitted: the pod set's ``count``, or fewer when partially admitted
+    (``minCount``). ``-1`` when built without it: the sum of the node counts."""
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            object.__setattr__(self, "count", sum(n.count for n in self.nodes))
 
     def to_dict(self) -> dict[str, object]:
         return {
             "name": self.name,
             "flavors": dict(self.flavors),
+            "count": self.count,
             "nodes": [{"node": n.node, "count": n.count} for n in self.nodes],
         }
 
@@ -87,18 +96,77 @@ class Pending:
         return {"type": "Pending", "job_id": self.job_id, **self.reason.to_dict()}
 
 
+EVICTION_REASONS = (
+    "Preempted",
+    "PodsReadyTimeout",
+    "ClusterQueueStopped",
+    "LocalQueueStopped",
+    "Deactivated",
+)
+"""Kueue's ``Evicted`` condition reasons."""
+
+PREEMPTION_REASONS = (
+    "InClusterQueue",
+    "InCohortReclamation",
+    "InCohortFairSharing",
+    "InCohortReclaimWhileBorrowing",
+)
+"""Kueue's ``Preempted`` condition reasons (``preemption_reason`` of a ``Preempted`` Evict)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Evict:
-    """Stop an admitted job and requeue it (for example its ClusterQueue is HoldAndDrain)."""
+    """Stop an admitted job (Kueue's ``Evicted`` condition).
+
+    Eviction is asynchronous: the job keeps its quota and nodes until the caller
+    applies ``Requeue`` (back to pending) or ``Finish``. ``reason`` is one of
+    :data:`EVICTION_REASONS`; a ``Preempted`` eviction names the ``preemptor`` job
+    and the ``preemption_reason`` (one of :data:`PREEMPTION_REASONS`).
+    """
 
     job_id: int
     reason: str
+    message: str = ""
+    preemptor: int | None = None
+    preemption_reason: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {"type": "Evict", "job_id": self.job_id, "reason": self.reason}
+        out: dict[str, object] = {
+            "type": "Evict",
+            "job_id": self.job_id,
+            "reason": self.reason,
+            "message": self.message,
+        }
+        if self.preemptor is not None:
+            out["preemptor"] = self.preemptor
+        if self.preemption_reason is not None:
+            out["preemption_reason"] = self.preemption_reason
+        return out
 
 
-Decision = Admit | Pending | Evict
+@dataclass(frozen=True, slots=True)
+class Deactivate:
+    """Kueue sets ``spec.active=false``: the job leaves the queue for good.
+
+    For example ``RequeuingLimitExceeded`` once waitForPodsReady's
+    ``backoffLimitCount`` is spent. The job holds nothing any more; the control
+    plane ends it (state FAILED, the reason kept).
+    """
+
+    job_id: int
+    reason: str
+    message: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "type": "Deactivate",
+            "job_id": self.job_id,
+            "reason": self.reason,
+            "message": self.message,
+        }
+
+
+Decision = Admit | Pending | Evict | Deactivate
 
 
 def decision_from_dict(data: dict[str, Any]) -> Decision:
@@ -115,6 +183,7 @@ def decision_from_dict(data: dict[str, Any]) -> Decision:
                     name=p["name"],
                     flavors=tuple(sorted(p["flavors"].items())),
                     nodes=tuple(NodeAssignment(n["node"], int(n["count"])) for n in p["nodes"]),
+                    count=int(p.get("count", -1)),
                 )
                 for p in data["pod_sets"]
             ),
@@ -122,5 +191,14 @@ def decision_from_dict(data: dict[str, Any]) -> Decision:
     if kind == "Pending":
         return Pending(int(data["job_id"]), reason_from_dict(data))
     if kind == "Evict":
-        return Evict(int(data["job_id"]), str(data["reason"]))
+        preemptor = data.get("preemptor")
+        return Evict(
+            int(data["job_id"]),
+            str(data["reason"]),
+            str(data.get("message", "")),
+            int(preemptor) if preemptor is not None else None,
+            data.get("preemption_reason"),
+        )
+    if kind == "Deactivate":
+        return Deactivate(int(data["job_id"]), str(data["reason"]), str(data.get("message", "")))
     raise ValueError(f"unknown decision type {kind!r}")

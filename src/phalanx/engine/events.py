@@ -32,6 +32,7 @@ __all__ = [
     "Event",
     "Finish",
     "ObjectKind",
+    "PodsReady",
     "Requeue",
     "Submit",
     "TenantUsage",
@@ -97,6 +98,14 @@ class Requeue:
 
 
 @dataclass(frozen=True, slots=True)
+class PodsReady:
+    """Every pod of an admitted job is running (Kueue's ``PodsReady=True``), at ``time``."""
+
+    job_id: int
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
 class TenantUsage:
     """A tenant's decayed GPU-hours ``usage`` (U) and optionally a new ``allocation`` (L)."""
 
@@ -119,4 +128,4 @@ class Adopt:
     admission: Admit
 
 
-Event = Upsert | Delete | Submit | Cancel | Finish | Requeue | TenantUsage | Adopt
+Event = Upsert | Delete | Submit | Cancel | Finish | Requeue | TenantUsage | Adopt | PodsReady

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from phalanx.engine.config import EngineConfig
+from phalanx.engine.config import EngineConfig, FairSharingConfig, WaitForPodsReadyConfig
 from phalanx.engine.decisions import Admit, decision_from_dict
 from phalanx.engine.engine import Engine
 from phalanx.engine.ordering import FairShareWeights, JobFacts, TenantShare
@@ -111,6 +111,13 @@ def export_state(engine: Engine) -> dict[str, Any]:
             "weights": dataclasses.asdict(cfg.weights),
             "priority_calc_period_s": cfg.priority_calc_period_s,
             "ignore_undeclared_resources": cfg.ignore_undeclared_resources,
+            "heads_per_cycle": cfg.heads_per_cycle,
+            "fair_sharing": (
+                list(cfg.fair_sharing.preemption_strategies) if cfg.fair_sharing else None
+            ),
+            "wait_for_pods_ready": (
+                dataclasses.asdict(cfg.wait_for_pods_ready) if cfg.wait_for_pods_ready else None
+            ),
         },
         "objects": [{"kind": k, "object": o.to_dict()} for (k, _), o in engine._objects.items()],
         "shares": {t: [s.usage, s.allocation] for t, s in engine._shares.items()},
@@ -136,12 +143,17 @@ def load_state(data: dict[str, Any]) -> Engine:
     if data.get("format") != FORMAT:
         raise ValueError(f"not a phalanx engine state (format {data.get('format')!r})")
     c = data["config"]
+    fair = c.get("fair_sharing")
+    ready = c.get("wait_for_pods_ready")
     engine = Engine(
         EngineConfig(
             preset=c["preset"],
             weights=FairShareWeights(**c["weights"]),
             priority_calc_period_s=c["priority_calc_period_s"],
             ignore_undeclared_resources=c["ignore_undeclared_resources"],
+            heads_per_cycle=c.get("heads_per_cycle"),
+            fair_sharing=FairSharingConfig(tuple(fair)) if fair is not None else None,
+            wait_for_pods_ready=WaitForPodsReadyConfig(**ready) if ready is not None else None,
         )
     )
     from phalanx.engine.events import Upsert

@@ -84,6 +84,9 @@ class PodSet(PhalanxModel):
     """Only these nodes may take the pod set's tasks (Slurm's ``--nodelist``)."""
     exclude_nodes: list[str] = Field(default_factory=list)
     """These nodes may not (Slurm's ``--exclude``)."""
+    min_count: int | None = Field(default=None, ge=1)
+    """Kueue's ``minCount``: the pod set may be admitted with as few as this many tasks
+    (partial admission) when the full ``count`` does not fit."""
 
     @field_validator("requests", mode="before")
     @classmethod
@@ -95,6 +98,10 @@ class PodSet(PhalanxModel):
         if self.tasks_per_node is not None and self.count % self.tasks_per_node:
             raise ValueError(
                 f"count ({self.count}) must be a multiple of tasksPerNode ({self.tasks_per_node})"
+            )
+        if self.min_count is not None and self.min_count > self.count:
+            raise ValueError(
+                f"minCount ({self.min_count}) must be less than or equal to count ({self.count})"
             )
         return self
 

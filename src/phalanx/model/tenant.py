@@ -16,6 +16,9 @@ class Tenant(PhalanxModel):
     parent: str | None = None
     allocation: float = Field(default=1.0, ge=0)
     users: list[str] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    """The namespace's labels, matched by a ClusterQueue's ``namespaceSelector``
+    (``kubernetes.io/metadata.name: <name>`` is implied)."""
 
 
 class PriorityClass(PhalanxModel):
