@@ -16,7 +16,17 @@ from pydantic import Field, ValidationInfo, field_validator
 from phalanx.model.base import PhalanxModel
 from phalanx.model.job import PodSet
 
-__all__ = ["DEFAULT_KILL_WAIT_S", "ArraySpec", "JobSubmission", "RunSpec", "SignalSpec"]
+__all__ = [
+    "DEFAULT_KILL_WAIT_S",
+    "ArraySpec",
+    "Container",
+    "EnvVar",
+    "JobSubmission",
+    "KubePodSet",
+    "KubeRun",
+    "RunSpec",
+    "SignalSpec",
+]
 
 MAX_ARRAY_TASKS = 1001
 """Slurm's default MaxArraySize is 1001 (indices 0..1000)."""
@@ -34,6 +44,71 @@ class SignalSpec(PhalanxModel):
     """Only to the batch shell (``B:``), not to every task."""
 
 
+class EnvVar(PhalanxModel):
+    """A container's environment variable: a ``value``, or a pod field (``fieldPath``)."""
+
+    name: str = Field(min_length=1)
+    value: str = ""
+    field_path: str | None = None
+    """``metadata.name`` or ``metadata.namespace`` (Kubernetes' ``valueFrom.fieldRef``)."""
+
+
+class Container(PhalanxModel):
+    """A Kubernetes container as phalanx runs it: a process on the host.
+
+    ``command`` is the container's ``command`` followed by its ``args`` (their
+    ``$(VAR)`` references are expanded when the pod starts). Empty when the
+    manifest gives no ``command``: the image's entrypoint is unknown without a
+    container runtime, and the pod fails at start with a message naming
+    ``field`` (the manifest path of the container).
+    """
+
+    name: str = ""
+    image: str = ""
+    command: list[str] = Field(default_factory=list)
+    field: str = ""
+    working_dir: str | None = None
+    env: list[EnvVar] = Field(default_factory=list)
+    ports: dict[str, int] = Field(default_factory=dict)
+    """Named container ports (``pytorchjob-port``)."""
+
+
+class KubePodSet(PhalanxModel):
+    """How the pods of one pod set run: ``jobs`` child Jobs of ``parallelism`` pods each.
+
+    A batch/v1 Job is one child Job; a JobSet replicatedJob is ``replicas`` of them.
+    Each child Job needs ``completions`` successful pods (indices
+    ``0..completions-1`` when ``indexed``); its ``parallelism`` slots run their
+    share of the indices one after the other.
+    """
+
+    name: str = Field(min_length=1)
+    role: str = ""
+    """``Master``/``Worker`` (PyTorchJob), ``head``/``worker`` (RayJob), the replicatedJob name."""
+    jobs: int = Field(default=1, ge=1)
+    parallelism: int = Field(default=1, ge=1)
+    completions: int = Field(default=1, ge=1)
+    indexed: bool = False
+    containers: list[Container] = Field(min_length=1)
+    init_containers: list[Container] = Field(default_factory=list)
+
+
+class KubeRun(PhalanxModel):
+    """A Kubernetes job (Job, JobSet, PyTorchJob, RayJob, Workload) and how its pods run."""
+
+    kind: str = Field(min_length=1)
+    namespace: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    manifest: dict[str, Any] = Field(default_factory=dict)
+    """The document as applied (``metadata.name`` filled in when it had ``generateName``)."""
+    pod_sets: list[KubePodSet] = Field(min_length=1)
+    backoff_limit: int = Field(default=6, ge=0)
+    """Failed pods the job tolerates: it fails when its failures exceed this."""
+    entrypoint: str | None = None
+    """RayJob: the shell command the head pod runs; the workers wait for it to end."""
+    suspend: bool = False
+
+
 class RunSpec(PhalanxModel):
     """How every task of a job runs.
 
@@ -46,6 +121,8 @@ class RunSpec(PhalanxModel):
     script: str | None = Field(default=None, max_length=4 << 20)
     """A batch script (Slurm): run once, on the first node of the allocation, with
     ``command`` as its arguments; ``srun`` inside it starts the tasks."""
+    kube: KubeRun | None = None
+    """A Kubernetes job: each task is one of its pods, running the pod's containers."""
     command: list[str] = Field(default_factory=list, validate_default=True)
     """The program and its arguments; with ``script``, the script's arguments."""
     working_dir: str = "/"
@@ -62,7 +139,7 @@ class RunSpec(PhalanxModel):
     @field_validator("command")
     @classmethod
     def _something_to_run(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        if info.data.get("script") is None:
+        if info.data.get("script") is None and info.data.get("kube") is None:
             if not value:
                 raise ValueError("required: the program and its arguments (or a script)")
             if not value[0]:
