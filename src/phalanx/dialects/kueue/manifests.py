@@ -43,6 +43,7 @@ from typing import Any, cast
 import yaml
 from pydantic import ValidationError
 
+from phalanx.dialects.kueue.validation import validate
 from phalanx.errors import Invalid
 from phalanx.model import (
     AdminState,
@@ -56,6 +57,7 @@ from phalanx.model import (
     Topology,
 )
 from phalanx.model.kinds import KINDS, MODEL_BY_KIND
+from phalanx.model.quantity import QuantityError, format_quantity, parse_quantity
 from phalanx.model.resources import format_resources
 
 __all__ = [
@@ -469,6 +471,19 @@ def _convert(kind: str, api_version: str, data: Mapping[str, Any]) -> _Converted
         if annotations:
             model["annotations"] = annotations
             fields["annotations"] = ("metadata", "annotations")
+    weight = (
+        spec.get("fairSharing", {}).get("weight")
+        if isinstance(spec.get("fairSharing"), Mapping)
+        else None
+    )
+    if isinstance(weight, str):
+        try:
+            spec["fairSharing"] = {
+                **spec["fairSharing"],
+                "weight": parse_quantity(weight, "cpu") / 1000,
+            }
+        except QuantityError as exc:
+            raise _DocError(("spec", "fairSharing", "weight"), str(exc)) from None
     for key, value in spec.items():
         if key in reserved or not isinstance(key, str):
             raise _DocError(("spec", str(key)), "unknown field")
@@ -676,6 +691,11 @@ def _load_docs(docs: Iterable[_Doc]) -> tuple[list[Manifest], list[_Problem]]:
                 )
                 problems.append(problem(("kind",), message, subject))
             continue
+        if api_version.startswith("kueue.x-k8s.io/"):
+            data, invalid = validate(kind, api_version, data)
+            if invalid:
+                problems.extend(problem(path, message, subject) for path, message in invalid)
+                continue
         try:
             conv = _convert(kind, api_version, data)
         except _DocError as exc:
@@ -824,5 +844,21 @@ def to_manifest(kind: str, obj: ManifestObject) -> dict[str, Any]:
                 annotations[ADMISSION_SCOPE_ANNOTATION] = scope
         if annotations:
             metadata["annotations"] = annotations
-    api_version = PHALANX_V1 if isinstance(obj, Tenant) else KUEUE_V1BETA2
-    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": body}
+    if isinstance(obj, Tenant):
+        return {"apiVersion": PHALANX_V1, "kind": kind, "metadata": metadata, "spec": body}
+    _kueue_spelling(body)
+    return {"apiVersion": KUEUE_V1BETA2, "kind": kind, "metadata": metadata, "spec": body}
+
+
+def _kueue_spelling(spec: dict[str, Any]) -> None:
+    """Model defaults that Kueue's schema spells differently: no empty toleration fields
+    (the CRD refuses ``effect: ""``), fair-sharing weights as quantities."""
+    fair = spec.get("fairSharing")
+    if isinstance(fair, dict) and isinstance(fair.get("weight"), int | float):
+        fair["weight"] = format_quantity(round(fair["weight"] * 1000), "cpu")
+    tolerations = spec.get("tolerations")
+    if isinstance(tolerations, list):
+        spec["tolerations"] = [
+            {k: v for k, v in t.items() if v != ""} if isinstance(t, dict) else t
+            for t in tolerations
+        ]
