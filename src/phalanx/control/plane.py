@@ -23,6 +23,13 @@ from typing import Any
 from phalanx.auth import Principal, hash_token, new_token
 from phalanx.control.gate import Gate
 from phalanx.control.gpus import GpuAllocator
+from phalanx.control.kubejobs import (
+    KubeApply,
+    image_events,
+    kube_identity,
+    kube_launch,
+    split_kube,
+)
 from phalanx.control.metrics import Metrics
 from phalanx.control.registry import KIND_ORDER, MODEL_BY_KIND, Registry, object_key
 from phalanx.control.slurmjobs import (
@@ -37,6 +44,7 @@ from phalanx.engine import (
     Admit,
     Adopt,
     Cancel,
+    Deactivate,
     Decision,
     Delete,
     Engine,
@@ -44,6 +52,7 @@ from phalanx.engine import (
     Evict,
     Finish,
     Pending,
+    PodsReady,
     Requeue,
     Submit,
     Upsert,
@@ -51,7 +60,7 @@ from phalanx.engine import (
 from phalanx.engine.decisions import decision_from_dict
 from phalanx.errors import Conflict, Forbidden, Invalid, NotFound, PhalanxError, Unauthorized
 from phalanx.model import CPU, GPU, MEMORY, Job, JobState, JobSubmission
-from phalanx.runtime.local import LocalRuntime
+from phalanx.runtime.base import Runtime
 from phalanx.runtime.spec import AlreadyLaunched, Exited, LaunchSpec, Started, TaskSpec
 from phalanx.store import JobRow, NewJob, Store, TokenRow, Tx
 
@@ -91,6 +100,8 @@ class _CancelCmd(_Command):
 @dataclass
 class _ApplyCmd(_Command):
     objects: list[Any]
+    jobs: list[KubeApply] = field(default_factory=list)
+    """Kubernetes jobs among the documents (created as jobs, in document order)."""
 
 
 @dataclass
@@ -141,7 +152,7 @@ class ControlPlane:
     def __init__(
         self,
         store: Store,
-        runtime: LocalRuntime,
+        runtime: Runtime,
         *,
         state_dir: Path,
         config: EngineConfig | None = None,
@@ -277,8 +288,8 @@ class ControlPlane:
         """Create or update configuration objects (all of them or none)."""
         if not principal.admin:
             raise Forbidden("only the admin changes cluster configuration")
-        objects = [getattr(m, "obj", m) for m in manifests]
-        result: list[tuple[str, str, str]] = self._call(_ApplyCmd(principal, objects))
+        objects, jobs = split_kube([getattr(m, "obj", m) for m in manifests])
+        result: list[tuple[str, str, str]] = self._call(_ApplyCmd(principal, objects, jobs))
         return result
 
     def delete(self, principal: Principal, kind: str, name: str) -> None:
@@ -559,6 +570,8 @@ class ControlPlane:
                     self._check_delete(cmd.kind, cmd.name)
                 elif isinstance(cmd, _ApplyCmd):
                     self.registry.check_apply(cmd.objects)
+                    if cmd.jobs:
+                        self._validate_kube(cmd)
             except PhalanxError as exc:
                 cmd.future.set_exception(exc)
                 continue
@@ -582,7 +595,7 @@ class ControlPlane:
                 else:
                     effects.answers.append((cmd.future, None))
             elif isinstance(cmd, _ApplyCmd):
-                results = []
+                results: list[tuple[str, str, str]] = []
                 for obj in cmd.objects:
                     kind, name = object_key(obj)
                     outcome = tx.put_object(kind, name, obj.to_dict())
@@ -592,6 +605,7 @@ class ControlPlane:
                         self._on_node_change(kind, obj)
                         self._dirty = True
                     results.append((kind, name, outcome))
+                results.extend(self._create_kube_jobs(tx, cmd, now, effects))
                 effects.answers.append((cmd.future, results))
             elif isinstance(cmd, _DeleteCmd):
                 tx.delete_object(cmd.kind, cmd.name)
@@ -602,6 +616,70 @@ class ControlPlane:
                     self._nodes_changed = True
                 self._dirty = True
                 effects.answers.append((cmd.future, None))
+
+    def _validate_kube(self, cmd: _ApplyCmd) -> None:
+        """Resolve the jobs of an apply against the registry as the apply leaves it.
+
+        A job already stored under the same kind, namespace and name is
+        ``unchanged`` when its spec is the same, and refused when it differs
+        (a Job's pod template is immutable in Kubernetes too).
+        """
+        registry = self.registry.with_objects(cmd.objects)
+        fresh: list[KubeApply] = []
+        for item in cmd.jobs:
+            existing = self._existing_kube(item)
+            if existing is not None:
+                item.existing = existing
+                continue
+            fresh.append(item)
+        if fresh:
+            subs = [item.job.submission for item in fresh]
+            jobs = resolve_submissions(cmd.principal, subs, registry)
+            for item, job in zip(fresh, jobs, strict=True):
+                item.engine_job = job
+
+    def _existing_kube(self, item: KubeApply) -> int | None:
+        kind, namespace, name = kube_identity(item.job)
+        for row in self.store.list_jobs(names=[name], tenants=[namespace]):
+            run = (row.submission.get("run") or {}).get("kube") or {}
+            if run.get("kind") != kind or run.get("name") != name:
+                continue
+            old_spec = (run.get("manifest") or {}).get("spec")
+            if old_spec != item.job.manifest.get("spec"):
+                raise Conflict(
+                    f"{kind}/{namespace}/{name}: exists (job {row.id}) with a different spec; "
+                    "a job's spec cannot be changed: delete it or apply it under another name"
+                )
+            return row.id
+        return None
+
+    def _create_kube_jobs(
+        self, tx: Tx, cmd: _ApplyCmd, now: float, effects: _Effects
+    ) -> list[tuple[str, str, str]]:
+        results: list[tuple[str, str, str]] = []
+        for item in cmd.jobs:
+            kind, namespace, name = kube_identity(item.job)
+            label = f"{namespace}/{name}"
+            if item.existing is not None or item.engine_job is None:
+                results.append((kind, label, "unchanged"))
+                continue
+            job = item.engine_job
+            sub = item.job.submission
+            target = self._target_queue(job)
+            [job_id] = tx.insert_jobs([_new_job(job, sub, now, target)])
+            engine_job = job.model_copy(update={"id": job_id, "submit_time": now})
+            self.gate.add(gated(engine_job, sub, None, None))
+            tx.add_event(
+                job_id,
+                "Created",
+                now,
+                reason="Suspended" if sub.run.kube and sub.run.kube.suspend else "Created",
+                message=f"{kind} {label} created; its Workload is queued",
+            )
+            self.metrics.submitted_total.inc()
+            self._dirty = True
+            results.append((kind, label, "created"))
+        return results
 
     def _insert(self, tx: Tx, cmd: _SubmitCmd, now: float, effects: _Effects) -> None:
         """Store new jobs (one per array task) and hold them at the gate."""
@@ -858,6 +936,10 @@ class ControlPlane:
             self._running.add(event.job_id)
             tx.update_job(event.job_id, state=JobState.RUNNING.value, start_time=event.time)
             tx.add_event(event.job_id, "Started", event.time, data={"attempt": event.attempt})
+            # Every task of the gang starts together: its pods are all running.
+            self.engine.apply(PodsReady(event.job_id, event.time))
+            tx.add_event(event.job_id, "PodsReady", event.time, reason="Started")
+            self._dirty = True
             return
         del self._active[event.job_id]
         self._running.discard(event.job_id)
@@ -934,10 +1016,50 @@ class ControlPlane:
                 )
             elif isinstance(decision, Evict):
                 self._evicting[decision.job_id] = decision.reason
-                tx.add_event(decision.job_id, "Evicting", now, reason=decision.reason)
+                data: dict[str, Any] = {}
+                if decision.preemptor is not None:
+                    data["preemptor"] = decision.preemptor
+                if decision.preemption_reason is not None:
+                    data["preemption_reason"] = decision.preemption_reason
+                tx.add_event(
+                    decision.job_id,
+                    "Evicting",
+                    now,
+                    reason=decision.reason,
+                    message=decision.message,
+                    data=data or None,
+                )
                 effects.cancels.append(decision.job_id)
+            elif isinstance(decision, Deactivate):
+                self._deactivate(tx, decision, now, effects)
         if pending_updates:
             tx.update_jobs(pending_updates)
+
+    def _deactivate(self, tx: Tx, decision: Deactivate, now: float, effects: _Effects) -> None:
+        """Kueue's ``spec.active=false``: the job is over, FAILED with the engine's reason."""
+        row = tx.get_job(decision.job_id)
+        if row is None or JobState(row.state).finished:
+            return
+        tx.add_event(
+            decision.job_id, "Deactivated", now, reason=decision.reason, message=decision.message
+        )
+        if decision.job_id in self._active:
+            # Still running (its eviction is under way): it ends when its processes do.
+            self._evicting.pop(decision.job_id, None)
+            tx.update_job(decision.job_id, cancel_requested=True, message=decision.message)
+            effects.cancels.append(decision.job_id)
+            return
+        self.gate.remove(decision.job_id)
+        self.gate.left(decision.job_id, row.array_job_id)
+        tx.update_job(
+            decision.job_id,
+            state=JobState.FAILED.value,
+            end_time=now,
+            reason=decision.reason,
+            message=decision.message,
+        )
+        self.metrics.finished_total.labels(state=JobState.FAILED.value).inc()
+        self._dirty = True
 
     def _admit(self, tx: Tx, decision: Admit, now: float) -> LaunchSpec | None:
         row = tx.get_job(decision.job_id)
@@ -955,12 +1077,22 @@ class ControlPlane:
                         self.gpus.take(placed.node, per_task, decision.job_id) if per_task else []
                     )
                     gpu_map.setdefault(placed.node, []).extend(indices)
-                    tasks.append(TaskSpec(node=placed.node, rank=len(tasks), gpus=tuple(indices)))
+                    tasks.append(
+                        TaskSpec(
+                            node=placed.node,
+                            rank=len(tasks),
+                            gpus=tuple(indices),
+                            pod_set=pod_set.name,
+                        )
+                    )
         attempt = row.attempt + 1
         assignment = {
             "admit": decision.to_dict(),
             "gpus": gpu_map,
-            "tasks": [{"node": t.node, "rank": t.rank, "gpus": list(t.gpus)} for t in tasks],
+            "tasks": [
+                {"node": t.node, "rank": t.rank, "gpus": list(t.gpus), "podSet": t.pod_set}
+                for t in tasks
+            ],
             "attempt": attempt,
         }
         tx.update_job(
@@ -991,6 +1123,9 @@ class ControlPlane:
             max(0.0, now - row.submit_time)
         )
         self._active[decision.job_id] = attempt
+        if submission.run.kube is not None:
+            for message in image_events(submission.run.kube):
+                tx.add_event(decision.job_id, "ImageNotPulled", now, message=message)
         return self._launch_spec(row, submission, tasks, attempt)
 
     def _launch_spec(
@@ -998,6 +1133,8 @@ class ControlPlane:
     ) -> LaunchSpec:
         run = submission.run
         out, err = self.output_paths(row)
+        if run.kube is not None:
+            return kube_launch(row, run, run.kube, tasks, attempt, out, err)
         if run.script is not None:
             return slurm_launch(
                 row,
@@ -1074,7 +1211,12 @@ class ControlPlane:
                     self.runtime.cancel(row.id)
             elif row.state == JobState.ADMITTED.value:
                 tasks = [
-                    TaskSpec(node=t["node"], rank=t["rank"], gpus=tuple(t["gpus"]))
+                    TaskSpec(
+                        node=t["node"],
+                        rank=t["rank"],
+                        gpus=tuple(t["gpus"]),
+                        pod_set=t.get("podSet", ""),
+                    )
                     for t in row.assignment.get("tasks", [])
                 ]
                 launches.append(self._launch_spec(row, submission, tasks, row.attempt))

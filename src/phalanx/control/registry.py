@@ -53,6 +53,15 @@ class Registry:
         prefix = f"{namespace}/"
         return [lq for key, lq in self._objects["LocalQueue"].items() if key.startswith(prefix)]
 
+    def with_objects(self, objects: Iterable[Any]) -> Registry:
+        """A copy of this registry with ``objects`` put in (for checking an apply)."""
+        copy = Registry()
+        copy._objects = {kind: dict(objs) for kind, objs in self._objects.items()}
+        for obj in objects:
+            kind, name = object_key(obj)
+            copy.put(kind, name, obj)
+        return copy
+
     def check_apply(self, objects: Iterable[Any]) -> None:
         for obj in objects:
             object_key(obj)

@@ -128,6 +128,8 @@ class LocalRuntime:
         if spec.script is not None or spec.slurm is not None:
             spec = self._prepare_slurm(path, spec)
         spec = self._with_node_names(spec)
+        if spec.kube is not None:
+            spec = self._prepare_kube(path, spec)
         _write_json(path / "launch.json", dataclasses.asdict(spec))
         record = _Attempt(spec.job_id, spec.attempt, path)
         self._attempts[(spec.job_id, spec.attempt)] = record
@@ -185,6 +187,22 @@ class LocalRuntime:
             }
             tasks.append(dataclasses.replace(task, env=env))
         return dataclasses.replace(spec, tasks=tuple(tasks))
+
+    def _prepare_kube(self, path: Path, spec: LaunchSpec) -> LaunchSpec:
+        """Every task runs :mod:`phalanx.runtime.kubepod`; ``JOBDIR/hosts`` adds the pod names.
+
+        The pods' names resolve like the nodes' (to this machine): the job's
+        hosts file is the nodes' plus one line pair per pod.
+        """
+        try:
+            nodes = (self.root / "hosts").read_text(encoding="ascii")
+        except FileNotFoundError:
+            nodes = ""
+        names = sorted(set(spec.kube.get("podNames") or ())) if spec.kube else []
+        lines = nodes + "".join(f"127.0.0.1 {name}\n::1 {name}\n" for name in names)
+        (path / "hosts").write_text(lines, encoding="ascii")
+        command = (*self._default_command[:-1], "phalanx.runtime.kubepod", str(path))
+        return dataclasses.replace(spec, command=command)
 
     def bin_dir(self) -> Path:
         """``STATE/runtime/bin``: ``srun`` and ``scontrol`` for batch scripts (written once)."""

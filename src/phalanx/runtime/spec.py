@@ -21,6 +21,8 @@ class TaskSpec:
     gpus: tuple[int, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     """Per-task additions to the job environment."""
+    pod_set: str = ""
+    """The pod set the task belongs to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,10 @@ class LaunchSpec:
     slurm: dict[str, Any] | None = None
     """The Slurm context of the job (``dialects/slurm/environment.py``): written to
     ``JOBDIR/slurm.json``; the batch environment and ``srun`` are made from it."""
+    kube: dict[str, Any] | None = None
+    """A Kubernetes job: ``{"tasks": [[pod, ...] per rank], "backoffLimit", "podNames"}``
+    (see :func:`phalanx.dialects.kueue.jobs.pod_plan`); every task runs
+    :mod:`phalanx.runtime.kubepod`, which runs its pods' containers."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,10 @@ directory fails the job with exit code 1 and a command that cannot be executed
 with exit code 2; either way a ``slurmstepd: error:`` line goes to the output
 file and into ``message``.
 
+A task that fails may leave a line in ``JOBDIR/message`` (the pods of a
+Kubernetes job do, see :mod:`phalanx.runtime.kubepod`): it becomes the
+FAILED job's ``message``.
+
 Slurm batch jobs (``launch.json`` has ``slurm``; the control plane has already
 turned the script into ``tasks[0]``, see ``LocalRuntime._prepare_slurm``):
 ``open_mode`` ``truncate`` empties the output files when the attempt starts;
@@ -470,7 +474,15 @@ class Supervisor:
         elif exit_code == 0 and sig is None:
             self.finish("COMPLETED", 0, None)
         else:
-            self.finish("FAILED", exit_code, sig)
+            self.finish("FAILED", exit_code, sig, self.task_message())
+
+    def task_message(self) -> str:
+        """What a task wrote to ``JOBDIR/message`` about its failure (Kubernetes pods do)."""
+        try:
+            with open(os.path.join(self.jobdir, "message"), encoding="utf-8") as fh:
+                return fh.read(4096).strip()
+        except OSError:
+            return ""
 
 
 def _lock(jobdir: str) -> int | None:

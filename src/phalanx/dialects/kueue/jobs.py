@@ -53,6 +53,7 @@ from pydantic import ValidationError
 from phalanx.model import JobSubmission, PodSet, RunSpec
 from phalanx.model.node import Toleration
 from phalanx.model.quantity import QuantityError, parse_quantity
+from phalanx.model.resources import format_resources
 from phalanx.model.submission import Container, EnvVar, KubePodSet, KubeRun
 
 __all__ = [
@@ -344,7 +345,8 @@ def _pod_set(name: str, count: int, pod: _Pod, path: Path, min_count: int | None
     fields: dict[str, Any] = {
         "name": name,
         "count": count,
-        "requests": pod.requests,
+        # The model parses quantities: hand it the canonical spelling of the sums.
+        "requests": format_resources(pod.requests),
         "node_selector": pod.node_selector,
         "tolerations": pod.tolerations,
     }
@@ -786,8 +788,8 @@ def _resolved(
     }
 
 
-def pod_plan(kube: KubeRun, counts: Mapping[str, int]) -> list[list[dict[str, Any]]]:
-    """What each task runs, in task order (pod sets in order, then their pods).
+def pod_plan(kube: KubeRun, counts: Mapping[str, int]) -> dict[str, list[list[dict[str, Any]]]]:
+    """What each task runs: per pod set, per parallelism slot (task) of it.
 
     Each task is a list of pods run one after the other (a parallelism slot
     working through its completion indices); each pod is ``{"name", "index",
@@ -795,7 +797,7 @@ def pod_plan(kube: KubeRun, counts: Mapping[str, int]) -> list[list[dict[str, An
     container's command expanded and environment resolved, or, for a RayJob's
     worker, ``{"name", "waitForHead": true}``.
     """
-    tasks: list[list[dict[str, Any]]] = []
+    tasks: dict[str, list[list[dict[str, Any]]]] = {p.name: [] for p in kube.pod_sets}
     for pod_set, _, pods in _slots(kube, counts):
         task: list[dict[str, Any]] = []
         for pod in pods:
@@ -824,5 +826,5 @@ def pod_plan(kube: KubeRun, counts: Mapping[str, int]) -> list[list[dict[str, An
                     "containers": [_resolved(c, pod["env"], kube, pod["name"]) for c in containers],
                 }
             )
-        tasks.append(task)
+        tasks[pod_set.name].append(task)
     return tasks

@@ -1,0 +1,63 @@
+"""Kubernetes jobs applied to a live server run their pods' containers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from phalanx.control.server import RunningServer
+from phalanx.runtime.local import NSS_WRAPPER
+from tests.kueue_jobs.conftest import apply, job_row, kube_jobs, wait_finished
+
+INDEXED = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: indexed
+  namespace: default
+  labels: {kueue.x-k8s.io/queue-name: user-queue}
+spec:
+  parallelism: 2
+  completions: 4
+  completionMode: Indexed
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: probe
+        image: python:3.12
+        command: ["{python}", "-c"]
+        args:
+        - |
+          import os, socket, sys
+          name = socket.gethostname()
+          try:
+              addr = socket.gethostbyname(os.environ["HOSTNAME"])
+          except OSError:
+              addr = "unresolved"
+          path = os.path.join(sys.argv[1], os.environ["JOB_COMPLETION_INDEX"])
+          open(path, "w").write(f"{name} {os.environ['HOSTNAME']} {addr} $(GREETING)")
+        - "{out}"
+        env:
+        - {name: GREETING, value: hello}
+        resources:
+          requests: {cpu: "1", memory: 100Mi}
+"""
+
+
+def test_indexed_job_pods_see_their_index_and_hostname(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    text = INDEXED.replace("{python}", sys.executable).replace("{out}", str(tmp_path))
+    assert apply(server, kube_jobs(text)) == [("Job", "default/indexed", "created")]
+    row = wait_finished(server, job_row(server, "Job", "default", "indexed").id)
+    assert row.state == "COMPLETED", (row.state, row.message)
+    seen = {p.name: p.read_text().split() for p in tmp_path.iterdir()}
+    assert sorted(seen) == ["0", "1", "2", "3"]
+    for index, (hostname, env_name, addr, greeting) in seen.items():
+        assert env_name == f"indexed-{index}"
+        assert greeting == "hello"
+        if NSS_WRAPPER is not None:  # pod names resolve only through nss_wrapper
+            assert (hostname, addr) == (env_name, "127.0.0.1")
+    # Applying the same Job again changes nothing.
+    assert apply(server, kube_jobs(text)) == [("Job", "default/indexed", "unchanged")]
