@@ -25,6 +25,7 @@ Every attempt is recorded, so the pending reason is built from data.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from phalanx.engine.cache import ClusterCache, ClusterQueueInfo, GroupInfo
@@ -36,9 +37,27 @@ from phalanx.engine.quota import (
     potential_available,
 )
 from phalanx.engine.shapes import JobShape, PodSetShape
-from phalanx.model import GPU, ResourceFlavor, Toleration, WhenCanBorrow, tolerates
+from phalanx.model import (
+    GPU,
+    FungibilityPreference,
+    ResourceFlavor,
+    Toleration,
+    WhenCanBorrow,
+    WhenCanPreempt,
+    tolerates,
+)
 
-__all__ = ["Assignment", "FlavorAssigner", "FlavorAttempt", "PodSetResult"]
+__all__ = ["Assignment", "FlavorAssigner", "FlavorAttempt", "Oracle", "PodSetResult"]
+
+Oracle = Callable[[FlavorResource, int], tuple[int, int] | None]
+"""Simulates preemption for ``needed`` of one flavor-resource: ``(mode, borrowing
+height)`` with mode :data:`NO_CANDIDATES`, :data:`PREEMPT` or :data:`RECLAIM`; None when
+preemption is not considered there."""
+
+NO_CANDIDATES = 1
+PREEMPT = 2
+RECLAIM = 3
+FIT_MODE = 4
 
 FIT = "fit"
 NO_MATCH = "no_match"
@@ -70,6 +89,8 @@ class PodSetResult:
     ok: bool = True
     memo: dict[str, object] = field(default_factory=dict)
     """What the engine derives from a failure (signature, wake conditions), kept once."""
+    preempt_flavor: str | None = None
+    """The flavor the search settled on in a preemption mode: preempt there."""
 
 
 @dataclass(slots=True)
@@ -86,6 +107,15 @@ class Assignment:
             if not result.ok:
                 return result
         return None
+
+
+def _preferred(a: tuple[int, int], b: tuple[int, int], borrow_first: bool) -> bool:
+    """Whether flavor outcome ``a`` (mode, borrowing height) beats ``b`` (Kueue's
+    ``isPreferred``): the better mode first, then less borrowing; with
+    ``PreemptionOverBorrowing`` less borrowing first."""
+    if borrow_first:
+        return (a[1], -a[0]) < (b[1], -b[0])
+    return (-a[0], a[1]) < (-b[0], b[1])
 
 
 def _flavor_matches(pod_set: PodSetShape, flavor: ResourceFlavor) -> bool:
@@ -141,6 +171,10 @@ class FlavorAssigner:
         self.ignore_undeclared = ignore_undeclared
         self.generation = 0
         """Bumped on every allocation: an assignment from an older generation is re-checked."""
+        self.simulating = False
+        """Set while preemption removes victims for a trial: capacity grows, so failures
+        must not be remembered or reused."""
+        self._oracle: Oracle | None = None
         self._failed: dict[tuple[PodSetShape, str, tuple[str, ...]], PlacementResult] = {}
         self._shared: dict[tuple[object, ...], Assignment] = {}
         self._requested: dict[tuple[PodSetShape, GroupInfo], list[tuple[str, int]]] = {}
@@ -154,9 +188,28 @@ class FlavorAssigner:
         self._failed.clear()
         self._shared.clear()
 
-    def assign(self, shape: JobShape, cq: ClusterQueueInfo) -> Assignment:
-        """Flavors and nodes for ``shape`` in ``cq``, or the record of why there are none."""
+    def assign_fresh(self, shape: JobShape, cq: ClusterQueueInfo) -> Assignment:
+        """Like :meth:`assign`, against the current state, remembering nothing."""
+        self.simulating = True
+        try:
+            return self._assign(shape, cq)
+        finally:
+            self.simulating = False
+
+    def assign(
+        self, shape: JobShape, cq: ClusterQueueInfo, oracle: Oracle | None = None
+    ) -> Assignment:
+        """Flavors and nodes for ``shape`` in ``cq``, or the record of why there are none.
+
+        With an ``oracle`` (the queue may preempt), flavors short of quota get a
+        preemption mode and ``whenCanPreempt`` / ``preference`` take effect."""
         node = cq.node
+        if oracle is not None:
+            self._oracle = oracle
+            try:
+                return self._assign(shape, cq)
+            finally:
+                self._oracle = None
         if not node.simple:
             return self._assign(shape, cq)
         # Without limits every queue of a tree sees the same quota, and within a cycle
@@ -294,12 +347,20 @@ class FlavorAssigner:
             )
             self._requested[(pod_set, group)] = requested
         top = node.top if node.simple else None
+        oracle = self._oracle
+        fungibility = cq.model.flavor_fungibility
+        stop_on_preempt = fungibility.when_can_preempt is WhenCanPreempt.MAY_STOP_SEARCH
+        borrow_first = fungibility.preference is FungibilityPreference.PREEMPTION_OVER_BORROWING
+        preempting: tuple[int, int, str] | None = None
+        """``(mode, borrowing height, flavor)`` of the best flavor that needs preemption."""
         for flavor_name in group.flavors:
             flavor = self.cache.flavors[flavor_name]
             if not _flavor_matches(pod_set, flavor):
                 result.attempts.append(FlavorAttempt(flavor_name, NO_MATCH))
                 continue
             attempt: FlavorAttempt | None = None
+            short: FlavorAttempt | None = None
+            mode, mode_borrow = FIT_MODE, 0
             for resource, total in requested:
                 fr = (flavor_name, resource)
                 val = usage.get(fr, 0) + total
@@ -311,11 +372,28 @@ class FlavorAssigner:
                     most = top.subtree.get(fr, 0) if top else potential_available(node, fr)
                     if val > most:
                         attempt = FlavorAttempt(flavor_name, MAX_QUOTA, resource, val, most)
-                    else:
-                        attempt = FlavorAttempt(flavor_name, QUOTA, resource, val, max(0, free))
-                    break
+                        break
+                    quota_attempt = FlavorAttempt(flavor_name, QUOTA, resource, val, max(0, free))
+                    simulated = oracle(fr, val) if oracle is not None else None
+                    if simulated is None or simulated[0] == NO_CANDIDATES:
+                        attempt = quota_attempt
+                        break
+                    short = short or quota_attempt
+                    mode = min(mode, simulated[0])
+                    mode_borrow = max(mode_borrow, simulated[1])
             if attempt is not None:
                 result.attempts.append(attempt)
+                continue
+            if short is not None:
+                # Fits once lower-priority work is preempted.
+                result.attempts.append(short)
+                if stop_on_preempt:
+                    result.preempt_flavor = flavor_name
+                    return None
+                if preempting is None or _preferred(
+                    (mode, mode_borrow), preempting[:2], borrow_first
+                ):
+                    preempting = (mode, mode_borrow, flavor_name)
                 continue
             placement: tuple[tuple[NodeSlot, int], ...] | None = None
             if places:
@@ -331,10 +409,17 @@ class FlavorAssigner:
                 fr = (flavor_name, resource)
                 borrow = max(borrow, node.borrowing_height(fr, usage.get(fr, 0) + total))
             result.attempts.append(FlavorAttempt(flavor_name, FIT, borrow=borrow))
-            if borrow == 0 or not try_next_on_borrow:
+            if preempting is None and (borrow == 0 or not try_next_on_borrow):
                 return flavor_name, placement, borrow
             if best is None or borrow < best[0]:
                 best = (borrow, flavor_name, placement)
+            if borrow == 0 or not try_next_on_borrow:
+                break
+        if preempting is not None and (
+            best is None or _preferred(preempting[:2], (FIT_MODE, best[0]), borrow_first)
+        ):
+            result.preempt_flavor = preempting[2]
+            return None
         if best is not None:
             return best[1], best[2], best[0]
         return None
@@ -348,13 +433,14 @@ class FlavorAssigner:
     ) -> PlacementResult:
         index = self.cache.flavor_nodes[flavor.name]
         memo_key = (pod_set, flavor.name, tuple(f.name for f in chosen))
-        if not overlay:
+        memo = not overlay and not self.simulating
+        if memo:
             failed = self._failed.get(memo_key)
             if failed is not None:
                 return failed
         node_filter = _node_filter(pod_set, flavor, index.tainted > 0, tuple(chosen))
         placed = self.placement.place(pod_set, index, node_filter, overlay)
-        if not placed.ok and not overlay:
+        if not placed.ok and memo:
             self._failed[memo_key] = placed
         return placed
 

@@ -20,14 +20,23 @@ everything that fits, not one job per queue.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
-from phalanx.engine.assigner import Assignment, FlavorAssigner
+from phalanx.engine.assigner import (
+    NO_CANDIDATES,
+    PREEMPT,
+    RECLAIM,
+    Assignment,
+    FlavorAssigner,
+    Oracle,
+)
 from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
 from phalanx.engine.capacity import NodeSlot
 from phalanx.engine.config import EngineConfig, Policies
 from phalanx.engine.decisions import (
     Admit,
+    Deactivate,
     Decision,
     Evict,
     NodeAssignment,
@@ -40,6 +49,7 @@ from phalanx.engine.events import (
     Delete,
     Event,
     Finish,
+    PodsReady,
     Requeue,
     Submit,
     TenantUsage,
@@ -52,10 +62,12 @@ from phalanx.engine.explain import (
     waiting_reason,
     wake_conditions,
 )
+from phalanx.engine.namespaces import selector_matches
 from phalanx.engine.ordering import JobFacts, PriorityContext, TenantShare
 from phalanx.engine.placement import unit_amounts
+from phalanx.engine.preemption import Preemptor, considers, contested, may_preempt
 from phalanx.engine.queues import ClusterQueueQueue, QueueManager, ShapeQueue
-from phalanx.engine.quota import FlavorResource, QuotaNode
+from phalanx.engine.quota import FlavorResource, QuotaNode, available
 from phalanx.engine.reasons import Reason, ReasonCode
 from phalanx.engine.shapes import ShapeInterner
 from phalanx.engine.state import Admission, JobRecord
@@ -92,6 +104,43 @@ def _local_queue_key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
+_PREEMPTION_WORDS = {
+    "InClusterQueue": "prioritization in the ClusterQueue",
+    "InCohortReclamation": "reclamation within the cohort",
+    "InCohortFairSharing": "Fair Sharing within the cohort",
+    "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
+}
+
+
+def _path(info: ClusterQueueInfo) -> str:
+    """``/root-cohort/.../cluster-queue``, as Kueue writes preemptor and preemptee paths."""
+    names = [info.name, *(n.name for n in info.node.ancestors())]
+    return "/" + "/".join(reversed(names))
+
+
+def _rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _seconds(s: float) -> str:
+    return f"{s:g}s"
+
+
+def _no_longer_fits(cluster_queue: str) -> Reason:
+    return Reason(
+        ReasonCode.PENDING,
+        "Workload no longer fits after processing another workload",
+        {"clusterQueue": cluster_queue},
+    )
+
+
+def _pods_ready_block() -> Reason:
+    return Reason(
+        ReasonCode.WAITING_FOR_PODS_READY,
+        "Waiting for all admitted workloads to be in PodsReady condition",
+    )
+
+
 class Engine:
     """Quotas, cohorts, gang placement and ordering; pure and incremental."""
 
@@ -114,6 +163,13 @@ class Engine:
         self._prio_dirty = False
         self._outbox: list[Decision] = []
         self._drain: dict[str, None] = {}
+        self._now = 0.0
+        self._unready: dict[int, float] = {}
+        """Admitted jobs not yet PodsReady, with their waitForPodsReady deadline."""
+        self._backoff: dict[int, JobRecord] = {}
+        """Requeued jobs waiting for their requeueAt."""
+        self._reserved: list[tuple[ClusterQueueInfo, FlavorResource, int]] = []
+        """Quota held for this cycle for a lender's head that cannot reclaim it."""
         self.stats = {"rounds": 0, "heads": 0}
 
     # ------------------------------------------------------------------ events
@@ -131,6 +187,8 @@ class Engine:
                 del self.jobs[rec.id]
         elif isinstance(event, Requeue):
             self._requeue(event.job_id)
+        elif isinstance(event, PodsReady):
+            self._unready.pop(event.job_id, None)
         elif isinstance(event, TenantUsage):
             old = self._shares.get(event.tenant)
             allocation = event.allocation
@@ -180,6 +238,11 @@ class Engine:
             if obj.stop_policy is StopPolicy.HOLD_AND_DRAIN:
                 self._drain[obj.name] = None
             self._quota_changed()
+            cqq = queues.queues.get(obj.name)
+            if cqq is not None and obj.namespace_selector is not None:
+                self._recheck_namespaces(
+                    [rec for sq in cqq.shapes.values() for rec in sq.members.values()]
+                )
             self._resolve_waiting()
         elif isinstance(obj, LocalQueue):
             key = _local_queue_key(obj.namespace, obj.name)
@@ -192,6 +255,7 @@ class Engine:
             old = self._shares.get(obj.name)
             self._shares[obj.name] = TenantShare(old.usage if old else 0.0, obj.allocation)
             self._reprioritize(self._pending_by_tenant.get(obj.name, {}).values())
+            self._recheck_namespaces(self._pending_by_tenant.get(obj.name, {}).values())
         elif isinstance(obj, PriorityClass):
             self._objects[("PriorityClass", obj.name)] = obj
             cache.priority_classes[obj.name] = obj
@@ -279,7 +343,8 @@ class Engine:
                     ),
                 )
             cq_name = lq.cluster_queue
-        if cq_name not in cache.cluster_queues:
+        info = cache.cluster_queues.get(cq_name)
+        if info is None:
             return (
                 None,
                 lq_key,
@@ -289,7 +354,33 @@ class Engine:
                     clusterQueue=cq_name,
                 ),
             )
+        selector = info.model.namespace_selector
+        if lq_key is not None and selector is not None:
+            tenant = cache.tenants.get(job.tenant)
+            labels = dict(tenant.labels) if tenant is not None else {}
+            labels["kubernetes.io/metadata.name"] = job.tenant
+            if not selector_matches(selector, labels):
+                return (
+                    None,
+                    lq_key,
+                    waiting_reason(
+                        ReasonCode.NAMESPACE_MISMATCH,
+                        "Workload namespace doesn't match ClusterQueue selector",
+                        clusterQueue=cq_name,
+                        namespace=job.tenant,
+                    ),
+                )
         return cq_name, lq_key, None
+
+    def _recheck_namespaces(self, recs: Iterable[JobRecord]) -> None:
+        """Jobs queued in a ClusterQueue whose namespaceSelector may no longer match."""
+        for rec in list(recs):
+            if rec.queue is None or rec.local_queue is None:
+                continue
+            problem = self._resolve(rec)[2]
+            if problem is not None:
+                self.queues.remove(rec)
+                self._wait(rec, problem)
 
     def _submit(self, job: Job) -> None:
         if job.id in self.jobs:
@@ -300,6 +391,7 @@ class Engine:
             value = pc.value if pc is not None else 0
         facts = JobFacts(job.id, job.tenant, job.submit_time, value, job.gpus)
         rec = JobRecord(job=job, shape=self._shapes.job(job), facts=facts)
+        rec.order_time = job.submit_time
         self.jobs[job.id] = rec
         self._pending_by_tenant.setdefault(job.tenant, {})[job.id] = rec
         self._set_priority(rec, self._context(job.submit_time))
@@ -319,7 +411,7 @@ class Engine:
             shape = shapes[assigned.name]
             for resource, flavor in assigned.flavors:
                 fr = (flavor, resource)
-                usage[fr] = usage.get(fr, 0) + shape.total(resource)
+                usage[fr] = usage.get(fr, 0) + assigned.count * shape.request(resource)
             for placed in assigned.nodes:
                 slot = self.cache.nodes.get(placed.node)
                 if slot is None:
@@ -341,7 +433,9 @@ class Engine:
         else:
             node = QuotaNode(decision.cluster_queue, True)
         self.assigner.generation += 1
-        rec.admission = Admission(decision.cluster_queue, node, usage, allocations, decision)
+        rec.admission = Admission(
+            decision.cluster_queue, node, usage, allocations, decision, admitted_at=job.submit_time
+        )
         self._admitted_by_cq.setdefault(decision.cluster_queue, {})[rec.id] = rec
 
     def _enqueue(self, rec: JobRecord) -> None:
@@ -396,6 +490,7 @@ class Engine:
     def _forget_pending(self, rec: JobRecord) -> None:
         self.queues.remove(rec)
         self._waiting.pop(rec.id, None)
+        self._backoff.pop(rec.id, None)
         tenant_jobs = self._pending_by_tenant.get(rec.job.tenant)
         if tenant_jobs is not None:
             tenant_jobs.pop(rec.id, None)
@@ -415,14 +510,59 @@ class Engine:
             return
         self._release(rec)
         rec.reason = None
+        evicted_for, rec.evicted_for = rec.evicted_for, None
+        if rec.deactivate:
+            del self.jobs[rec.id]
+            self._outbox.append(
+                Deactivate(
+                    rec.id,
+                    "RequeuingLimitExceeded",
+                    "The workload is deactivated due to exceeding the maximum number of "
+                    "re-queuing retries",
+                )
+            )
+            return
+        ready = self.config.wait_for_pods_ready
+        if (
+            evicted_for == "PodsReadyTimeout"
+            and ready is not None
+            and ready.requeuing_timestamp == "Eviction"
+        ):
+            rec.order_time = rec.evicted_at
         self._pending_by_tenant.setdefault(rec.job.tenant, {})[rec.id] = rec
         self._set_priority(rec, self._context(rec.job.submit_time))
+        if rec.requeue_at is not None and rec.requeue_at > self._now:
+            self._hold_for_backoff(rec)
+            return
         self._enqueue(rec)
+
+    def _hold_for_backoff(self, rec: JobRecord) -> None:
+        assert rec.requeue_at is not None
+        until = rec.requeue_at
+        reason = waiting_reason(
+            ReasonCode.REQUEUE_BACKOFF,
+            f"requeued after a PodsReady timeout ({rec.requeue_count} so far): "
+            f"not admissible before {_rfc3339(until)}",
+            requeueAt=until,
+            requeueCount=rec.requeue_count,
+        )
+        rec.waiting = reason
+        self._backoff[rec.id] = rec
+        self._emit_reason(rec, reason, self._outbox)
+
+    def _end_backoffs(self, now: float) -> None:
+        for rec in [r for r in self._backoff.values() if r.requeue_at is not None]:
+            if rec.requeue_at is not None and rec.requeue_at <= now:
+                del self._backoff[rec.id]
+                rec.requeue_at = None
+                rec.waiting = None
+                self._enqueue(rec)
 
     def _release(self, rec: JobRecord) -> None:
         admission = rec.admission
         assert admission is not None
         rec.admission = None
+        self._unready.pop(rec.id, None)
         self._admitted_by_cq.get(admission.cluster_queue, {}).pop(rec.id, None)
         info = self.cache.cluster_queues.get(admission.cluster_queue)
         keys: list[str] = []
@@ -444,6 +584,8 @@ class Engine:
             if nodes.get(slot.name) is slot:
                 self.cache.reindex(slot)
                 keys.extend("flavor:" + index.name for index in slot.flavors)
+        if admission.evicting:
+            keys.append(f"evict:{rec.id}")
         self.queues.release(
             root, admission.usage if root else {}, levels, list(dict.fromkeys(keys))
         )
@@ -461,7 +603,7 @@ class Engine:
 
     def _set_priority(self, rec: JobRecord, ctx: PriorityContext) -> None:
         rec.priority = self.policies.ordering.priority(rec.facts, ctx)
-        rec.key = (-rec.priority, rec.facts.submit_time, rec.facts.id)
+        rec.key = (-rec.priority, rec.order_time, rec.facts.id)
 
     def _reprioritize(self, recs: Iterable[JobRecord]) -> None:
         ctx = self._context(0.0)
@@ -504,7 +646,8 @@ class Engine:
     # ------------------------------------------------------------------ cycle
 
     def cycle(self, now: float, probe: Probe | None = None) -> list[Decision]:
-        """Admit everything that fits now; say why the rest waits.
+        """Admit what fits now (everything, or one head per ClusterQueue with
+        ``heads_per_cycle=1``); issue preemptions and evictions; say why the rest waits.
 
         ``probe``, if given, is called with ``("round", -1)`` when a round starts and
         ``("nominated", job_id)`` / ``("decided", job_id)`` after each head is assigned
@@ -513,23 +656,38 @@ class Engine:
         """
         out: list[Decision] = self._outbox
         self._outbox = []
+        self._now = now
         self._refresh_priorities(now)
         self._evict_drained(out)
+        if self.config.wait_for_pods_ready is not None:
+            self._pods_ready_timeouts(now, out)
+        if self._backoff:
+            self._end_backoffs(now)
+        out.extend(self._outbox)
+        self._outbox = []
         assigner = self.assigner
         assigner.new_cycle()
         queues = self.queues
         cache = self.cache
-        while True:
+        limit = self.config.heads_per_cycle
+        skip_refit = limit is not None
+        claimed: set[int] = set()
+        rounds = 0
+        blocked = False
+        while not blocked and (limit is None or rounds < limit):
             heads = queues.heads()
             if not heads:
                 break
+            rounds += 1
             self.stats["rounds"] += 1
             self.stats["heads"] += len(heads)
             if probe is not None:
                 probe("round", -1)
             entries: list[Entry] = []
             for rec, sq, cqq in heads:
-                a = assigner.assign(rec.shape, cache.cluster_queues[cqq.name])
+                info = cache.cluster_queues[cqq.name]
+                oracle = self._oracle(rec, info) if may_preempt(info) else None
+                a = assigner.assign(rec.shape, info, oracle)
                 entries.append((a.borrow if a.ok else 0, rec.key, rec, sq, a))
                 if probe is not None:
                     probe("nominated", rec.id)
@@ -537,14 +695,271 @@ class Engine:
             for _, _, rec, sq, assignment in entries:
                 info = cache.cluster_queues[sq.cq.name]
                 if assignment.ok and not assigner.still_fits(assignment, info):
-                    assignment = assigner.assign(rec.shape, info)
+                    if skip_refit:
+                        # Kueue: skipped, and back at the head of its queue next cycle.
+                        self._emit_reason(rec, _no_longer_fits(info.name), out)
+                        continue
+                    oracle = self._oracle(rec, info) if may_preempt(info) else None
+                    assignment = assigner.assign(rec.shape, info, oracle)
+                if assignment.ok and self._admission_blocked():
+                    self._emit_reason(rec, _pods_ready_block(), out)
+                    blocked = True
+                    continue
                 if assignment.ok:
                     out.append(self._admit(rec, info, assignment))
-                else:
-                    self._park(rec, sq, info, assignment, out)
+                elif not self._preempt_for(rec, sq, info, assignment, claimed, out):
+                    partial = self._partial(rec, info)
+                    if partial is not None and not self._admission_blocked():
+                        out.append(self._admit(rec, info, partial))
+                    else:
+                        self._park(rec, sq, info, assignment, out)
                 if probe is not None:
                     probe("decided", rec.id)
+        self._unreserve()
         return out
+
+    def next_wakeup(self) -> float | None:
+        """When the next cycle has something to do without any new event.
+
+        The earliest waitForPodsReady deadline or requeue backoff end; with
+        ``heads_per_cycle`` set, the last cycle's time if heads are still waiting
+        (run the next cycle at once). None when only an event can change anything.
+        """
+        times = list(self._unready.values())
+        times.extend(r.requeue_at for r in self._backoff.values() if r.requeue_at is not None)
+        if self.config.heads_per_cycle is not None and self.queues.has_candidates():
+            times.append(self._now)
+        return min(times) if times else None
+
+    def _admission_blocked(self) -> bool:
+        ready = self.config.wait_for_pods_ready
+        return ready is not None and ready.block_admission and bool(self._unready)
+
+    # ------------------------------------------------------------------ preemption
+
+    def _preempt_for(
+        self,
+        rec: JobRecord,
+        sq: ShapeQueue,
+        info: ClusterQueueInfo,
+        assignment: Assignment,
+        claimed: set[int],
+        out: list[Decision],
+    ) -> bool:
+        """Issue the preemptions that make ``rec`` fit; False if there are none."""
+        if not may_preempt(info):
+            return False
+        frs = contested(info, assignment)
+        if not frs:
+            return False
+        assigner = self.assigner
+
+        def fits(allow_borrowing: bool) -> Assignment | None:
+            trial = assigner.assign_fresh(rec.shape, info)
+            if trial.ok and (allow_borrowing or trial.borrow == 0):
+                return trial
+            return None
+
+        preemptor = Preemptor(self.cache, self._admitted_by_cq, fits, self._lift, self._put_back)
+        found = preemptor.targets(rec, info, frs, claimed)
+        assigner.generation += 1
+        if found is None:
+            self._reserve(info, frs)
+            return False
+        targets, _ = found
+        path = _path(info)
+        for cand in targets:
+            claimed.add(cand.rec.id)
+            adm = cand.rec.admission
+            assert adm is not None
+            if adm.evicting:
+                continue
+            adm.evicting = True
+            cand.rec.evicted_for = "Preempted"
+            cand.rec.evicted_at = self._now
+            victim_info = self.cache.cluster_queues.get(adm.cluster_queue)
+            victim_path = _path(victim_info) if victim_info is not None else adm.cluster_queue
+            out.append(
+                Evict(
+                    cand.rec.id,
+                    "Preempted",
+                    f"Preempted to accommodate a workload (job {rec.id}) due to "
+                    f"{_PREEMPTION_WORDS[cand.reason]}; preemptor path: {path}; "
+                    f"preemptee path: {victim_path}",
+                    preemptor=rec.id,
+                    preemption_reason=cand.reason,
+                )
+            )
+        reason = Reason(
+            ReasonCode.PENDING_PREEMPTION,
+            f"Pending the preemption of {len(targets)} workload(s)",
+            {"clusterQueue": info.name, "victims": [c.rec.id for c in targets]},
+        )
+        cqq = sq.cq
+        cqq.blocked_by = rec
+        cqq.sticky = True
+        self.queues.parked.park(cqq, reason, tuple(f"evict:{c.rec.id}" for c in targets))
+        self._emit_reason(rec, reason, out)
+        return True
+
+    def _oracle(self, rec: JobRecord, info: ClusterQueueInfo) -> Oracle:
+        """Kueue's preemption oracle for the flavor search: for one flavor-resource,
+        whether preempting (quota only) could make room, and in which mode."""
+        node = info.node
+
+        def oracle(fr: FlavorResource, needed: int) -> tuple[int, int] | None:
+            if not considers(info, fr, needed):
+                return None
+
+            def fits(allow_borrowing: bool) -> int | None:
+                if needed > available(node, fr):
+                    return None
+                if not allow_borrowing and node.usage.get(fr, 0) + needed > node.nominal.get(fr, 0):
+                    return None
+                return node.borrowing_height(fr, needed)
+
+            preemptor = Preemptor(
+                self.cache, self._admitted_by_cq, fits, self._lift_quota, self._put_back_quota
+            )
+            found = preemptor.targets(rec, info, {fr: needed}, set())
+            if found is None:
+                return NO_CANDIDATES, 0
+            targets, borrow = found
+            return (RECLAIM if all(not c.own_queue for c in targets) else PREEMPT), borrow
+
+        return oracle
+
+    def _lift_quota(self, rec: JobRecord) -> None:
+        adm = rec.admission
+        assert adm is not None
+        info = self.cache.cluster_queues.get(adm.cluster_queue)
+        if info is not None and info.node is adm.quota_node:
+            for fr, amount in adm.usage.items():
+                adm.quota_node.remove_usage(fr, amount)
+
+    def _put_back_quota(self, rec: JobRecord) -> None:
+        adm = rec.admission
+        assert adm is not None
+        info = self.cache.cluster_queues.get(adm.cluster_queue)
+        if info is not None and info.node is adm.quota_node:
+            for fr, amount in adm.usage.items():
+                adm.quota_node.add_usage(fr, amount)
+
+    def _lift(self, rec: JobRecord) -> None:
+        """Take an admitted job's quota and node capacity away, for a trial."""
+        adm = rec.admission
+        assert adm is not None
+        info = self.cache.cluster_queues.get(adm.cluster_queue)
+        if info is not None and info.node is adm.quota_node:
+            for fr, amount in adm.usage.items():
+                adm.quota_node.remove_usage(fr, amount)
+        for slot, amounts, exclusive in adm.allocations:
+            slot.release(amounts)
+            slot.jobs.pop(rec.id, None)
+            if exclusive:
+                slot.exclusive_jobs -= 1
+            self.cache.reindex(slot)
+
+    def _put_back(self, rec: JobRecord) -> None:
+        adm = rec.admission
+        assert adm is not None
+        info = self.cache.cluster_queues.get(adm.cluster_queue)
+        if info is not None and info.node is adm.quota_node:
+            for fr, amount in adm.usage.items():
+                adm.quota_node.add_usage(fr, amount)
+        for slot, amounts, exclusive in adm.allocations:
+            slot.allocate(amounts)
+            slot.jobs[rec.id] = None
+            if exclusive:
+                slot.exclusive_jobs += 1
+            self.cache.reindex(slot)
+
+    def _reserve(self, info: ClusterQueueInfo, frs: dict[FlavorResource, int]) -> None:
+        """Hold quota for a lender's head whose preemption found no targets (Kueue's
+        ``reserveCapacityForUnreclaimablePreempt``): later entries of this cycle cannot
+        borrow it."""
+        if info.model.preemption.reclaim_within_cohort == "Any" or info.node.parent is None:
+            return
+        node = info.node
+        for fr, need in frs.items():
+            if need <= available(node, fr):
+                continue
+            usage, nominal = node.usage.get(fr, 0), node.nominal.get(fr, 0)
+            if usage + need <= nominal:
+                amount = min(need, nominal - usage)
+            else:
+                limit = node.borrowing_limit.get(fr)
+                amount = need if limit is None else min(need, nominal + limit - usage)
+            if amount > 0:
+                node.add_usage(fr, amount)
+                self._reserved.append((info, fr, amount))
+        self.assigner.generation += 1
+
+    def _unreserve(self) -> None:
+        if not self._reserved:
+            return
+        for info, fr, amount in self._reserved:
+            info.node.remove_usage(fr, amount)
+            top = info.node.top or info.node
+            level = top.subtree.get(fr, 0) - top.usage.get(fr, 0)
+            self.queues.release(info.root_key, {fr: amount}, {fr: level}, [])
+        self._reserved = []
+        self.assigner.generation += 1
+
+    # ------------------------------------------------------------------ partial admission
+
+    def _partial(self, rec: JobRecord, info: ClusterQueueInfo) -> Assignment | None:
+        """The largest admission of the pod set with ``minCount`` that fits now (Kueue's
+        partial admission: only when the full count doesn't fit or preempt)."""
+        target = next(
+            (p for p in rec.shape.pod_sets if p.min_count is not None and p.min_count < p.count),
+            None,
+        )
+        if target is None or target.min_count is None:
+            return None
+        step = target.unit_size
+        lo = -(-target.min_count // step)
+        hi = target.count // step - 1
+        best: Assignment | None = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            shape = self._shapes.reduced(rec.shape, target, mid * step)
+            trial = self.assigner.assign_fresh(shape, info)
+            if trial.ok:
+                best, lo = trial, mid + 1
+            else:
+                hi = mid - 1
+        return best
+
+    # ------------------------------------------------------------------ waitForPodsReady
+
+    def _pods_ready_timeouts(self, now: float, out: list[Decision]) -> None:
+        ready = self.config.wait_for_pods_ready
+        assert ready is not None
+        for job_id, deadline in sorted(self._unready.items(), key=lambda item: item[1]):
+            if deadline > now:
+                continue
+            del self._unready[job_id]
+            rec = self.jobs.get(job_id)
+            if rec is None or rec.admission is None or rec.admission.evicting:
+                continue
+            rec.admission.evicting = True
+            rec.evicted_for = "PodsReadyTimeout"
+            rec.evicted_at = now
+            count = rec.requeue_count + 1
+            if ready.backoff_limit_count is not None and count > ready.backoff_limit_count:
+                rec.deactivate = True
+            else:
+                rec.requeue_count = count
+                delay = min(ready.backoff_base_s * 2 ** (count - 1), ready.backoff_max_s)
+                rec.requeue_at = now + delay
+            out.append(
+                Evict(
+                    job_id,
+                    "PodsReadyTimeout",
+                    f"Exceeded the PodsReady timeout {_seconds(ready.timeout_s)}",
+                )
+            )
 
     def _admit(self, rec: JobRecord, info: ClusterQueueInfo, assignment: Assignment) -> Admit:
         node = info.node
@@ -567,7 +982,12 @@ class Engine:
                 allocations.append((slot, amounts, shape.exclusive))
                 placed.append(NodeAssignment(slot.name, units * shape.unit_size))
             pod_sets.append(
-                PodSetAssignment(shape.name, tuple(sorted(result.flavors.items())), tuple(placed))
+                PodSetAssignment(
+                    shape.name,
+                    tuple(sorted(result.flavors.items())),
+                    tuple(placed),
+                    count=shape.count,
+                )
             )
         self.assigner.generation += 1
         decision = Admit(
@@ -578,8 +998,13 @@ class Engine:
             priority=rec.priority,
         )
         self._forget_pending(rec)
-        rec.admission = Admission(info.name, node, dict(assignment.usage), allocations, decision)
+        rec.admission = Admission(
+            info.name, node, dict(assignment.usage), allocations, decision, admitted_at=self._now
+        )
         rec.reason = None
+        ready = self.config.wait_for_pods_ready
+        if ready is not None:
+            self._unready[rec.id] = self._now + ready.timeout_s
         self._admitted_by_cq.setdefault(info.name, {})[rec.id] = rec
         return decision
 
@@ -645,17 +1070,23 @@ class Engine:
                     for r in jobs.values()
                     if r.local_queue == key[3:]
                 ]
+                reason = "LocalQueueStopped"
+                message = f"LocalQueue {key[3:]} is stopped"
             else:
                 info = self.cache.cluster_queues.get(key)
                 active = info is not None and info.model.stop_policy is StopPolicy.HOLD_AND_DRAIN
                 victims = list(self._admitted_by_cq.get(key, {}).values())
+                reason = "ClusterQueueStopped"
+                message = f"ClusterQueue {key} is stopped"
             del self._drain[key]
             if not active:
                 continue
             for rec in victims:
                 if rec.admission is not None and not rec.admission.evicting:
                     rec.admission.evicting = True
-                    out.append(Evict(rec.id, "ClusterQueueStopped"))
+                    rec.evicted_for = reason
+                    rec.evicted_at = self._now
+                    out.append(Evict(rec.id, reason, message))
 
     # ------------------------------------------------------------------ queries
 
@@ -674,6 +1105,13 @@ class Engine:
         if cqq.parked and cqq.blocked_by is not None:
             if cqq.blocked_by is rec:
                 return cqq.park_reason
+            if cqq.sticky:
+                return Reason(
+                    ReasonCode.PRIORITY,
+                    f"waiting behind job {cqq.blocked_by.id}, which is pending the preemption "
+                    f"of the workloads it needs in ClusterQueue {cqq.name}",
+                    {"clusterQueue": cqq.name, "blockedBy": cqq.blocked_by.id},
+                )
             return strict_fifo_reason(cqq.name, cqq.blocked_by.id)
         if sq.parked and sq.park_reason is not None:
             return sq.park_reason

@@ -107,6 +107,9 @@ class ClusterQueueQueue(_Parkable):
     park_conditions: tuple[Condition, ...] = ()
     park_gen: int = 0
     blocked_by: JobRecord | None = None
+    sticky: bool = False
+    """``blocked_by`` is a preemptor waiting for its victims (Kueue's sticky head): it
+    stays first even when a job that sorts before it arrives."""
 
     def offer(self, sq: ShapeQueue) -> None:
         """Make ``sq``'s current head visible in the heap of heads."""
@@ -269,7 +272,12 @@ class QueueManager:
         cqq.pending += 1
         if before is None or rec.key < before.key:
             cqq.offer(sq)
-        if cqq.parked and cqq.blocked_by is not None and rec.key < cqq.blocked_by.key:
+        if (
+            cqq.parked
+            and cqq.blocked_by is not None
+            and not cqq.sticky
+            and rec.key < cqq.blocked_by.key
+        ):
             self.wake([cqq])
         self._candidates[cqq.name] = cqq
 
@@ -299,6 +307,7 @@ class QueueManager:
                 self._candidates[item.cq.name] = item.cq
             elif isinstance(item, ClusterQueueQueue):
                 item.blocked_by = None
+                item.sticky = False
                 self._candidates[item.name] = item
 
     def wake_keys(self, keys: list[str]) -> None:
@@ -324,6 +333,13 @@ class QueueManager:
 
     def mark_candidate(self, cqq: ClusterQueueQueue) -> None:
         self._candidates[cqq.name] = cqq
+
+    def has_candidates(self) -> bool:
+        """Whether some ClusterQueue may have a head for the next cycle."""
+        return any(
+            not (cqq.parked or cqq.stopped) and cqq.head() is not None
+            for cqq in self._candidates.values()
+        )
 
     def heads(self) -> list[tuple[JobRecord, ShapeQueue, ClusterQueueQueue]]:
         """One head per ClusterQueue that is neither stopped nor blocked."""

@@ -34,6 +34,17 @@ class ReasonCode(StrEnum):
     """The ClusterQueue or LocalQueue has a stopPolicy other than None."""
     UNDECLARED_RESOURCE = "UndeclaredResource"
     """The job requests a resource the ClusterQueue has no quota for."""
+    PENDING = "Pending"
+    """Kueue's generic reason: nominated, then skipped in this cycle (it no longer fit
+    after another admission); it is tried again in the next cycle."""
+    PENDING_PREEMPTION = "PendingPreemption"
+    """Its preemptions are issued: it waits for the victims to release their quota."""
+    NAMESPACE_MISMATCH = "NamespaceMismatch"
+    """The job's namespace doesn't match the ClusterQueue's namespaceSelector."""
+    WAITING_FOR_PODS_READY = "WaitingForPodsReady"
+    """waitForPodsReady.blockAdmission: an admitted job's pods are not ready yet."""
+    REQUEUE_BACKOFF = "RequeueBackoff"
+    """Requeued after a PodsReady timeout: not admissible before ``requeueAt``."""
 
 
 class Reason:

@@ -9,7 +9,7 @@ are the same object, which also keeps 100k pending jobs small in memory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from phalanx.model import Job, PodSet, Toleration
 
@@ -29,6 +29,7 @@ class PodSetShape:
     exclusive: bool
     node_names: frozenset[str] | None = None
     exclude_nodes: frozenset[str] = frozenset()
+    min_count: int | None = None
 
     @property
     def units(self) -> int:
@@ -80,8 +81,17 @@ class ShapeInterner:
             exclusive=pod_set.exclusive,
             node_names=frozenset(pod_set.node_names) if pod_set.node_names is not None else None,
             exclude_nodes=frozenset(pod_set.exclude_nodes),
+            min_count=pod_set.min_count,
         )
         return self._pod_sets.setdefault(shape, shape)
+
+    def reduced(self, job: JobShape, pod_set: PodSetShape, count: int) -> JobShape:
+        """``job`` with ``pod_set`` scaled down to ``count`` tasks (partial admission)."""
+        small = self._pod_sets.setdefault(
+            replace(pod_set, count=count), replace(pod_set, count=count)
+        )
+        shape = JobShape(tuple(small if p is pod_set else p for p in job.pod_sets))
+        return self._jobs.setdefault(shape, shape)
 
     def job(self, job: Job) -> JobShape:
         shape = JobShape(tuple(self.pod_set(p) for p in job.pod_sets))

@@ -61,6 +61,14 @@ def export_state(engine: Engine) -> dict[str, Any]:
             "priority": rec.priority,
             "priority_value": rec.facts.priority_value,
             "reason": rec.reason.to_dict() if rec.reason else None,
+            "order_time": rec.order_time,
+            "requeue": [
+                rec.evicted_for,
+                rec.evicted_at,
+                rec.requeue_count,
+                rec.requeue_at,
+                rec.deactivate,
+            ],
         }
         if rec.reason_sig is not None:
             (shape, attempts), built = rec.reason_sig
@@ -79,6 +87,7 @@ def export_state(engine: Engine) -> dict[str, Any]:
                 "allocations": [[s.name, a, x] for s, a, x in adm.allocations],
                 "decision": adm.decision.to_dict(),
                 "evicting": adm.evicting,
+                "admitted_at": adm.admitted_at,
             }
         jobs.append(entry)
     parked: list[dict[str, Any]] = []
@@ -98,6 +107,7 @@ def export_state(engine: Engine) -> dict[str, Any]:
         elif isinstance(item, ClusterQueueQueue) and item.blocked_by is not None:
             parked.append(
                 {
+                    "sticky": item.sticky,
                     "blocked_by": item.blocked_by.id,
                     "reason": reason,
                     "keys": list(item.park_keys),
@@ -135,6 +145,9 @@ def export_state(engine: Engine) -> dict[str, Any]:
         "released": [[r, f, res, v] for (r, (f, res)), v in engine.queues.parked.released.items()],
         "outbox": [d.to_dict() for d in engine._outbox],
         "drain": list(engine._drain),
+        "now": engine._now,
+        "unready": [[j, t] for j, t in engine._unready.items()],
+        "backoff": list(engine._backoff),
     }
 
 
@@ -163,13 +176,24 @@ def load_state(data: dict[str, Any]) -> Engine:
     engine._shares = {t: TenantShare(u, a) for t, (u, a) in data["shares"].items()}
     engine._prio_time = data["priority_time"]
     cache = engine.cache
+    engine._now = float(data.get("now", 0.0))
+    backoff = set(data.get("backoff", []))
     for entry in data["jobs"]:
         job = Job.model_validate(entry["job"])
         # The value is the one resolved at submission: later PriorityClass edits don't apply.
         facts = JobFacts(job.id, job.tenant, job.submit_time, entry["priority_value"], job.gpus)
         rec = JobRecord(job=job, shape=engine._shapes.job(job), facts=facts)
         rec.priority = entry["priority"]
-        rec.key = (-rec.priority, job.submit_time, job.id)
+        rec.order_time = entry.get("order_time", job.submit_time)
+        rec.key = (-rec.priority, rec.order_time, job.id)
+        if "requeue" in entry:
+            (
+                rec.evicted_for,
+                rec.evicted_at,
+                rec.requeue_count,
+                rec.requeue_at,
+                rec.deactivate,
+            ) = entry["requeue"]
         rec.reason = reason_from_dict(entry["reason"]) if entry["reason"] else None
         failure = entry.get("failure")
         if failure is not None:
@@ -183,7 +207,10 @@ def load_state(data: dict[str, Any]) -> Engine:
         adm = entry.get("admission")
         if adm is None:
             engine._pending_by_tenant.setdefault(job.tenant, {})[job.id] = rec
-            engine._enqueue(rec)
+            if job.id in backoff:
+                engine._hold_for_backoff(rec)
+            else:
+                engine._enqueue(rec)
             continue
         info = cache.cluster_queues[adm["cluster_queue"]]
         usage = {(f, r): v for f, r, v in adm["usage"]}
@@ -203,7 +230,13 @@ def load_state(data: dict[str, Any]) -> Engine:
         rec.local_queue = engine._resolve(rec)[1]
         rec.cluster_queue = info.name
         rec.admission = Admission(
-            info.name, info.node, usage, allocations, decision, bool(adm["evicting"])
+            info.name,
+            info.node,
+            usage,
+            allocations,
+            decision,
+            bool(adm["evicting"]),
+            float(adm.get("admitted_at", 0.0)),
         )
         engine._admitted_by_cq.setdefault(info.name, {})[job.id] = rec
     engine.queues.parked.released = {(r, (f, res)): v for r, f, res, v in data["released"]}
@@ -220,6 +253,7 @@ def load_state(data: dict[str, Any]) -> Engine:
             assert head.queue is not None
             cqq = head.queue.cq
             cqq.blocked_by = head
+            cqq.sticky = bool(entry.get("sticky", False))
             engine.queues.parked.park(cqq, reason, keys, conditions)
     for name, layout in data["buckets"].items():
         index = cache.flavor_nodes[name]
@@ -230,4 +264,5 @@ def load_state(data: dict[str, Any]) -> Engine:
     engine._outbox = [decision_from_dict(d) for d in data["outbox"]]
     engine._drain = dict.fromkeys(data["drain"])
     engine._prio_dirty = data["priority_dirty"]
+    engine._unready = {int(j): float(t) for j, t in data.get("unready", [])}
     return engine

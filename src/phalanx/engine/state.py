@@ -31,6 +31,8 @@ class Admission:
     """``(node, amounts taken, exclusive)``."""
     decision: Admit
     evicting: bool = False
+    admitted_at: float = 0.0
+    """The cycle time of the admission (victims admitted most recently go first)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -50,6 +52,18 @@ class JobRecord:
     waiting: Reason | None = None
     """Why the job has no ClusterQueue queue to wait in (queue missing, LocalQueue stopped)."""
     flags: set[str] = field(default_factory=set)
+    order_time: float = 0.0
+    """Kueue's queue-order timestamp: the submit time, or the eviction time after a
+    waitForPodsReady requeue with ``requeuingStrategy.timestamp: Eviction``."""
+    evicted_for: str | None = None
+    """Why the job is being evicted (an :class:`Evict` reason) until it is requeued."""
+    evicted_at: float = 0.0
+    requeue_count: int = 0
+    """waitForPodsReady requeues so far (Kueue's ``requeueState.count``)."""
+    requeue_at: float | None = None
+    """No admission before this time (Kueue's ``requeueState.requeueAt``)."""
+    deactivate: bool = False
+    """The requeuing limit is spent: deactivate on the next Requeue."""
 
     @property
     def id(self) -> int:

@@ -1,0 +1,294 @@
+"""Classical preemption: which admitted jobs to evict so that a pending job fits.
+
+Kueue's ``preemption.go`` / ``classical``, with gang placement folded in: the
+search frees quota *and* node capacity, and a preemptor fits only when the flavor
+assigner finds both for it.
+
+1. **Contested flavor-resources**: those where the failed pod set was short of
+   quota and preemption may be considered (the request alone is within the
+   ClusterQueue's nominal quota, or ``borrowWithinCohort`` is set, or the queue
+   sits in a nested cohort and may reclaim there; Kueue's ``fitsResourceQuota``),
+   and every requested resource of a flavor whose nodes were short.
+2. **Candidates**: admitted jobs of the preemptor's cohort tree that use a
+   contested flavor-resource, classified by the ClusterQueue's ``preemption``:
+
+   * same ClusterQueue: ``withinClusterQueue`` (``LowerPriority``: lower priority
+     value; ``LowerOrNewerEqualPriority``: lower, or equal and queued later);
+     reason ``InClusterQueue``;
+   * another ClusterQueue that borrows on a contested flavor-resource:
+     ``reclaimWithinCohort`` (``LowerPriority`` / ``Any``). If the preemptor's
+     request fits its own nominal quota the candidate is *reclaimed*
+     (``InCohortReclamation``); else with ``borrowWithinCohort: LowerPriority``
+     a lower-priority candidate (at most ``maxPriorityThreshold``) may be
+     preempted while the preemptor borrows (``InCohortReclaimWhileBorrowing``);
+     else it may be reclaimed only if the preemptor then does not borrow.
+3. **Order** (``CandidatesOrdering``): jobs already being evicted first, other
+   ClusterQueues before the preemptor's own, lower priority first, most
+   recently admitted first, id.
+4. **Minimal set**: remove candidates in that order until the job fits, then
+   walk the removed ones back in reverse (skipping the last) and keep each one
+   whose return still leaves the job fitting. Kueue's two passes (borrowing
+   allowed or not) are tried in Kueue's order.
+
+The search removes candidates from the live quota tree and nodes and puts them
+back before it returns: nothing it does is visible afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from phalanx.engine.assigner import PLACEMENT, QUOTA, Assignment
+from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
+from phalanx.engine.quota import FlavorResource
+from phalanx.engine.state import JobRecord
+
+__all__ = [
+    "IN_CLUSTER_QUEUE",
+    "IN_COHORT_FAIR_SHARING",
+    "IN_COHORT_RECLAIM_WHILE_BORROWING",
+    "IN_COHORT_RECLAMATION",
+    "Candidate",
+    "Preemptor",
+    "considers",
+    "contested",
+    "may_preempt",
+]
+
+IN_CLUSTER_QUEUE = "InClusterQueue"
+IN_COHORT_RECLAMATION = "InCohortReclamation"
+IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
+
+T = TypeVar("T")
+
+_WITHOUT_BORROWING = "WithoutBorrowing"
+"""A reclaim allowed only if the preemptor does not borrow afterwards."""
+
+
+@dataclass(slots=True)
+class Candidate:
+    rec: JobRecord
+    reason: str
+    variant: str
+    own_queue: bool
+
+    def order(self) -> tuple[bool, bool, int, float, int]:
+        adm = self.rec.admission
+        assert adm is not None
+        return (
+            not adm.evicting,
+            self.own_queue,
+            self.rec.facts.priority_value,
+            -adm.admitted_at,
+            self.rec.id,
+        )
+
+
+def may_preempt(info: ClusterQueueInfo) -> bool:
+    """Whether the ClusterQueue's policy allows any preemption at all."""
+    p = info.model.preemption
+    return p.within_cluster_queue != "Never" or p.reclaim_within_cohort != "Never"
+
+
+def considers(info: ClusterQueueInfo, fr: FlavorResource, needed: int) -> bool:
+    """Whether preemption is worth simulating for ``needed`` of ``fr`` (Kueue's
+    ``fitsResourceQuota``: the request alone within nominal quota, or
+    ``borrowWithinCohort`` set, or reclaiming possible in a nested cohort)."""
+    p = info.model.preemption
+    node = info.node
+    if needed <= node.nominal.get(fr, 0):
+        return True
+    if p.borrow_within_cohort is not None and p.borrow_within_cohort.policy != "Never":
+        return True
+    return (
+        p.reclaim_within_cohort != "Never"
+        and node.parent is not None
+        and node.parent.parent is not None
+    )
+
+
+def contested(info: ClusterQueueInfo, assignment: Assignment) -> dict[FlavorResource, int]:
+    """The flavor-resources where preemption may make the failed pod set fit, each with
+    the amount the job needs there (only the flavor the search chose to preempt in,
+    when it chose one)."""
+    failed = assignment.failed
+    if failed is None:
+        return {}
+    out: dict[FlavorResource, int] = {}
+    shape = failed.shape
+    only = failed.preempt_flavor
+    for attempt in failed.attempts:
+        if only is not None and attempt.flavor != only:
+            continue
+        if attempt.outcome == QUOTA:
+            fr = (attempt.flavor, attempt.resource)
+            if considers(info, fr, attempt.needed):
+                out[fr] = attempt.needed
+        elif attempt.outcome == PLACEMENT:
+            for resource, amount in shape.requests:
+                if amount > 0:
+                    fr = (attempt.flavor, resource)
+                    out[fr] = assignment.usage.get(fr, 0) + shape.total(resource)
+    return out
+
+
+class Preemptor(Generic[T]):
+    """Finds preemption targets for one pending job in one ClusterQueue.
+
+    ``fits(allow_borrowing)`` says whether the job fits the state as it is during
+    the search (with the candidates removed so far) and returns what it got
+    (an assignment, a borrowing height), or None.
+    """
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        admitted: dict[str, dict[int, JobRecord]],
+        fits: Callable[[bool], T | None],
+        remove: Callable[[JobRecord], None],
+        restore: Callable[[JobRecord], None],
+    ) -> None:
+        self.cache = cache
+        self.admitted = admitted
+        self._fits = fits
+        self.remove = remove
+        self.restore = restore
+
+    def candidates(
+        self,
+        rec: JobRecord,
+        info: ClusterQueueInfo,
+        frs: dict[FlavorResource, int],
+        excluded: set[int],
+    ) -> list[Candidate]:
+        p = info.model.preemption
+        top = info.node.top or info.node
+        prio = rec.facts.priority_value
+        node = info.node
+        # Kueue's "hierarchical advantage": the request fits the queue's own nominal quota.
+        within_nominal = all(
+            node.usage.get(fr, 0) + need <= node.nominal.get(fr, 0) for fr, need in frs.items()
+        )
+        bwc = p.borrow_within_cohort
+        out: list[Candidate] = []
+        for name, jobs in self.admitted.items():
+            other = self.cache.cluster_queues.get(name)
+            if other is None or (other.node.top or other.node) is not top:
+                continue
+            own = other is info
+            if not own and p.reclaim_within_cohort == "Never":
+                continue
+            if own and p.within_cluster_queue == "Never":
+                continue
+            borrowing = own or any(
+                other.node.usage.get(fr, 0) > other.node.nominal.get(fr, 0) for fr in frs
+            )
+            if not borrowing:
+                continue
+            for cand in jobs.values():
+                adm = cand.admission
+                if adm is None or cand.id in excluded:
+                    continue
+                if not any(fr in adm.usage for fr in frs):
+                    continue
+                cprio = cand.facts.priority_value
+                if own:
+                    policy = p.within_cluster_queue
+                    ok = cprio < prio or (
+                        policy == "LowerOrNewerEqualPriority"
+                        and cprio == prio
+                        and cand.order_time > rec.order_time
+                    )
+                    if ok:
+                        out.append(Candidate(cand, IN_CLUSTER_QUEUE, IN_CLUSTER_QUEUE, True))
+                    continue
+                if p.reclaim_within_cohort == "LowerPriority" and cprio >= prio:
+                    continue
+                if within_nominal:
+                    out.append(Candidate(cand, IN_COHORT_RECLAMATION, IN_COHORT_RECLAMATION, False))
+                elif (
+                    bwc is not None
+                    and bwc.policy == "LowerPriority"
+                    and cprio < prio
+                    and (bwc.max_priority_threshold is None or cprio <= bwc.max_priority_threshold)
+                ):
+                    out.append(
+                        Candidate(
+                            cand,
+                            IN_COHORT_RECLAIM_WHILE_BORROWING,
+                            IN_COHORT_RECLAIM_WHILE_BORROWING,
+                            False,
+                        )
+                    )
+                else:
+                    out.append(Candidate(cand, IN_COHORT_RECLAMATION, _WITHOUT_BORROWING, False))
+        out.sort(key=Candidate.order)
+        return out
+
+    def targets(
+        self,
+        rec: JobRecord,
+        info: ClusterQueueInfo,
+        frs: dict[FlavorResource, int],
+        excluded: set[int],
+    ) -> tuple[list[Candidate], T] | None:
+        """The victims and what the job gets once they are gone, or None."""
+        cands = self.candidates(rec, info, frs, excluded)
+        if not cands:
+            return None
+        p = info.model.preemption
+        node = info.node
+        bwc_forbidden = p.borrow_within_cohort is None or p.borrow_within_cohort.policy == "Never"
+        under_nominal = all(
+            node.usage.get(fr, 0) < node.nominal.get(fr, 0) for fr in frs if fr in node.nominal
+        )
+        no_other = all(c.own_queue for c in cands)
+        passes: tuple[bool, ...]
+        if no_other or (bwc_forbidden and not under_nominal):
+            passes = (True,)
+        elif bwc_forbidden:
+            passes = (False, True)
+        else:
+            passes = (True, False)
+        for allow_borrowing in passes:
+            usable = [c for c in cands if not allow_borrowing or c.variant != _WITHOUT_BORROWING]
+            found = self._minimal(usable, allow_borrowing)
+            if found is not None:
+                return found
+        return None
+
+    def _minimal(
+        self, cands: Iterable[Candidate], allow_borrowing: bool
+    ) -> tuple[list[Candidate], T] | None:
+        removed: list[Candidate] = []
+        fit: T | None = None
+        try:
+            for cand in cands:
+                self.remove(cand.rec)
+                removed.append(cand)
+                fit = self._fits(allow_borrowing)
+                if fit is not None:
+                    break
+            if fit is None:
+                return None
+            targets = [removed[-1]]
+            # Fill back: a victim whose return still leaves the job fitting is spared.
+            for cand in reversed(removed[:-1]):
+                self.restore(cand.rec)
+                again = self._fits(allow_borrowing)
+                if again is None:
+                    self.remove(cand.rec)
+                    targets.append(cand)
+                else:
+                    removed.remove(cand)
+                    fit = again
+            final = self._fits(allow_borrowing)
+            assert final is not None
+            targets.sort(key=Candidate.order)
+            return targets, final
+        finally:
+            for cand in reversed(removed):
+                self.restore(cand.rec)
