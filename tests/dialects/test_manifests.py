@@ -435,10 +435,20 @@ def test_missing_name() -> None:
 
 def test_unknown_kind() -> None:
     (line,) = errors_of(
-        load_text, "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Workload\nmetadata: {name: w}\n"
+        load_text, "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Widget\nmetadata: {name: w}\n"
     )
-    assert line.startswith("<stdin>:2: Workload/w (document 1): kind: unsupported kind")
+    assert line.startswith("<stdin>:2: Widget/w (document 1): kind: unsupported kind")
     assert "ClusterQueue" in line
+
+
+def test_kueue_kinds_phalanx_does_not_run_are_named() -> None:
+    (line,) = errors_of(
+        load_text,
+        "apiVersion: kueue.x-k8s.io/v1beta2\nkind: AdmissionCheck\nmetadata: {name: prov}\n"
+        "spec: {controllerName: kueue.x-k8s.io/provisioning-request}\n",
+    )
+    assert line.startswith("<stdin>:2: AdmissionCheck/prov (document 1): kind: not supported:")
+    assert "AdmissionChecks" in line
 
 
 def test_known_kind_wrong_api_version() -> None:
@@ -450,7 +460,7 @@ def test_known_kind_wrong_api_version() -> None:
 def test_slash_slash_comment() -> None:
     text = "apiVersion: phalanx.io/v1\n// a tenant\nkind: Tenant\nmetadata: {name: t}\n"
     lines = errors_of(load_text, text, "t.yaml")
-    assert lines == ["t.yaml:2: `//` is not a YAML comment; use `#`"]
+    assert lines == ["t.yaml:2: `//` is not a YAML comment: use # for YAML comments"]
 
 
 def test_slash_slash_in_block_scalar_is_text() -> None:
@@ -556,10 +566,11 @@ def test_upstream_examples_with_supported_kinds_load() -> None:
 
 
 @pytest.mark.skipif(not UPSTREAM.is_dir(), reason=f"{UPSTREAM} is absent (no ../shared checkout)")
-def test_upstream_jobs_are_refused_with_a_clear_message() -> None:
+def test_upstream_job_loads_as_a_job() -> None:
     path = UPSTREAM / "getting-started" / "quick-start-job.yaml"
-    (line,) = errors_of(load_path, path)
-    assert "unsupported kind batch/v1 Job" in line
+    (m,) = load_path(path)
+    assert m.kind == "Job"
+    assert m.name.startswith("default/sample-job")
 
 
 def test_admission_scope_round_trips() -> None:

@@ -43,6 +43,12 @@ from typing import Any, cast
 import yaml
 from pydantic import ValidationError
 
+from phalanx.dialects.kueue.configuration import (
+    CONFIG_API_VERSIONS,
+    KueueConfiguration,
+    convert_configuration,
+)
+from phalanx.dialects.kueue.jobs import JOB_KINDS, JobFieldError, KubeJob, convert_job
 from phalanx.dialects.kueue.validation import validate
 from phalanx.errors import Invalid
 from phalanx.model import (
@@ -73,9 +79,18 @@ __all__ = [
 ]
 
 ManifestObject = (
-    Node | ResourceFlavor | Topology | Cohort | ClusterQueue | LocalQueue | Tenant | PriorityClass
+    Node
+    | ResourceFlavor
+    | Topology
+    | Cohort
+    | ClusterQueue
+    | LocalQueue
+    | Tenant
+    | PriorityClass
+    | KubeJob
+    | KueueConfiguration
 )
-"""Every object a manifest can describe."""
+"""Every object a manifest can describe (a job kind's is a :class:`KubeJob`)."""
 
 _MODELS = MODEL_BY_KIND
 
@@ -129,14 +144,25 @@ for _canonical in KINDS:
 _API_KINDS[(PHALANX_V1, "WorkloadPriorityClass")] = "PriorityClass"
 
 _KNOWN_KINDS_TEXT = (
-    "ResourceFlavor, Topology, Cohort, ClusterQueue, LocalQueue, WorkloadPriorityClass "
-    "(kueue.x-k8s.io/v1beta2 or v1beta1), Tenant (phalanx.io/v1), Node (v1)"
+    "ResourceFlavor, Topology, Cohort, ClusterQueue, LocalQueue, WorkloadPriorityClass, "
+    "Workload (kueue.x-k8s.io/v1beta2 or v1beta1), Configuration "
+    "(config.kueue.x-k8s.io/v1beta2 or v1beta1), Job (batch/v1), JobSet "
+    "(jobset.x-k8s.io/v1alpha2), PyTorchJob (kubeflow.org/v1), RayJob (ray.io/v1), "
+    "Tenant (phalanx.io/v1), Node (v1)"
 )
 
 _UNSUPPORTED_HINTS = {
     "admissionChecks": "phalanx does not run Kueue AdmissionChecks; remove the field",
     "admissionChecksStrategy": "phalanx does not run Kueue AdmissionChecks; remove the field",
 }
+
+_UNSUPPORTED_KINDS = {
+    "AdmissionCheck": "phalanx does not run Kueue AdmissionChecks; remove the object",
+    "ProvisioningRequestConfig": "phalanx does not run Kueue AdmissionChecks; remove the object",
+    "MultiKueueConfig": "phalanx has no MultiKueue (one cluster); remove the object",
+    "MultiKueueCluster": "phalanx has no MultiKueue (one cluster); remove the object",
+}
+"""Kueue kinds phalanx knows and refuses, with the reason."""
 
 Path_ = tuple[str | int, ...]
 
@@ -287,8 +313,10 @@ def _quoted_spans(nodes: Iterable[yaml.Node]) -> set[int]:
     return lines
 
 
-def _parse_yaml(text: str, source: str) -> tuple[list[_Doc], list[_Problem]]:
-    """Every document of ``text`` with its node tree, or the problems that stop it."""
+SLASH_COMMENT = "`//` is not a YAML comment: use # for YAML comments"
+
+
+def _parse_once(text: str, source: str) -> tuple[list[tuple[yaml.Node, Any]], _Problem | None]:
     parsed: list[tuple[yaml.Node, Any]] = []
     syntax: _Problem | None = None
     loader = yaml.SafeLoader(text)
@@ -313,17 +341,29 @@ def _parse_yaml(text: str, source: str) -> tuple[list[_Doc], list[_Problem]]:
         syntax = _Problem(source, 0, f"YAML syntax error: {exc}")
     finally:
         loader.dispose()
+    return parsed, syntax
 
+
+def _parse_yaml(text: str, source: str) -> tuple[list[_Doc], list[_Problem]]:
+    """Every document of ``text`` with its node tree, and the problems found on the way.
+
+    Lines that start with ``//`` (a C-style comment, not YAML) are each reported;
+    the text is then read again without them, so that the problems of the
+    documents themselves are reported too, in the same run.
+    """
+    parsed, syntax = _parse_once(text, source)
     exempt = _quoted_spans(node for node, _ in parsed) if syntax is None else set()
-    problems = [
-        _Problem(source, i + 1, "`//` is not a YAML comment; use `#`")
-        for i, line in enumerate(text.splitlines())
-        if line.lstrip().startswith("//") and i not in exempt
+    lines = text.splitlines(keepends=True)
+    slashed = [
+        i for i, line in enumerate(lines) if line.lstrip().startswith("//") and i not in exempt
     ]
-    if syntax is not None and not any(p.line <= syntax.line for p in problems):
-        problems.append(syntax)
-    if problems:
-        return [], problems
+    problems = [_Problem(source, i + 1, SLASH_COMMENT) for i in slashed]
+    if slashed:
+        for i in slashed:
+            lines[i] = "\n"
+        parsed, syntax = _parse_once("".join(lines), source)
+    if syntax is not None:
+        return [], [*problems, syntax]
     docs: list[_Doc] = []
     index = 0
     for node, data in parsed:
@@ -331,7 +371,7 @@ def _parse_yaml(text: str, source: str) -> tuple[list[_Doc], list[_Problem]]:
             continue
         index += 1
         docs.append(_Doc(data, source, node.start_mark.line + 1, index, node))
-    return docs, []
+    return docs, problems
 
 
 def _expand_lists(docs: Iterable[_Doc]) -> Iterator[_Doc]:
@@ -677,9 +717,38 @@ def _load_docs(docs: Iterable[_Doc]) -> tuple[list[Manifest], list[_Problem]]:
         if not isinstance(api_version, str) or not api_version:
             problems.append(problem(("apiVersion",), "required", subject))
             continue
+        if wire_kind == "Configuration" and api_version in CONFIG_API_VERSIONS:
+            config, invalid = convert_configuration(api_version, data)
+            if config is None:
+                problems.extend(problem(path, message, subject) for path, message in invalid)
+                continue
+            manifests.append(Manifest("Configuration", config.name, config, doc.source, doc.line))
+            continue
+        job_kind = JOB_KINDS.get((api_version, wire_kind))
+        if job_kind is not None:
+            try:
+                kube = convert_job(job_kind, data)
+            except JobFieldError as exc:
+                problems.append(problem(exc.path, _hinted(data, exc.path, exc.message), subject))
+                continue
+            name = f"{kube.namespace}/{kube.name}"
+            manifests.append(Manifest(job_kind, name, kube, doc.source, doc.line))
+            continue
         kind = _API_KINDS.get((api_version, wire_kind))
+        if (
+            kind is None
+            and api_version.startswith("kueue.x-k8s.io/")
+            and wire_kind in (_UNSUPPORTED_KINDS)
+        ):
+            message = f"not supported: {_UNSUPPORTED_KINDS[wire_kind]}"
+            problems.append(problem(("kind",), message, subject))
+            continue
         if kind is None:
-            versions = sorted(v for (v, k) in _API_KINDS if k == wire_kind)
+            versions = sorted(
+                {v for (v, k) in _API_KINDS if k == wire_kind}
+                | {v for (v, k) in JOB_KINDS if k == wire_kind}
+                | (set(CONFIG_API_VERSIONS) if wire_kind == "Configuration" else set())
+            )
             if versions:
                 message = (
                     f"{wire_kind} needs apiVersion {' or '.join(versions)}, got {api_version!r}"
@@ -694,7 +763,10 @@ def _load_docs(docs: Iterable[_Doc]) -> tuple[list[Manifest], list[_Problem]]:
         if api_version.startswith("kueue.x-k8s.io/"):
             data, invalid = validate(kind, api_version, data)
             if invalid:
-                problems.extend(problem(path, message, subject) for path, message in invalid)
+                problems.extend(
+                    problem(path, _hinted(data, path, message), subject)
+                    for path, message in invalid
+                )
                 continue
         try:
             conv = _convert(kind, api_version, data)
@@ -705,10 +777,18 @@ def _load_docs(docs: Iterable[_Doc]) -> tuple[list[Manifest], list[_Problem]]:
             obj = cast(ManifestObject, _MODELS[kind].model_validate(conv.data))
         except ValidationError as exc:
             for path, message in _pydantic_problems(conv, exc):
-                problems.append(problem(path, message, subject))
+                problems.append(problem(path, _hinted(data, path, message), subject))
             continue
         manifests.append(Manifest(kind, conv.name, obj, doc.source, doc.line))
     return manifests, problems
+
+
+def _hinted(data: Any, path: Path_, message: str) -> str:
+    """``message``, plus the fix when the bad value is a ``//`` comment YAML kept as text."""
+    value = _walk(data, path)
+    if isinstance(value, str) and re.search(r"\s//", value):
+        return f"{message} ({SLASH_COMMENT})"
+    return message
 
 
 def load_text(text: str, source: str = "<stdin>") -> list[Manifest]:
@@ -729,9 +809,8 @@ def _load_text(text: str, source: str) -> tuple[list[Manifest], list[_Problem]]:
         except json.JSONDecodeError as exc:
             return [], [_Problem(source, exc.lineno, f"JSON syntax error: {exc.msg}", exc.colno)]
         docs, problems = [_Doc(data, source, 1, 1, None)], []
-    if problems:
-        return [], problems
-    return _load_docs(docs)
+    manifests, more = _load_docs(docs)
+    return manifests, [*problems, *more]
 
 
 def load_documents(docs: list[dict[str, Any]], source: str) -> list[Manifest]:
@@ -794,6 +873,8 @@ def to_manifest(kind: str, obj: ManifestObject) -> dict[str, Any]:
     ``WorkloadPriorityClass``, a Tenant as ``phalanx.io/v1``, a Node as a
     Kubernetes ``v1 Node`` (quantities as strings in ``status.capacity``).
     """
+    if isinstance(obj, KubeJob | KueueConfiguration):
+        return dict(obj.manifest)
     kind = resolve_kind(kind)
     expected = _MODELS[kind]
     if not isinstance(obj, expected):

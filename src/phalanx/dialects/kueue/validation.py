@@ -20,7 +20,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["SCHEMAS", "Field", "Problem", "schema_for", "validate"]
+__all__ = [
+    "LABEL_SELECTOR",
+    "SCHEMAS",
+    "Field",
+    "Problem",
+    "check",
+    "list_of",
+    "object_of",
+    "parse_duration",
+    "schema_for",
+    "string",
+    "unsupported",
+    "validate",
+]
 
 Path_ = tuple[str | int, ...]
 Problem = tuple[Path_, str]
@@ -49,8 +62,9 @@ class Field:
     """One node of a kind's schema.
 
     ``type`` is ``object``, ``array``, ``string``, ``integer``, ``boolean``,
-    ``quantity`` (an integer or a Kubernetes quantity string), ``map`` (string
-    keys to string values) or ``any`` (kept as written, not checked).
+    ``number``, ``duration`` (a Go duration string such as ``30m``), ``quantity``
+    (an integer or a Kubernetes quantity string), ``map`` (string keys to string
+    values) or ``any`` (kept as written, not checked).
     """
 
     type: str
@@ -72,15 +86,15 @@ class Field:
     """Accepted and dropped (Kubernetes bookkeeping such as ``metadata.uid``)."""
 
 
-def _obj(props: Mapping[str, Field], *required: str, default: Any = None) -> Field:
+def object_of(props: Mapping[str, Field], *required: str, default: Any = None) -> Field:
     return Field("object", props=props, required=required, default=default)
 
 
-def _arr(items: Field, min_items: int | None = None, max_items: int | None = None) -> Field:
+def list_of(items: Field, min_items: int | None = None, max_items: int | None = None) -> Field:
     return Field("array", items=items, min_items=min_items, max_items=max_items)
 
 
-def _str(
+def string(
     pattern: re.Pattern[str] | None = None,
     max_length: int | None = None,
     enum: tuple[str, ...] = (),
@@ -90,7 +104,7 @@ def _str(
 
 
 def _name() -> Field:
-    return _str(DNS_SUBDOMAIN, 253)
+    return string(DNS_SUBDOMAIN, 253)
 
 
 def _int32(minimum: int | None = None) -> Field:
@@ -101,7 +115,7 @@ def _qty(default: Any = None) -> Field:
     return Field("quantity", default=default)
 
 
-def _unsupported(why: str) -> Field:
+def unsupported(why: str) -> Field:
     return Field("any", unsupported=why)
 
 
@@ -109,15 +123,15 @@ _IGNORED = Field("any", ignored=True)
 
 _ADMISSION_CHECKS = "phalanx does not run Kueue AdmissionChecks; remove the field"
 
-_LABEL_SELECTOR = _obj(
+LABEL_SELECTOR = object_of(
     {
         "matchLabels": Field("map"),
-        "matchExpressions": _arr(
-            _obj(
+        "matchExpressions": list_of(
+            object_of(
                 {
-                    "key": _str(),
-                    "operator": _str(enum=("In", "NotIn", "Exists", "DoesNotExist")),
-                    "values": _arr(_str()),
+                    "key": string(),
+                    "operator": string(enum=("In", "NotIn", "Exists", "DoesNotExist")),
+                    "values": list_of(string()),
                 },
                 "key",
                 "operator",
@@ -126,20 +140,20 @@ _LABEL_SELECTOR = _obj(
     }
 )
 
-_FAIR_SHARING = _obj({"weight": _qty(default=1)})
+_FAIR_SHARING = object_of({"weight": _qty(default=1)})
 
-_RESOURCE_GROUPS = _arr(
-    _obj(
+_RESOURCE_GROUPS = list_of(
+    object_of(
         {
-            "coveredResources": _arr(_str(), 1, 64),
-            "flavors": _arr(
-                _obj(
+            "coveredResources": list_of(string(), 1, 64),
+            "flavors": list_of(
+                object_of(
                     {
                         "name": _name(),
-                        "resources": _arr(
-                            _obj(
+                        "resources": list_of(
+                            object_of(
                                 {
-                                    "name": _str(),
+                                    "name": string(),
                                     "nominalQuota": _qty(),
                                     "borrowingLimit": _qty(),
                                     "lendingLimit": _qty(),
@@ -166,10 +180,10 @@ _RESOURCE_GROUPS = _arr(
 
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
-_METADATA = _obj(
+_METADATA = object_of(
     {
         "name": _name(),
-        "namespace": _str(DNS_LABEL, 63),
+        "namespace": string(DNS_LABEL, 63),
         "labels": Field("map"),
         "annotations": Field("map"),
         **{
@@ -194,8 +208,8 @@ _METADATA = _obj(
 
 def _kind_schema(spec: Field | None, **top: Field) -> Field:
     props: dict[str, Field] = {
-        "apiVersion": _str(),
-        "kind": _str(),
+        "apiVersion": string(),
+        "kind": string(),
         "metadata": _METADATA,
         # The status subresource: the API server ignores it on create and update.
         "status": _IGNORED,
@@ -203,23 +217,23 @@ def _kind_schema(spec: Field | None, **top: Field) -> Field:
     }
     if spec is not None:
         props["spec"] = spec
-    return _obj(props)
+    return object_of(props)
 
 
 SCHEMAS: dict[str, Field] = {
     "ResourceFlavor": _kind_schema(
-        _obj(
+        object_of(
             {
                 "nodeLabels": Field("map", max_props=8),
                 "nodeTaints": Field(
                     "array",
                     max_items=8,
-                    items=_obj(
+                    items=object_of(
                         {
-                            "key": _str(),
-                            "value": _str(),
-                            "effect": _str(enum=_TAINT_EFFECTS),
-                            "timeAdded": _str(),
+                            "key": string(),
+                            "value": string(),
+                            "effect": string(enum=_TAINT_EFFECTS),
+                            "timeAdded": string(),
                         },
                         "effect",
                         "key",
@@ -228,12 +242,12 @@ SCHEMAS: dict[str, Field] = {
                 "tolerations": Field(
                     "array",
                     max_items=8,
-                    items=_obj(
+                    items=object_of(
                         {
-                            "key": _str(),
-                            "operator": _str(enum=("Equal", "Exists")),
-                            "value": _str(),
-                            "effect": _str(enum=_TAINT_EFFECTS),
+                            "key": string(),
+                            "operator": string(enum=("Equal", "Exists")),
+                            "value": string(),
+                            "effect": string(enum=_TAINT_EFFECTS),
                             "tolerationSeconds": Field("integer"),
                         }
                     ),
@@ -244,10 +258,10 @@ SCHEMAS: dict[str, Field] = {
         )
     ),
     "Topology": _kind_schema(
-        _obj(
+        object_of(
             {
-                "levels": _arr(
-                    _obj({"nodeLabel": _str(LABEL_KEY, 316)}, "nodeLabel"),
+                "levels": list_of(
+                    object_of({"nodeLabel": string(LABEL_KEY, 316)}, "nodeLabel"),
                     1,
                     16,
                 )
@@ -256,7 +270,7 @@ SCHEMAS: dict[str, Field] = {
         )
     ),
     "Cohort": _kind_schema(
-        _obj(
+        object_of(
             {
                 "parentName": _name(),
                 "resourceGroups": _RESOURCE_GROUPS,
@@ -266,40 +280,40 @@ SCHEMAS: dict[str, Field] = {
         )
     ),
     "ClusterQueue": _kind_schema(
-        _obj(
+        object_of(
             {
                 "cohortName": _name(),
-                "namespaceSelector": _LABEL_SELECTOR,
-                "queueingStrategy": _str(
+                "namespaceSelector": LABEL_SELECTOR,
+                "queueingStrategy": string(
                     enum=("StrictFIFO", "BestEffortFIFO"), default="BestEffortFIFO"
                 ),
                 "resourceGroups": _RESOURCE_GROUPS,
-                "flavorFungibility": _obj(
+                "flavorFungibility": object_of(
                     {
-                        "whenCanBorrow": _str(
+                        "whenCanBorrow": string(
                             enum=("MayStopSearch", "TryNextFlavor"), default="MayStopSearch"
                         ),
-                        "whenCanPreempt": _str(
+                        "whenCanPreempt": string(
                             enum=("MayStopSearch", "TryNextFlavor"), default="TryNextFlavor"
                         ),
-                        "preference": _str(
+                        "preference": string(
                             enum=("BorrowingOverPreemption", "PreemptionOverBorrowing")
                         ),
                     },
                     default={},
                 ),
-                "preemption": _obj(
+                "preemption": object_of(
                     {
-                        "withinClusterQueue": _str(
+                        "withinClusterQueue": string(
                             enum=("Never", "LowerPriority", "LowerOrNewerEqualPriority"),
                             default="Never",
                         ),
-                        "reclaimWithinCohort": _str(
+                        "reclaimWithinCohort": string(
                             enum=("Never", "LowerPriority", "Any"), default="Never"
                         ),
-                        "borrowWithinCohort": _obj(
+                        "borrowWithinCohort": object_of(
                             {
-                                "policy": _str(enum=("Never", "LowerPriority"), default="Never"),
+                                "policy": string(enum=("Never", "LowerPriority"), default="Never"),
                                 "maxPriorityThreshold": _int32(),
                             },
                             default={},
@@ -307,18 +321,18 @@ SCHEMAS: dict[str, Field] = {
                     },
                     default={},
                 ),
-                "admissionChecksStrategy": _unsupported(_ADMISSION_CHECKS),
-                "stopPolicy": _str(enum=("None", "Hold", "HoldAndDrain"), default="None"),
+                "admissionChecksStrategy": unsupported(_ADMISSION_CHECKS),
+                "stopPolicy": string(enum=("None", "Hold", "HoldAndDrain"), default="None"),
                 "fairSharing": _FAIR_SHARING,
-                "admissionScope": _obj(
+                "admissionScope": object_of(
                     {
-                        "admissionMode": _str(
+                        "admissionMode": string(
                             enum=("UsageBasedAdmissionFairSharing", "NoAdmissionFairSharing")
                         )
                     },
                     "admissionMode",
                 ),
-                "concurrentAdmissionPolicy": _unsupported(
+                "concurrentAdmissionPolicy": unsupported(
                     "Kueue's ConcurrentAdmission (an alpha feature gate, off by default) is "
                     "not implemented; remove the field"
                 ),
@@ -327,10 +341,10 @@ SCHEMAS: dict[str, Field] = {
         )
     ),
     "LocalQueue": _kind_schema(
-        _obj(
+        object_of(
             {
                 "clusterQueue": _name(),
-                "stopPolicy": _str(enum=("None", "Hold", "HoldAndDrain"), default="None"),
+                "stopPolicy": string(enum=("None", "Hold", "HoldAndDrain"), default="None"),
                 "fairSharing": _FAIR_SHARING,
             },
             default={},
@@ -339,7 +353,7 @@ SCHEMAS: dict[str, Field] = {
     "PriorityClass": _kind_schema(
         None,
         value=_int32(),
-        description=_str(max_length=2048),
+        description=string(max_length=2048),
     ),
 }
 """Each Kueue kind's v1beta2 shape (WorkloadPriorityClass under ``PriorityClass``)."""
@@ -362,7 +376,7 @@ def schema_for(kind: str, api_version: str) -> Field:
         # v1beta1 spellings (reference §1.1): cohort, the deprecated fungibility
         # values, and the old admissionChecks list.
         props["cohort"] = props.pop("cohortName")
-        props["admissionChecks"] = _unsupported(_ADMISSION_CHECKS)
+        props["admissionChecks"] = unsupported(_ADMISSION_CHECKS)
         fungibility = props["flavorFungibility"]
         fprops = dict(fungibility.props)
         fprops["whenCanBorrow"] = replace(
@@ -404,7 +418,7 @@ def _pattern_text(pattern: re.Pattern[str]) -> str:
     return _PATTERN_TEXT.get(pattern.pattern, f"a string matching {pattern.pattern}")
 
 
-def _check(schema: Field, value: Any, path: Path_, out: list[Problem]) -> Any:
+def check(schema: Field, value: Any, path: Path_, out: list[Problem]) -> Any:
     """``value`` with defaults filled in; problems appended to ``out``."""
     if schema.unsupported:
         out.append((path, f"not supported: {schema.unsupported}"))
@@ -426,13 +440,13 @@ def _check(schema: Field, value: Any, path: Path_, out: list[Problem]) -> Any:
             if item is None and sub.type != "any":
                 # Kubernetes treats an explicit null as an absent field.
                 continue
-            result[key] = _check(sub, item, (*path, key), out)
+            result[key] = check(sub, item, (*path, key), out)
         for key in schema.required:
             if key not in result and value.get(key) is None:
                 out.append(((*path, key), "required"))
         for key, sub in schema.props.items():
             if key not in result and sub.default is not None and key not in schema.required:
-                result[key] = _check(sub, _copy(sub.default), (*path, key), [])
+                result[key] = check(sub, _copy(sub.default), (*path, key), [])
         return result
     if kind == "array":
         if not isinstance(value, list):
@@ -443,7 +457,7 @@ def _check(schema: Field, value: Any, path: Path_, out: list[Problem]) -> Any:
         if schema.max_items is not None and len(value) > schema.max_items:
             out.append((path, f"must have at most {schema.max_items} items, got {len(value)}"))
         assert schema.items is not None
-        return [_check(schema.items, item, (*path, i), out) for i, item in enumerate(value)]
+        return [check(schema.items, item, (*path, i), out) for i, item in enumerate(value)]
     if kind == "map":
         if not isinstance(value, Mapping):
             out.append((path, f"expected a mapping of strings, got {_type_name(value)}"))
@@ -481,6 +495,19 @@ def _check(schema: Field, value: Any, path: Path_, out: list[Problem]) -> Any:
         if not isinstance(value, bool):
             out.append((path, f"expected true or false, got {_type_name(value)}"))
         return value
+    if kind == "number":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            out.append((path, f"expected a number, got {_type_name(value)}"))
+        return value
+    if kind == "duration":
+        if not isinstance(value, str) or parse_duration(value) is None:
+            out.append(
+                (
+                    path,
+                    f"expected a duration such as 30m, 1h30m or 90s, got {_type_name(value)}",
+                )
+            )
+        return value
     if kind == "quantity":
         if isinstance(value, bool) or not isinstance(value, int | str):
             out.append(
@@ -500,6 +527,25 @@ def _check(schema: Field, value: Any, path: Path_, out: list[Problem]) -> Any:
             )
         return value
     raise AssertionError(f"unknown schema type {kind}")
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in a Go duration (``30m``, ``1h30m``, ``90s``, ``0s``; ``0`` alone), or None."""
+    text = text.strip()
+    if text == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    while pos < len(text):
+        match = _DURATION_PART.match(text, pos)
+        if match is None:
+            return None
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    return total if text else None
 
 
 def _is_scalar(value: Any) -> bool:
@@ -620,7 +666,7 @@ def validate(kind: str, api_version: str, data: Mapping[str, Any]) -> tuple[Any,
     ``kind`` is the canonical kind (``PriorityClass`` for a WorkloadPriorityClass).
     """
     problems: list[Problem] = []
-    checked = _check(schema_for(kind, api_version), data, (), problems)
+    checked = check(schema_for(kind, api_version), data, (), problems)
     if not problems and isinstance(checked, Mapping):
         _metadata_rules(kind, checked, problems)
         spec = checked.get("spec")
