@@ -22,7 +22,8 @@ from tests.kueue_jobs.conftest import SEED, UPSTREAM
 def _doc(path: str) -> dict[str, Any]:
     docs = [d for d in yaml.safe_load_all((UPSTREAM / path).read_text()) if d]
     assert len(docs) == 1
-    return docs[0]
+    doc: dict[str, Any] = docs[0]
+    return doc
 
 
 def _convert(doc: dict[str, Any]) -> Any:
@@ -176,7 +177,7 @@ def test_seed_job_suspend_comment_is_named() -> None:
     )
     fixed = yaml.safe_load(text.replace("// Handled", "# Handled"))
     job = convert_job("Job", fixed)
-    assert job.submission.run.kube.suspend is True
+    assert job.submission.run.kube is not None and job.submission.run.kube.suspend is True
     assert job.submission.queue == "nlp-local-queue"
     [pod_set] = job.submission.pod_sets
     assert pod_set.count == 2 and pod_set.requests["nvidia.com/gpu"] == 8
@@ -213,6 +214,7 @@ def test_env_value_from_and_expansion() -> None:
     ]
     container["args"] = ["-c", "echo $(GREETING) $$(POD) $(UNKNOWN)"]
     job = convert_job("Job", doc)
+    assert job.submission.run.kube is not None
     pod = pod_plan(job.submission.run.kube, {})["main"][1][0]
     resolved = pod["containers"][0]
     assert resolved["env"]["POD"] == "sample-job-1"

@@ -10,6 +10,7 @@ import pytest
 
 from phalanx.control.server import RunningServer
 from phalanx.dialects.kueue import load_text
+from phalanx.runtime.local import LocalRuntime
 from tests.kueue_jobs.conftest import SEED, UPSTREAM, apply, job_row, kube_jobs, wait_finished
 
 PYTORCH_RENDEZVOUS = """
@@ -98,7 +99,9 @@ def test_pytorchjob_ranks_rendezvous_over_tcp(server: RunningServer, tmp_path: P
 def _task_env(server: RunningServer, job_id: int) -> dict[str, str]:
     import json
 
-    launch = server.plane.runtime.attempt_dir(job_id, 1) / "launch.json"
+    runtime = server.plane.runtime
+    assert isinstance(runtime, LocalRuntime)
+    launch = runtime.attempt_dir(job_id, 1) / "launch.json"
     return dict(json.loads(launch.read_text())["tasks"][0]["env"])
 
 
@@ -137,7 +140,7 @@ def test_sample_without_command_fails_naming_the_field(server: RunningServer) ->
     assert row.message.startswith("spec.template.spec.containers[0].command: required")
     assert "registry.k8s.io/e2e-test-images/agnhost:2.53" in row.message
     # Partially admitted: 9 of its 20 pods fit the ClusterQueue's 9 CPUs.
-    assert len(row.assignment["tasks"]) == 9
+    assert row.assignment is not None and len(row.assignment["tasks"]) == 9
 
 
 SEED_SETUP = """
