@@ -256,6 +256,7 @@ class Engine:
             self._shares[obj.name] = TenantShare(old.usage if old else 0.0, obj.allocation)
             self._reprioritize(self._pending_by_tenant.get(obj.name, {}).values())
             self._recheck_namespaces(self._pending_by_tenant.get(obj.name, {}).values())
+            self._resolve_waiting()
         elif isinstance(obj, PriorityClass):
             self._objects[("PriorityClass", obj.name)] = obj
             cache.priority_classes[obj.name] = obj
@@ -708,11 +709,13 @@ class Engine:
                 if assignment.ok:
                     out.append(self._admit(rec, info, assignment))
                 elif not self._preempt_for(rec, sq, info, assignment, claimed, out):
-                    partial = self._partial(rec, info)
+                    partial, smallest = self._partial(rec, info)
                     if partial is not None and not self._admission_blocked():
                         out.append(self._admit(rec, info, partial))
                     else:
-                        self._park(rec, sq, info, assignment, out)
+                        # Park on what the smallest admissible count needs: quota or
+                        # nodes freed for that wake it.
+                        self._park(rec, sq, info, smallest or assignment, out)
                 if probe is not None:
                     probe("decided", rec.id)
         self._unreserve()
@@ -798,6 +801,7 @@ class Engine:
         cqq = sq.cq
         cqq.blocked_by = rec
         cqq.sticky = True
+        cqq.pinned = rec
         self.queues.parked.park(cqq, reason, tuple(f"evict:{c.rec.id}" for c in targets))
         self._emit_reason(rec, reason, out)
         return True
@@ -908,19 +912,30 @@ class Engine:
 
     # ------------------------------------------------------------------ partial admission
 
-    def _partial(self, rec: JobRecord, info: ClusterQueueInfo) -> Assignment | None:
+    def _partial(
+        self, rec: JobRecord, info: ClusterQueueInfo
+    ) -> tuple[Assignment | None, Assignment | None]:
         """The largest admission of the pod set with ``minCount`` that fits now (Kueue's
-        partial admission: only when the full count doesn't fit or preempt)."""
+        partial admission: only when the full count doesn't fit or preempt), and the
+        failed assignment of the smallest count when none fits."""
         target = next(
             (p for p in rec.shape.pod_sets if p.min_count is not None and p.min_count < p.count),
             None,
         )
         if target is None or target.min_count is None:
-            return None
+            return None, None
         step = target.unit_size
         lo = -(-target.min_count // step)
         hi = target.count // step - 1
-        best: Assignment | None = None
+        if lo > hi:
+            return None, None
+        smallest = self.assigner.assign_fresh(
+            self._shapes.reduced(rec.shape, target, lo * step), info
+        )
+        if not smallest.ok:
+            return None, smallest
+        best = smallest
+        lo += 1
         while lo <= hi:
             mid = (lo + hi) // 2
             shape = self._shapes.reduced(rec.shape, target, mid * step)
@@ -929,7 +944,7 @@ class Engine:
                 best, lo = trial, mid + 1
             else:
                 hi = mid - 1
-        return best
+        return best, None
 
     # ------------------------------------------------------------------ waitForPodsReady
 
@@ -1042,6 +1057,8 @@ class Engine:
                 ("total", root, fr, parked.total(root, fr) + short) for fr, _, short in shortages
             )
         cqq = sq.cq
+        if cqq.pinned is rec:
+            cqq.pinned = None
         if cqq.strict:
             cqq.blocked_by = rec
             parked.park(cqq, reason, keys, conditions)

@@ -108,8 +108,11 @@ class ClusterQueueQueue(_Parkable):
     park_gen: int = 0
     blocked_by: JobRecord | None = None
     sticky: bool = False
-    """``blocked_by`` is a preemptor waiting for its victims (Kueue's sticky head): it
-    stays first even when a job that sorts before it arrives."""
+    """``blocked_by`` is a preemptor waiting for its victims: a job that sorts before
+    it does not unblock the queue."""
+    pinned: JobRecord | None = None
+    """Kueue's sticky preemptor: once it has issued preemptions it is the queue's head
+    until it is admitted, fails to fit without preempting, or leaves."""
 
     def offer(self, sq: ShapeQueue) -> None:
         """Make ``sq``'s current head visible in the heap of heads."""
@@ -119,6 +122,14 @@ class ClusterQueueQueue(_Parkable):
             heapq.heappush(self.heads, (k0, k1, jid, sq.token, sq))
 
     def head(self) -> tuple[JobRecord, ShapeQueue] | None:
+        pinned = self.pinned
+        if pinned is not None:
+            sq = pinned.queue
+            if sq is not None and sq.cq is self and sq.members.get(pinned.id) is pinned:
+                if not sq.parked:
+                    return pinned, sq
+            else:
+                self.pinned = None
         heads = self.heads
         while heads:
             k0, k1, jid, _, sq = heads[0]

@@ -146,6 +146,7 @@ def export_state(engine: Engine) -> dict[str, Any]:
         "outbox": [d.to_dict() for d in engine._outbox],
         "drain": list(engine._drain),
         "now": engine._now,
+        "pinned": {name: cqq.pinned.id for name, cqq in engine.queues.queues.items() if cqq.pinned},
         "unready": [[j, t] for j, t in engine._unready.items()],
         "backoff": list(engine._backoff),
     }
@@ -265,4 +266,6 @@ def load_state(data: dict[str, Any]) -> Engine:
     engine._drain = dict.fromkeys(data["drain"])
     engine._prio_dirty = data["priority_dirty"]
     engine._unready = {int(j): float(t) for j, t in data.get("unready", [])}
+    for name, job_id in data.get("pinned", {}).items():
+        engine.queues.queues[name].pinned = engine.jobs[job_id]
     return engine
