@@ -18,6 +18,8 @@ from phalanx.dialects.kueue import (
     resolve_kind,
     to_manifest,
 )
+from phalanx.dialects.kueue.configuration import KueueConfiguration
+from phalanx.dialects.kueue.jobs import KubeJob
 from phalanx.engine import Admit, Engine, Submit, Upsert
 from phalanx.engine.events import ObjectKind
 from phalanx.errors import Invalid
@@ -278,7 +280,7 @@ spec:
   - coveredResources: [nvidia.com/gpu]
     flavors: [{name: f, resources: [{name: nvidia.com/gpu, nominalQuota: 8, borrowingLimit: 2}]}]
 ---
-apiVersion: kueue.x-k8s.io/v1beta1
+apiVersion: kueue.x-k8s.io/v1alpha1
 kind: Cohort
 metadata: {name: research}
 spec: {parent: org}
@@ -591,6 +593,7 @@ def example_engine() -> Engine:
     manifests = load_path(REPO / "examples" / "cluster")
     engine = Engine()
     for m in sorted(manifests, key=lambda m: KINDS.index(m.kind)):
+        assert not isinstance(m.obj, KubeJob | KueueConfiguration)
         engine.apply(Upsert(m.obj))
     return engine
 

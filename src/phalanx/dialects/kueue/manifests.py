@@ -487,7 +487,7 @@ def _convert(kind: str, api_version: str, data: Mapping[str, Any]) -> _Converted
     renames: dict[str, str] = {}
     if not v1beta2 and kind == "ClusterQueue":
         renames["cohort"] = "cohortName"
-    if not v1beta2 and kind == "Cohort":
+    if api_version.endswith("/v1alpha1") and kind == "Cohort":
         renames["parent"] = "parentName"
     reserved = {"name"}
     if kind == "LocalQueue":
@@ -524,6 +524,12 @@ def _convert(kind: str, api_version: str, data: Mapping[str, Any]) -> _Converted
             }
         except QuantityError as exc:
             raise _DocError(("spec", "fairSharing", "weight"), str(exc)) from None
+    if kind == "ResourceFlavor" and isinstance(spec.get("nodeTaints"), list):
+        # A taint's timeAdded is bookkeeping of the node controller.
+        spec["nodeTaints"] = [
+            {k: v for k, v in t.items() if k != "timeAdded"} if isinstance(t, Mapping) else t
+            for t in spec["nodeTaints"]
+        ]
     for key, value in spec.items():
         if key in reserved or not isinstance(key, str):
             raise _DocError(("spec", str(key)), "unknown field")

@@ -386,7 +386,7 @@ def schema_for(kind: str, api_version: str) -> Field:
             fprops["whenCanPreempt"], enum=(*fprops["whenCanPreempt"].enum, "Preempt")
         )
         props["flavorFungibility"] = replace(fungibility, props=fprops)
-    if kind == "Cohort":
+    if kind == "Cohort" and api_version.endswith("/v1alpha1"):
         props["parent"] = props.pop("parentName")
     top = dict(schema.props)
     top["spec"] = replace(spec, props=props)
