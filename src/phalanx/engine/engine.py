@@ -65,11 +65,11 @@ from phalanx.engine.explain import (
 from phalanx.engine.namespaces import selector_matches
 from phalanx.engine.ordering import JobFacts, PriorityContext, TenantShare
 from phalanx.engine.placement import unit_amounts
-from phalanx.engine.preemption import Preemptor, considers, contested, may_preempt
+from phalanx.engine.preemption import Candidate, Preemptor, considers, contested, may_preempt
 from phalanx.engine.queues import ClusterQueueQueue, QueueManager, ShapeQueue
 from phalanx.engine.quota import FlavorResource, QuotaNode, available
 from phalanx.engine.reasons import Reason, ReasonCode
-from phalanx.engine.shapes import ShapeInterner
+from phalanx.engine.shapes import JobShape, ShapeInterner
 from phalanx.engine.state import Admission, JobRecord
 from phalanx.model import (
     ClusterQueue,
@@ -168,7 +168,7 @@ class Engine:
         """Admitted jobs not yet PodsReady, with their waitForPodsReady deadline."""
         self._backoff: dict[int, JobRecord] = {}
         """Requeued jobs waiting for their requeueAt."""
-        self._reserved: list[tuple[ClusterQueueInfo, FlavorResource, int]] = []
+        self._reserved: list[tuple[ClusterQueueInfo, FlavorResource, int, JobRecord]] = []
         """Quota held for this cycle for a lender's head that cannot reclaim it."""
         self.stats = {"rounds": 0, "heads": 0}
 
@@ -708,14 +708,8 @@ class Engine:
                     continue
                 if assignment.ok:
                     out.append(self._admit(rec, info, assignment))
-                elif not self._preempt_for(rec, sq, info, assignment, claimed, out):
-                    partial, smallest = self._partial(rec, info)
-                    if partial is not None and not self._admission_blocked():
-                        out.append(self._admit(rec, info, partial))
-                    else:
-                        # Park on what the smallest admissible count needs: quota or
-                        # nodes freed for that wake it.
-                        self._park(rec, sq, info, smallest or assignment, out)
+                else:
+                    self._not_fitting(rec, sq, info, assignment, claimed, out)
                 if probe is not None:
                     probe("decided", rec.id)
         self._unreserve()
@@ -740,7 +734,7 @@ class Engine:
 
     # ------------------------------------------------------------------ preemption
 
-    def _preempt_for(
+    def _not_fitting(
         self,
         rec: JobRecord,
         sq: ShapeQueue,
@@ -748,17 +742,45 @@ class Engine:
         assignment: Assignment,
         claimed: set[int],
         out: list[Decision],
-    ) -> bool:
-        """Issue the preemptions that make ``rec`` fit; False if there are none."""
+    ) -> None:
+        """A head that does not fit as it is: preempt for it, admit it partially
+        (minCount), or park it."""
+        targets = self._targets(rec, rec.shape, info, assignment, claimed)
+        if targets:
+            self._issue_preemption(rec, sq, info, targets, claimed, out)
+            return
+        partial, victims, smallest = self._partial(rec, info, claimed)
+        if partial is not None and not self._admission_blocked():
+            out.append(self._admit(rec, info, partial))
+        elif victims:
+            self._issue_preemption(rec, sq, info, victims, claimed, out)
+        else:
+            if self.config.preset == "kueue" or may_preempt(info):
+                # Kueue's "Preempt without targets": hold the quota a lender's head
+                # cannot reclaim, for the rest of this cycle.
+                self._reserve(rec, info, contested(info, assignment))
+            # Park on what the smallest admissible count needs: quota or nodes freed
+            # for that wake it.
+            self._park(rec, sq, info, smallest or assignment, out)
+
+    def _targets(
+        self,
+        rec: JobRecord,
+        shape: JobShape,
+        info: ClusterQueueInfo,
+        assignment: Assignment,
+        claimed: set[int],
+    ) -> list[Candidate] | None:
+        """The jobs to preempt so that ``shape`` fits for ``rec``, or None."""
         if not may_preempt(info):
-            return False
+            return None
         frs = contested(info, assignment)
         if not frs:
-            return False
+            return None
         assigner = self.assigner
 
         def fits(allow_borrowing: bool) -> Assignment | None:
-            trial = assigner.assign_fresh(rec.shape, info)
+            trial = assigner.assign_fresh(shape, info)
             if trial.ok and (allow_borrowing or trial.borrow == 0):
                 return trial
             return None
@@ -766,10 +788,17 @@ class Engine:
         preemptor = Preemptor(self.cache, self._admitted_by_cq, fits, self._lift, self._put_back)
         found = preemptor.targets(rec, info, frs, claimed)
         assigner.generation += 1
-        if found is None:
-            self._reserve(info, frs)
-            return False
-        targets, _ = found
+        return found[0] if found is not None else None
+
+    def _issue_preemption(
+        self,
+        rec: JobRecord,
+        sq: ShapeQueue,
+        info: ClusterQueueInfo,
+        targets: list[Candidate],
+        claimed: set[int],
+        out: list[Decision],
+    ) -> None:
         path = _path(info)
         for cand in targets:
             claimed.add(cand.rec.id)
@@ -804,7 +833,6 @@ class Engine:
         cqq.pinned = rec
         self.queues.parked.park(cqq, reason, tuple(f"evict:{c.rec.id}" for c in targets))
         self._emit_reason(rec, reason, out)
-        return True
 
     def _oracle(self, rec: JobRecord, info: ClusterQueueInfo) -> Oracle:
         """Kueue's preemption oracle for the flavor search: for one flavor-resource,
@@ -878,7 +906,9 @@ class Engine:
                 slot.exclusive_jobs += 1
             self.cache.reindex(slot)
 
-    def _reserve(self, info: ClusterQueueInfo, frs: dict[FlavorResource, int]) -> None:
+    def _reserve(
+        self, rec: JobRecord, info: ClusterQueueInfo, frs: dict[FlavorResource, int]
+    ) -> None:
         """Hold quota for a lender's head whose preemption found no targets (Kueue's
         ``reserveCapacityForUnreclaimablePreempt``): later entries of this cycle cannot
         borrow it."""
@@ -896,55 +926,72 @@ class Engine:
                 amount = need if limit is None else min(need, nominal + limit - usage)
             if amount > 0:
                 node.add_usage(fr, amount)
-                self._reserved.append((info, fr, amount))
+                self._reserved.append((info, fr, amount, rec))
         self.assigner.generation += 1
 
     def _unreserve(self) -> None:
         if not self._reserved:
             return
-        for info, fr, amount in self._reserved:
+        # The heads that reserved stay parked (Kueue: inadmissible until an event); what
+        # their reservation kept out may fit again.
+        holders: list[tuple[Any, Reason | None, tuple[str, ...], tuple[Any, ...], Any]] = []
+        for *_, rec in self._reserved:
+            sq = rec.queue
+            if sq is None:
+                continue
+            item: Any = sq.cq if sq.cq.blocked_by is rec else sq
+            if item.parked:
+                holders.append((item, item.park_reason, item.park_keys, item.park_conditions, rec))
+        for info, fr, amount, _ in self._reserved:
             info.node.remove_usage(fr, amount)
             top = info.node.top or info.node
             level = top.subtree.get(fr, 0) - top.usage.get(fr, 0)
             self.queues.release(info.root_key, {fr: amount}, {fr: level}, [])
+        for item, reason, keys, conditions, rec in holders:
+            if not item.parked and reason is not None:
+                if isinstance(item, ClusterQueueQueue):
+                    item.blocked_by = rec
+                self.queues.parked.park(item, reason, keys, conditions)
         self._reserved = []
         self.assigner.generation += 1
 
     # ------------------------------------------------------------------ partial admission
 
     def _partial(
-        self, rec: JobRecord, info: ClusterQueueInfo
-    ) -> tuple[Assignment | None, Assignment | None]:
-        """The largest admission of the pod set with ``minCount`` that fits now (Kueue's
-        partial admission: only when the full count doesn't fit or preempt), and the
-        failed assignment of the smallest count when none fits."""
+        self, rec: JobRecord, info: ClusterQueueInfo, claimed: set[int]
+    ) -> tuple[Assignment | None, list[Candidate] | None, Assignment | None]:
+        """Kueue's partial admission, run when the full count neither fits nor can
+        preempt: the largest count of the pod set with ``minCount`` that fits now or
+        by preempting. Returns the assignment that fits, or the victims to preempt,
+        or (neither) the failed assignment of the smallest count."""
         target = next(
             (p for p in rec.shape.pod_sets if p.min_count is not None and p.min_count < p.count),
             None,
         )
         if target is None or target.min_count is None:
-            return None, None
+            return None, None, None
         step = target.unit_size
         lo = -(-target.min_count // step)
         hi = target.count // step - 1
-        if lo > hi:
-            return None, None
-        smallest = self.assigner.assign_fresh(
-            self._shapes.reduced(rec.shape, target, lo * step), info
-        )
-        if not smallest.ok:
-            return None, smallest
-        best = smallest
-        lo += 1
+        smallest: Assignment | None = None
+        best: tuple[Assignment | None, list[Candidate] | None] = (None, None)
+        first = True
         while lo <= hi:
-            mid = (lo + hi) // 2
+            # The smallest count first: if even that cannot be admitted, stop there.
+            mid = lo if first else (lo + hi + 1) // 2
             shape = self._shapes.reduced(rec.shape, target, mid * step)
             trial = self.assigner.assign_fresh(shape, info)
-            if trial.ok:
-                best, lo = trial, mid + 1
+            victims = None if trial.ok else self._targets(rec, shape, info, trial, claimed)
+            if trial.ok or victims:
+                best = (trial if trial.ok else None, victims)
+                lo = mid + 1
+            elif first:
+                smallest = trial
+                break
             else:
                 hi = mid - 1
-        return best, None
+            first = False
+        return best[0], best[1], smallest
 
     # ------------------------------------------------------------------ waitForPodsReady
 

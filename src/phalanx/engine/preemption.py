@@ -42,7 +42,7 @@ from typing import Generic, TypeVar
 
 from phalanx.engine.assigner import PLACEMENT, QUOTA, Assignment
 from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
-from phalanx.engine.quota import FlavorResource
+from phalanx.engine.quota import FlavorResource, QuotaNode
 from phalanx.engine.state import JobRecord
 
 __all__ = [
@@ -74,6 +74,8 @@ class Candidate:
     reason: str
     variant: str
     own_queue: bool
+    queue: QuotaNode | None = None
+    """The candidate's ClusterQueue node (another queue's: it must still borrow)."""
 
     def order(self) -> tuple[bool, bool, int, float, int]:
         adm = self.rec.admission
@@ -225,6 +227,11 @@ class Preemptor(Generic[T]):
                     )
                 else:
                     out.append(Candidate(cand, IN_COHORT_RECLAMATION, _WITHOUT_BORROWING, False))
+        for c in out:
+            if not c.own_queue:
+                adm = c.rec.admission
+                assert adm is not None
+                c.queue = adm.quota_node
         out.sort(key=Candidate.order)
         return out
 
@@ -255,18 +262,27 @@ class Preemptor(Generic[T]):
             passes = (True, False)
         for allow_borrowing in passes:
             usable = [c for c in cands if not allow_borrowing or c.variant != _WITHOUT_BORROWING]
-            found = self._minimal(usable, allow_borrowing)
+            found = self._minimal(usable, allow_borrowing, frs)
             if found is not None:
                 return found
         return None
 
     def _minimal(
-        self, cands: Iterable[Candidate], allow_borrowing: bool
+        self,
+        cands: Iterable[Candidate],
+        allow_borrowing: bool,
+        frs: dict[FlavorResource, int],
     ) -> tuple[list[Candidate], T] | None:
         removed: list[Candidate] = []
         fit: T | None = None
         try:
             for cand in cands:
+                q = cand.queue
+                if q is not None and not any(
+                    q.usage.get(fr, 0) > q.nominal.get(fr, 0) for fr in frs
+                ):
+                    # Earlier removals brought its queue back within nominal quota.
+                    continue
                 self.remove(cand.rec)
                 removed.append(cand)
                 fit = self._fits(allow_borrowing)
