@@ -189,10 +189,100 @@ def object_table(kind: str, items: Sequence[dict[str, Any]]) -> tuple[list[str],
         header = ["NAME", "VALUE", "DESCRIPTION"]
         for m in items:
             rows.append([m["metadata"]["name"], str(m.get("value", "")), m.get("description", "")])
+    elif kind == "Workload":
+        header = ["NAME", "QUEUE", "RESERVED IN", "ADMITTED", "FINISHED", "AGE"]
+        for m in items:
+            conditions = _conditions(m)
+            admission = (m.get("status") or {}).get("admission") or {}
+            reserved = conditions.get("QuotaReserved", {}).get("status") == "True"
+            rows.append(
+                [
+                    m["metadata"]["name"],
+                    (m.get("spec") or {}).get("queueName", ""),
+                    admission.get("clusterQueue", "") if reserved else "",
+                    conditions.get("Admitted", {}).get("status", ""),
+                    conditions.get("Finished", {}).get("status", ""),
+                    _since(m["metadata"].get("creationTimestamp")),
+                ]
+            )
+    elif kind in ("Job", "JobSet", "PyTorchJob", "RayJob"):
+        header = ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
+        for m in items:
+            status = m.get("status") or {}
+            rows.append(
+                [
+                    m["metadata"]["name"],
+                    _kube_status(status),
+                    f"{status.get('succeeded', 0)}/{_completions(m)}",
+                    _duration(status),
+                    _since(m["metadata"].get("creationTimestamp")),
+                ]
+            )
     else:
         header = ["NAME"]
         rows = [[m["metadata"]["name"]] for m in items]
     return header, rows
+
+
+def _conditions(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in (manifest.get("status") or {}).get("conditions") or []}
+
+
+def _epoch(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _since(stamp: str | None) -> str:
+    start = _epoch(stamp)
+    return _age(time.time() - start) if start is not None else ""
+
+
+def _kube_status(status: dict[str, Any]) -> str:
+    """kubectl's STATUS column: Complete, Failed, Suspended or Running."""
+    true = {c["type"] for c in status.get("conditions") or [] if c.get("status") == "True"}
+    for kind, shown in (
+        ("Complete", "Complete"),
+        ("Completed", "Complete"),
+        ("Succeeded", "Complete"),
+        ("Failed", "Failed"),
+        ("Suspended", "Suspended"),
+    ):
+        if kind in true:
+            return shown
+    return "Running" if status.get("active") else "Pending"
+
+
+def _completions(manifest: dict[str, Any]) -> str:
+    spec = manifest.get("spec") or {}
+    kind = manifest.get("kind")
+    if kind == "Job":
+        return str(spec.get("completions") or spec.get("parallelism") or 1)
+    if kind == "JobSet":
+        return str(
+            sum(
+                int(rj.get("replicas", 1))
+                * int(((rj.get("template") or {}).get("spec") or {}).get("completions") or 1)
+                for rj in spec.get("replicatedJobs") or []
+            )
+        )
+    if kind == "PyTorchJob":
+        return str(
+            sum(
+                int((r or {}).get("replicas", 1))
+                for r in (spec.get("pytorchReplicaSpecs") or {}).values()
+            )
+        )
+    return "1"
+
+
+def _duration(status: dict[str, Any]) -> str:
+    start = _epoch(status.get("startTime"))
+    if start is None:
+        return ""
+    end = _epoch(status.get("completionTime")) or time.time()
+    return _age(max(0.0, end - start))
 
 
 def dump(data: Any, fmt: str) -> str:

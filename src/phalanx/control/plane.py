@@ -102,6 +102,8 @@ class _ApplyCmd(_Command):
     objects: list[Any]
     jobs: list[KubeApply] = field(default_factory=list)
     """Kubernetes jobs among the documents (created as jobs, in document order)."""
+    configuration: Any = None
+    """A Kueue ``Configuration`` (:class:`~phalanx.dialects.kueue.KueueConfiguration`)."""
 
 
 @dataclass
@@ -144,6 +146,8 @@ class _Effects:
     limits: list[tuple[int, float | None]] = field(default_factory=list)
     answers: list[tuple[Future[Any], Any]] = field(default_factory=list)
     cycled: bool = False
+    reconfigure: bool = False
+    """The engine's configuration changed: rebuild the engine from the store."""
 
 
 class ControlPlane:
@@ -163,6 +167,8 @@ class ControlPlane:
         self.runtime = runtime
         self.state_dir = Path(state_dir)
         self.config = config or EngineConfig()
+        self.base_config = self.config
+        """The configuration from the command line; a Kueue ``Configuration`` overrides parts."""
         self.clock = clock
         self.poll_interval_s = poll_interval_s
         self.metrics = Metrics()
@@ -289,7 +295,13 @@ class ControlPlane:
         if not principal.admin:
             raise Forbidden("only the admin changes cluster configuration")
         objects, jobs = split_kube([getattr(m, "obj", m) for m in manifests])
-        result: list[tuple[str, str, str]] = self._call(_ApplyCmd(principal, objects, jobs))
+        configurations = [o for o in objects if _is_configuration(o)]
+        if len(configurations) > 1:
+            raise Invalid("Configuration: give one Kueue Configuration per apply")
+        objects = [o for o in objects if not _is_configuration(o)]
+        cmd = _ApplyCmd(principal, objects, jobs)
+        cmd.configuration = configurations[0] if configurations else None
+        result: list[tuple[str, str, str]] = self._call(cmd)
         return result
 
     def delete(self, principal: Principal, kind: str, name: str) -> None:
@@ -536,6 +548,9 @@ class ControlPlane:
                     self._record_decisions(tx, decisions, now, effects)
                 commit_started = time.perf_counter()
             self.metrics.commit_seconds.observe(time.perf_counter() - commit_started)
+        if effects.reconfigure:
+            # Before answering: the caller sees the engine with its new configuration.
+            self._rebuild()
         for future, value in effects.answers:
             if isinstance(value, PhalanxError):
                 future.set_exception(value)
@@ -605,6 +620,8 @@ class ControlPlane:
                         self._on_node_change(kind, obj)
                         self._dirty = True
                     results.append((kind, name, outcome))
+                if cmd.configuration is not None:
+                    results.append(self._configure(tx, cmd.configuration, effects))
                 results.extend(self._create_kube_jobs(tx, cmd, now, effects))
                 effects.answers.append((cmd.future, results))
             elif isinstance(cmd, _DeleteCmd):
@@ -616,6 +633,15 @@ class ControlPlane:
                     self._nodes_changed = True
                 self._dirty = True
                 effects.answers.append((cmd.future, None))
+
+    def _configure(self, tx: Tx, configuration: Any, effects: _Effects) -> tuple[str, str, str]:
+        """Store a Kueue ``Configuration``; the engine is rebuilt with it after the commit."""
+        name = str(configuration.name)
+        outcome = tx.put_object(CONFIGURATION, name, dict(configuration.manifest))
+        if outcome != "unchanged":
+            self.config = _engine_config(self.base_config, configuration)
+            effects.reconfigure = True
+        return CONFIGURATION, name, outcome
 
     def _validate_kube(self, cmd: _ApplyCmd) -> None:
         """Resolve the jobs of an apply against the registry as the apply leaves it.
@@ -1171,9 +1197,13 @@ class ControlPlane:
 
     def _recover(self) -> list[LaunchSpec]:
         """Rebuild engine and registry from the store; returns the launches still owed."""
+        for stored in self.store.objects(CONFIGURATION):
+            self.config = _engine_config(self.base_config, _stored_configuration(stored.spec))
         self._reset_state()
         by_kind: dict[str, list[Any]] = {}
         for stored in self.store.objects():
+            if stored.kind == CONFIGURATION:
+                continue
             model = MODEL_BY_KIND.get(stored.kind)
             if model is None:
                 log.warning(
@@ -1255,6 +1285,31 @@ class ControlPlane:
 
 
 # ---------------------------------------------------------------------- helpers
+
+CONFIGURATION = "Configuration"
+"""The stored kind of Kueue's ``Configuration`` (one object; the last applied wins)."""
+
+
+def _is_configuration(obj: Any) -> bool:
+    from phalanx.dialects.kueue.configuration import KueueConfiguration
+
+    return isinstance(obj, KueueConfiguration)
+
+
+def _engine_config(base: EngineConfig, configuration: Any) -> EngineConfig:
+    import dataclasses
+
+    overrides: dict[str, Any] = configuration.engine_overrides()
+    return dataclasses.replace(base, **overrides)
+
+
+def _stored_configuration(manifest: dict[str, Any]) -> Any:
+    from phalanx.dialects.kueue.configuration import convert_configuration
+
+    config, problems = convert_configuration(str(manifest.get("apiVersion")), manifest)
+    if config is None:  # pragma: no cover - it was valid when it was applied
+        raise RuntimeError(f"the stored Kueue Configuration is no longer valid: {problems}")
+    return config
 
 
 def _new_job(
