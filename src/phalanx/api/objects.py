@@ -69,10 +69,41 @@ def _manifest(plane: ControlPlane, row: ObjectRow, status: dict[str, Any] | None
 
 def _status(plane: ControlPlane, kind: str) -> dict[str, Any] | None:
     if kind == "ClusterQueue":
-        return plane.cluster_queue_status()
+        return _with_conditions(plane, plane.cluster_queue_status())
+    if kind == "LocalQueue":
+        return _local_queue_status(plane)
     if kind == "Node":
         return plane.node_status()
     return None
+
+
+def _with_conditions(plane: ControlPlane, status: dict[str, Any]) -> dict[str, Any]:
+    """Kueue's ``Active`` condition added to each ClusterQueue's live status."""
+    from phalanx.dialects.kueue.conditions import cluster_queue_conditions
+
+    flavors = {row.name for row in plane.store.objects("ResourceFlavor")}
+    for row in plane.store.objects("ClusterQueue"):
+        entry = status.setdefault(row.name, {})
+        groups = row.spec.get("resourceGroups") or []
+        named = [f["name"] for g in groups for f in g.get("flavors", [])]
+        missing = [name for name in dict.fromkeys(named) if name not in flavors]
+        stopped = row.spec.get("stopPolicy", "None") != "None"
+        other = entry.get("inactive_reason") if not missing else None
+        entry["conditions"] = cluster_queue_conditions(missing, stopped, other)
+    return status
+
+
+def _local_queue_status(plane: ControlPlane) -> dict[str, Any]:
+    from phalanx.dialects.kueue.conditions import local_queue_conditions
+
+    cq_status = plane.cluster_queue_status()
+    out: dict[str, Any] = {}
+    for row in plane.store.objects("LocalQueue"):
+        cq = cq_status.get(row.spec.get("clusterQueue", ""))
+        stopped = row.spec.get("stopPolicy", "None") != "None"
+        active = cq is not None and bool(cq.get("active"))
+        out[row.name] = {"conditions": local_queue_conditions(cq is not None, active, stopped)}
+    return out
 
 
 @router.get("/whoami", tags=["auth"])

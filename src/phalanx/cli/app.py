@@ -280,6 +280,21 @@ def get(
 
 
 @app.command()
+@click.option("--output", "-o", default="yaml", type=click.Choice(["yaml", "json"]))
+@click.option(
+    "--kind", "kinds", multiple=True, help="only this kind (repeatable: cq, lq, flavor, node, ...)"
+)
+def export(output: str, kinds: tuple[str, ...]) -> None:
+    """Write the whole configuration as Kueue v1beta2 manifests that `apply -f` reads back."""
+    from phalanx.dialects.kueue import resolve_kind
+    from phalanx.dialects.kueue.export import EXPORT_KINDS, dump_documents, export_documents
+
+    wanted = tuple(dict.fromkeys(resolve_kind(k) for k in kinds)) or EXPORT_KINDS
+    with _client() as client:
+        _out(dump_documents(export_documents(client.get_objects, wanted), output))
+
+
+@app.command()
 @click.argument("kind")
 @click.argument("name")
 def describe(kind: str, name: str) -> None:

@@ -63,8 +63,20 @@ class Registry:
         return copy
 
     def check_apply(self, objects: Iterable[Any]) -> None:
+        """Every object is a configuration object, and no update changes an immutable field."""
+        from phalanx.dialects.kueue.immutable import check_update, format_problems
+        from phalanx.errors import Invalid
+
+        problems: list[str] = []
+        batch: dict[tuple[str, str], Any] = {}
         for obj in objects:
-            object_key(obj)
+            key = object_key(obj)
+            old = batch.get(key, self.get(*key))
+            if old is not None:
+                problems += format_problems(*key, check_update(key[0], old, obj))
+            batch[key] = obj
+        if problems:
+            raise Invalid("\n".join(problems))
 
     def users_of(self, kind: str, name: str) -> list[str]:
         """The objects that refer to ``kind/name`` (an object in use is not deleted)."""
