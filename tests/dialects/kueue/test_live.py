@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -198,7 +199,7 @@ def test_topology_levels_and_flavor_topology_are_immutable(server: RunningServer
 # --------------------------------------------------------------------------- conditions
 
 
-def active(obj: dict) -> dict:
+def active(obj: dict[str, Any]) -> dict[str, Any]:
     (condition,) = [c for c in obj["status"]["conditions"] if c["type"] == "Active"]
     return dict(condition)
 
