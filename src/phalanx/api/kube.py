@@ -124,7 +124,7 @@ def workload_conditions(row: JobRow, events: Sequence[JobEventRow]) -> list[dict
             conds.set("Admitted", True, "Admitted", "The workload is admitted", t)
             conds.set("PodsReady", False, "WaitForStart", "Not all pods are ready or succeeded", t)
             conds.clear_eviction(t)
-        elif event.kind == "PodsReady":
+        elif event.kind == "Started":
             conds.set(
                 "PodsReady",
                 True,
