@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["app"]
 
 _JOB_KINDS = frozenset({"job", "jobs", "j", "workload", "workloads", "wl"})
+_WORKLOAD_KINDS = frozenset({"workload", "workloads", "wl"})
 _OUTPUTS = ("table", "wide", "json", "yaml")
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -247,7 +248,8 @@ def get(
     from phalanx.cli import render
 
     with _client() as client:
-        if kind.lower() in _JOB_KINDS:
+        # Workloads are Kueue objects here (one per job); `get jobs` is phalanx's job list.
+        if kind.lower() in _JOB_KINDS and kind.lower() not in _WORKLOAD_KINDS:
             _get_jobs(
                 client,
                 name,
