@@ -319,7 +319,11 @@ def _flavor_node(flavors: Mapping[str, ResourceFlavor], nodes: list[Node], flavo
 
 
 def _adoption(
-    w: Workload, flavors: Mapping[str, ResourceFlavor], nodes: list[Node], where: str
+    w: Workload,
+    flavors: Mapping[str, ResourceFlavor],
+    nodes: list[Node],
+    priority: int,
+    where: str,
 ) -> Admit:
     adm = w.spec["admission"]
     default_flavors: dict[str, str] = dict(adm.get("flavors") or {})
@@ -351,7 +355,7 @@ def _adoption(
         cluster_queue=adm["clusterQueue"],
         pod_sets=tuple(pod_sets),
         borrowing=bool(adm.get("borrowing", False)),
-        priority=float(w.spec.get("priority") or 0),
+        priority=float(priority),
     )
 
 
@@ -367,6 +371,7 @@ class Run:
         self.name: str = self.data["name"]
         self.engine = Engine(build_config(self.data.get("config") or {}))
         self.flavors: dict[str, ResourceFlavor] = {}
+        self.priority_classes: dict[str, int] = {}
         self.nodes: list[Node] = []
         self.apply_manifests(self.data["setup"])
         self.step_index = 0
@@ -382,7 +387,7 @@ class Run:
         adopted = [w for w in self.workloads.values() if "admission" in w.spec]
         adopted.sort(key=lambda w: (float(w.spec["admission"].get("at", w.job.submit_time)), w.id))
         for w in adopted:
-            admit = _adoption(w, self.flavors, self.nodes, f"workload {w.name}")
+            admit = _adoption(w, self.flavors, self.nodes, self.priority(w), f"workload {w.name}")
             self.engine.apply(_adopt_event(w.job, admit, w.spec["admission"]))
             w.admission, w.adopted = admit, True
         for w in self.workloads.values():
@@ -400,7 +405,19 @@ class Run:
                 self.flavors[obj.name] = obj
             if isinstance(obj, Node):
                 self.nodes.append(obj)
+            if isinstance(obj, PriorityClass):
+                self.priority_classes[obj.name] = obj.value
             self.engine.apply(Upsert(obj))
+
+    def priority(self, w: Workload) -> int:
+        """The workload's priority: its own, else its WorkloadPriorityClass's value, else 0."""
+        if w.job.priority is not None:
+            return w.job.priority
+        if w.job.priority_class is not None:
+            if w.job.priority_class not in self.priority_classes:
+                raise ScenarioError(f"{self.name}: no WorkloadPriorityClass {w.job.priority_class}")
+            return self.priority_classes[w.job.priority_class]
+        return 0
 
     def names(self, value: Any) -> list[Workload]:
         names = [value] if isinstance(value, str) else list(value)
