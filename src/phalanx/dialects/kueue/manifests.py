@@ -19,9 +19,18 @@ came from. Accepted kinds (``apiVersion`` in brackets):
   ``phalanx.io/reason`` carry phalanx's admin state; other Node fields are ignored.
 * ``ResourceFlavor``, ``Topology``, ``Cohort``, ``ClusterQueue``, ``LocalQueue``
   and ``WorkloadPriorityClass`` (``kueue.x-k8s.io/v1beta2`` and ``v1beta1``; v1beta1
-  spellings such as ``spec.cohort`` are normalized): ``spec`` maps onto the model
-  one-to-one; ``WorkloadPriorityClass`` becomes a ``PriorityClass``.
-* ``Tenant`` and every kind above under ``phalanx.io/v1``.
+  spellings such as ``spec.cohort`` are normalized): first checked as the API
+  server and Kueue's webhooks would (:mod:`~phalanx.dialects.kueue.validation`),
+  defaults filled in, then ``spec`` maps onto the model one-to-one;
+  ``WorkloadPriorityClass`` becomes a ``PriorityClass``.
+* Jobs: ``batch/v1`` Job, JobSet, PyTorchJob, RayJob and Kueue's ``Workload``
+  become a :class:`~phalanx.dialects.kueue.jobs.KubeJob` (named ``namespace/name``).
+* Kueue's ``Configuration`` (``config.kueue.x-k8s.io``) becomes a
+  :class:`~phalanx.dialects.kueue.configuration.KueueConfiguration`.
+* ``Tenant`` and every configuration kind above under ``phalanx.io/v1``.
+
+Lines starting with ``//`` are each reported ("use # for YAML comments") and
+the documents are still checked without them, so one run shows every problem.
 
 Loading is all or nothing: either every document is valid and every manifest
 is returned, or one :class:`~phalanx.errors.Invalid` is raised whose detail

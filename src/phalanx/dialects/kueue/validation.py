@@ -647,19 +647,6 @@ def _toleration_rules(spec: Mapping[str, Any], problems: list[Problem]) -> None:
             problems.append(((*where, "value"), "must be empty when operator is Exists"))
 
 
-def _metadata_rules(kind: str, data: Mapping[str, Any], problems: list[Problem]) -> None:
-    metadata = data.get("metadata")
-    if not isinstance(metadata, Mapping):
-        return
-    if kind != "LocalQueue" and "namespace" in metadata:
-        problems.append(
-            (
-                ("metadata", "namespace"),
-                f"{data.get('kind', kind)} is cluster-scoped; remove metadata.namespace",
-            )
-        )
-
-
 def validate(kind: str, api_version: str, data: Mapping[str, Any]) -> tuple[Any, list[Problem]]:
     """``data`` checked as the API server and Kueue's webhooks would, with defaults filled in.
 
@@ -668,7 +655,6 @@ def validate(kind: str, api_version: str, data: Mapping[str, Any]) -> tuple[Any,
     problems: list[Problem] = []
     checked = check(schema_for(kind, api_version), data, (), problems)
     if not problems and isinstance(checked, Mapping):
-        _metadata_rules(kind, checked, problems)
         spec = checked.get("spec")
         if isinstance(spec, Mapping):
             if kind in ("ClusterQueue", "Cohort"):
