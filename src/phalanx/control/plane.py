@@ -482,10 +482,11 @@ class ControlPlane:
                 self._iterate(commands)
             except Exception as exc:  # the loop must survive anything a store can throw
                 log.exception("control loop iteration failed; rebuilding from the store")
+                # Rebuilt before answering: a caller that retries finds the recovered state.
+                self._rebuild()
                 for cmd in commands:
                     if not cmd.future.done():
                         cmd.future.set_exception(_internal(exc))
-                self._rebuild()
         # Answer whatever is still queued.
         while True:
             try:
@@ -521,10 +522,14 @@ class ControlPlane:
     def _iterate(self, commands: list[_Command]) -> None:
         events = self.runtime.poll()
         now = self.clock()
+        # A waitForPodsReady deadline, a requeue backoff's end, or Kueue's next head.
+        wakeup = self.engine.next_wakeup()
+        due = wakeup is not None and now >= wakeup
         if (
             not commands
             and not events
             and not self._dirty
+            and not due
             and now - self._last_cycle < _IDLE_CYCLE_S
             and not (self.gate.jobs and now - self._last_gate >= _GATE_PERIOD_S)
         ):
@@ -538,7 +543,7 @@ class ControlPlane:
                     self._on_runtime_event(tx, event, now)
                 if self.gate.jobs and (self._dirty or now - self._last_gate >= _GATE_PERIOD_S):
                     self._open_gate(tx, now)
-                if self._dirty or now - self._last_cycle >= _IDLE_CYCLE_S:
+                if self._dirty or due or now - self._last_cycle >= _IDLE_CYCLE_S:
                     started = time.perf_counter()
                     decisions = self.engine.cycle(now)
                     self.metrics.cycles_total.inc()
@@ -695,13 +700,6 @@ class ControlPlane:
             [job_id] = tx.insert_jobs([_new_job(job, sub, now, target)])
             engine_job = job.model_copy(update={"id": job_id, "submit_time": now})
             self.gate.add(gated(engine_job, sub, None, None))
-            tx.add_event(
-                job_id,
-                "Created",
-                now,
-                reason="Suspended" if sub.run.kube and sub.run.kube.suspend else "Created",
-                message=f"{kind} {label} created; its Workload is queued",
-            )
             self.metrics.submitted_total.inc()
             self._dirty = True
             results.append((kind, label, "created"))
@@ -962,9 +960,9 @@ class ControlPlane:
             self._running.add(event.job_id)
             tx.update_job(event.job_id, state=JobState.RUNNING.value, start_time=event.time)
             tx.add_event(event.job_id, "Started", event.time, data={"attempt": event.attempt})
-            # Every task of the gang starts together: its pods are all running.
+            # Every task of the gang starts together: its pods are all running
+            # (the Workload's PodsReady condition is read from the Started event).
             self.engine.apply(PodsReady(event.job_id, event.time))
-            tx.add_event(event.job_id, "PodsReady", event.time, reason="Started")
             self._dirty = True
             return
         del self._active[event.job_id]

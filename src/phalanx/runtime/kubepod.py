@@ -20,6 +20,9 @@ other, as a Job's parallelism slot works through its completion indices:
 * A container with no ``command`` cannot run (its image's entrypoint is unknown
   without a container runtime): the job fails at once with a message naming
   the field.
+* Once its first pod's containers run (after the init containers) the task
+  creates ``JOBDIR/kube/ready/<rank>``: when every task has, the supervisor
+  reports the job started, which is Kueue's PodsReady.
 * RayJob workers (``waitForHead``) hold their place until the head pod, which
   runs the ``entrypoint``, has ended (``JOBDIR/kube/head-done``).
 
@@ -151,9 +154,20 @@ class PodRunner:
             if code != 0:
                 return code
         procs = [self.start(pod, c) for c in pod.get("containers") or ()]
+        self.report_ready()
         return self.wait_all(procs)
 
+    def report_ready(self) -> None:
+        """This task's pod has its containers running (once: the job's PodsReady)."""
+        folder = os.path.join(self.state, "ready")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, str(self.rank))
+        if not os.path.exists(path):
+            with open(path, "w", encoding="ascii") as fh:
+                fh.write("ready\n")
+
     def wait_for_head(self) -> int:
+        self.report_ready()
         while not os.path.exists(self.head_done):
             if self.job_failed():
                 return 1

@@ -446,7 +446,10 @@ class LocalRuntime:
         status = record.status
         state = status.get("state")
         start = status.get("start_time")
-        if state in ("running", "exited") and start is not None and not record.started:
+        # A Kubernetes job starts when its pods are all running (Kueue's PodsReady).
+        # A job whose pods never all ran exits without having started.
+        ready = status.get("ready", True)
+        if state in ("running", "exited") and start is not None and ready and not record.started:
             record.started = True
             self._backlog.append(Started(record.job_id, record.attempt, float(start)))
         if state == "exited":

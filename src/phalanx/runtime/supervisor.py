@@ -45,6 +45,10 @@ directory fails the job with exit code 1 and a command that cannot be executed
 with exit code 2; either way a ``slurmstepd: error:`` line goes to the output
 file and into ``message``.
 
+``status.json``'s ``ready`` is false while the pods of a Kubernetes job are
+not all running (their init containers run first): each task creates
+``JOBDIR/kube/ready/<rank>`` when its containers have started.
+
 A task that fails may leave a line in ``JOBDIR/message`` (the pods of a
 Kubernetes job do, see :mod:`phalanx.runtime.kubepod`): it becomes the
 FAILED job's ``message``.
@@ -248,6 +252,15 @@ class Supervisor:
             if err_fd != out_fd:
                 os.close(err_fd)
 
+    def pods_ready(self) -> bool:
+        """Every task of a Kubernetes job has its first pod's containers running."""
+        folder = os.path.join(self.jobdir, "kube", "ready")
+        try:
+            ready = set(os.listdir(folder))
+        except FileNotFoundError:
+            return False
+        return all(str(task["rank"]) in ready for task in self.spec["tasks"])
+
     def signal_groups(self, signum: int) -> None:
         for proc in self.procs:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -400,10 +413,12 @@ class Supervisor:
         self.start_time = time.time()
         started = time.monotonic()
         failure = self.start_tasks()
+        kube = self.spec.get("kube") is not None
         self.write_status(
             state="running",
             tasks=[proc.pid for proc in self.procs],
             start_time=self.start_time,
+            ready=not kube,
         )
         if failure is not None:
             message, code = failure
@@ -420,6 +435,8 @@ class Supervisor:
             signal_at = max(started, deadline - float(self.spec["signal"][1]))
         while True:
             self.reap()
+            if not self.status["ready"] and self.pods_ready():
+                self.write_status(ready=True)
             changed, new_limit = self.limit_update()
             if changed and self.reason is None:
                 deadline = started + new_limit if new_limit is not None else None
