@@ -61,3 +61,52 @@ def test_indexed_job_pods_see_their_index_and_hostname(
             assert (hostname, addr) == (env_name, "127.0.0.1")
     # Applying the same Job again changes nothing.
     assert apply(server, kube_jobs(text)) == [("Job", "default/indexed", "unchanged")]
+
+
+FLAKY = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: NAME
+  namespace: default
+spec:
+  backoffLimit: LIMIT
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: sidecar
+        image: busybox
+        command: ["/bin/sh", "-c", "echo $(POD) >> OUT/containers"]
+        env:
+        - name: POD
+          valueFrom: {fieldRef: {fieldPath: metadata.name}}
+      - name: main
+        image: busybox
+        workingDir: OUT
+        command: ["/bin/sh", "-c"]
+        args: ["if [ -e tried ]; then exit 0; fi; touch tried; exit 3"]
+"""
+
+
+def test_a_failed_pod_is_retried_within_backoff_limit(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    text = FLAKY.replace("NAME", "flaky").replace("LIMIT", "1").replace("OUT", str(tmp_path))
+    # No queue label: the namespace's only LocalQueue takes it.
+    apply(server, kube_jobs(text))
+    row = wait_finished(server, job_row(server, "Job", "default", "flaky").id)
+    assert row.state == "COMPLETED", row.message
+    # Both containers of the pod ran, twice (the pod failed once).
+    assert (tmp_path / "containers").read_text().split() == ["flaky-0", "flaky-0"]
+
+
+def test_failures_over_backoff_limit_fail_the_job(server: RunningServer, tmp_path: Path) -> None:
+    text = FLAKY.replace("NAME", "doomed").replace("LIMIT", "0").replace("OUT", str(tmp_path))
+    apply(server, kube_jobs(text))
+    row = wait_finished(server, job_row(server, "Job", "default", "doomed").id)
+    assert (row.state, row.exit_code) == ("FAILED", 3)
+    assert row.message == (
+        "pod doomed-0 failed (exit code 3); the job has failed 1 pod(s), "
+        "more than its backoffLimit of 0"
+    )

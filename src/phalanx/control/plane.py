@@ -194,6 +194,8 @@ class ControlPlane:
         self._running: set[int] = set()
         """Active jobs whose start is recorded (a re-attached supervisor reports it again)."""
         self._evicting: dict[int, str] = {}
+        self._deactivating: dict[int, tuple[str, str]] = {}
+        """Jobs the engine deactivated while they ran: (reason, message) once they stop."""
         self.gate = Gate()
         self._nodes_changed = False
         self._dirty = True
@@ -499,7 +501,7 @@ class ControlPlane:
     def _take_commands(self) -> list[_Command]:
         commands: list[_Command] = []
         try:
-            first = self._inbox.get(timeout=self.poll_interval_s)
+            first = self._inbox.get(block=not self._dirty, timeout=self.poll_interval_s)
         except queue.Empty:
             return commands
         if first is None:
@@ -548,7 +550,11 @@ class ControlPlane:
                     decisions = self.engine.cycle(now)
                     self.metrics.cycles_total.inc()
                     self.metrics.cycle_seconds.observe(time.perf_counter() - started)
-                    self._dirty = False
+                    # Kueue's cycle takes one head per ClusterQueue: after one that
+                    # admitted, the next runs at once, not after the poll interval.
+                    self._dirty = self.config.heads_per_cycle is not None and any(
+                        isinstance(d, Admit) for d in decisions
+                    )
                     self._last_cycle = now
                     self._record_decisions(tx, decisions, now, effects)
                 commit_started = time.perf_counter()
@@ -974,9 +980,14 @@ class ControlPlane:
         self.runtime.forget(event.job_id, event.attempt)
         self._dirty = True
         evict_reason = self._evicting.pop(event.job_id, None)
+        deactivated = self._deactivating.pop(event.job_id, None)
         if requeue and evict_reason is None:
             evict_reason = "NodeFail"
-        if evict_reason is not None and not (row is not None and row.cancel_requested):
+        if (
+            evict_reason is not None
+            and deactivated is None
+            and not (row is not None and row.cancel_requested)
+        ):
             self.engine.apply(Requeue(event.job_id, evict_reason))
             tx.update_job(
                 event.job_id,
@@ -989,7 +1000,7 @@ class ControlPlane:
             )
             tx.add_event(event.job_id, "Requeued", now, reason=evict_reason)
             return
-        state = JobState(event.state)
+        state = JobState(event.state) if deactivated is None else JobState.FAILED
         exit_code, signum = event.exit_code, event.signal
         if (
             state in (JobState.CANCELLED, JobState.TIMEOUT)
@@ -1009,8 +1020,8 @@ class ControlPlane:
             else row.start_time,
             exit_code=exit_code,
             signal=signum,
-            reason="",
-            message=event.message,
+            reason=deactivated[0] if deactivated else "",
+            message=deactivated[1] if deactivated else event.message,
         )
         tx.add_event(
             event.job_id,
@@ -1070,7 +1081,7 @@ class ControlPlane:
         if decision.job_id in self._active:
             # Still running (its eviction is under way): it ends when its processes do.
             self._evicting.pop(decision.job_id, None)
-            tx.update_job(decision.job_id, cancel_requested=True, message=decision.message)
+            self._deactivating[decision.job_id] = (decision.reason, decision.message)
             effects.cancels.append(decision.job_id)
             return
         self.gate.remove(decision.job_id)

@@ -153,7 +153,15 @@ class PodRunner:
             code = self.wait_all([self.start(pod, init)])
             if code != 0:
                 return code
-        procs = [self.start(pod, c) for c in pod.get("containers") or ()]
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            for container in pod.get("containers") or ():
+                procs.append(self.start(pod, container))
+        except _CannotRun:
+            for proc in procs:
+                proc.kill()
+                proc.wait()
+            raise
         self.report_ready()
         return self.wait_all(procs)
 
