@@ -5,7 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from phalanx.control.server import RunningServer
+from phalanx.errors import Conflict
 from phalanx.runtime.local import NSS_WRAPPER
 from tests.kueue_jobs.conftest import apply, job_row, kube_jobs, wait_finished
 
@@ -110,3 +113,12 @@ def test_failures_over_backoff_limit_fail_the_job(server: RunningServer, tmp_pat
         "pod doomed-0 failed (exit code 3); the job has failed 1 pod(s), "
         "more than its backoffLimit of 0"
     )
+
+
+def test_a_changed_spec_under_an_existing_name_is_refused(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    text = FLAKY.replace("NAME", "fixed").replace("LIMIT", "1").replace("OUT", str(tmp_path))
+    assert apply(server, kube_jobs(text)) == [("Job", "default/fixed", "created")]
+    with pytest.raises(Conflict, match=r"exists \(job \d+\) with a different spec"):
+        apply(server, kube_jobs(text.replace("backoffLimit: 1", "backoffLimit: 2")))

@@ -187,3 +187,22 @@ def test_seed_job_runs(server: RunningServer, tmp_path: Path) -> None:
     row = wait_finished(server, job_row(server, "Job", "nlp-research", job.name).id)
     assert row.state == "COMPLETED", (row.state, row.reason, row.message)
     assert sorted(marker.read_text().splitlines()) == ["INFO 0,1,2,3,4,5,6,7"] * 2
+
+
+def test_rayjob_head_runs_the_entrypoint_and_workers_wait(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    setup = "getting-started/quick-start-setup.yaml"
+    apply(server, load_text((UPSTREAM / setup).read_text(), setup))
+    text = (UPSTREAM / "jobs/ray-job-sample.yaml").read_text()
+    marker = tmp_path / "entrypoint"
+    text = text.replace(
+        "entrypoint: python /home/ray/samples/sample_code.py",
+        f"entrypoint: sleep 1; echo ran on $HOSTNAME > {marker}",
+    )
+    [job] = kube_jobs(text)
+    apply(server, [job])
+    row = wait_finished(server, job_row(server, "RayJob", "default", "rayjob-sample").id)
+    assert row.state == "COMPLETED", row.message
+    assert marker.read_text() == "ran on rayjob-sample-head\n"
+    assert row.assignment is not None and len(row.assignment["tasks"]) == 2
