@@ -102,6 +102,10 @@ def test_a_failed_pod_is_retried_within_backoff_limit(
     assert row.state == "COMPLETED", row.message
     # Both containers of the pod ran, twice (the pod failed once).
     assert (tmp_path / "containers").read_text().split() == ["flaky-0", "flaky-0"]
+    images = [
+        e.message for e in server.plane.store.job_events(row.id) if e.kind == "ImageNotPulled"
+    ]
+    assert images == ["image busybox not pulled: running the command on the host"]
 
 
 def test_failures_over_backoff_limit_fail_the_job(server: RunningServer, tmp_path: Path) -> None:
