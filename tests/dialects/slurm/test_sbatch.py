@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from phalanx.dialects.slurm import (
     Dependee,
     PatternFields,
+    SbatchRequest,
     build_request,
     evaluate,
     expand_pattern,
@@ -34,7 +35,9 @@ needs_seed = pytest.mark.skipif(
 GiB = 1 << 30
 
 
-def req(argv: list[str], text: str | None = None, env: dict[str, str] | None = None, **kw: object):
+def req(
+    argv: list[str], text: str | None = None, env: dict[str, str] | None = None, **kw: object
+) -> SbatchRequest:
     return build_request(
         argv, script_text=text, script_path=None, env=env or {}, cwd="/home/u", now=0.0,
         user="u", **kw,  # type: ignore[arg-type]

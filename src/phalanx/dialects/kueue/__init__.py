@@ -6,6 +6,8 @@
 ['ResourceFlavor']
 """
 
+from phalanx.dialects.kueue.configuration import KueueConfiguration
+from phalanx.dialects.kueue.immutable import check_update
 from phalanx.dialects.kueue.manifests import (
     KIND_ALIASES,
     KINDS,
@@ -21,8 +23,10 @@ from phalanx.dialects.kueue.manifests import (
 __all__ = [
     "KINDS",
     "KIND_ALIASES",
+    "KueueConfiguration",
     "Manifest",
     "ManifestObject",
+    "check_update",
     "load_documents",
     "load_path",
     "load_text",
