@@ -160,7 +160,9 @@ def test_preempted_workload_conditions_and_job_status(server: RunningServer) -> 
         done = client.get_object("jobs.batch", "default/high")
         assert [c["type"] for c in done["status"]["conditions"]] == ["Complete"]
         assert done["status"]["succeeded"] == 2
-        client.cancel(low_id)
+        deleted = client.delete_object("jobs.batch", "low")
+        assert deleted == {"kind": "Job", "name": "default/low", "outcome": "deleted"}
+        _wait(client, low_id, lambda j: j["state"] == JobState.CANCELLED.value)
 
 
 def _workload_name(client: Client, job_id: int) -> str:

@@ -7,7 +7,8 @@ Kueue's condition types, reasons and messages (``QuotaReserved``,
 ``Admitted``, ``PodsReady``, ``Evicted``, ``Preempted``, ``Requeued``,
 ``Finished``). A job applied as a Kubernetes object (Job, JobSet, PyTorchJob,
 RayJob) is also shown as that object, its ``status`` reflecting the job's
-state. Names: ``namespace/name``, or ``name`` alone when it is unique.
+state; deleting the object cancels its job. Names: ``namespace/name``, or
+``name`` alone when it is unique.
 """
 
 from __future__ import annotations
@@ -484,6 +485,19 @@ def _get_job_of(kind: str) -> Callable[..., dict[str, Any]]:
     return handler
 
 
+def _delete_job_of(kind: str) -> Callable[..., dict[str, Any]]:
+    def handler(plane: Plane, principal: Caller, name: str) -> dict[str, Any]:
+        """Delete the object: its job is cancelled (stopped if it runs), as its pods would be."""
+        rows = [r for r in _visible(plane, principal) if (_kube(r) or {}).get("kind") == kind]
+        row = _find(rows, name, _kube_label, kind)
+        namespace, short = _kube_label(row)
+        if not JobState(row.state).finished:
+            plane.cancel(principal, row.id)
+        return {"kind": kind, "name": f"{namespace}/{short}", "outcome": "deleted"}
+
+    return handler
+
+
 for _plural in WORKLOAD_PLURALS:
     router.add_api_route(f"/{_plural}", _list_workloads, methods=["GET"], summary="Workloads")
     router.add_api_route(
@@ -493,4 +507,10 @@ for _plural, _kind in JOB_PLURALS.items():
     router.add_api_route(f"/{_plural}", _list_jobs_of(_kind), methods=["GET"], summary=f"{_kind}s")
     router.add_api_route(
         f"/{_plural}/{{name:path}}", _get_job_of(_kind), methods=["GET"], summary=f"One {_kind}"
+    )
+    router.add_api_route(
+        f"/{_plural}/{{name:path}}",
+        _delete_job_of(_kind),
+        methods=["DELETE"],
+        summary=f"Delete a {_kind} (cancels its job)",
     )
