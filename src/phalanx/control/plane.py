@@ -1245,6 +1245,8 @@ class ControlPlane:
             self._active[row.id] = row.attempt
             if row.state == JobState.RUNNING.value:
                 self._running.add(row.id)
+                # It started before the restart: its pods are ready (no PodsReady timeout).
+                self.engine.apply(PodsReady(row.id, row.start_time or row.submit_time))
             if self.runtime.adopt(row.id, row.attempt):
                 if row.cancel_requested:
                     self.runtime.cancel(row.id)
