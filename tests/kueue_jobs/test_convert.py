@@ -95,6 +95,7 @@ def test_pytorchjob_rendezvous_environment() -> None:
     assert {e["WORLD_SIZE"] for e in envs} == {"4"}
     assert {e["MASTER_ADDR"] for e in envs} == {"pytorch-simple-master-0"}
     assert {e["MASTER_PORT"] for e in envs} == {"23456"}
+    assert {e["LOCAL_RANK"] for e in envs} == {"0"}
 
 
 def test_rayjob_head_runs_the_entrypoint() -> None:

@@ -16,6 +16,7 @@ import yaml
 
 from phalanx.client import Client
 from phalanx.control.server import RunningServer, start_server
+from phalanx.errors import PhalanxError
 from phalanx.model import JobState
 from tests.kueue_jobs.conftest import NODES
 
@@ -200,3 +201,14 @@ def test_cli_get_workloads_and_jobs(server: RunningServer, tmp_path: Path) -> No
     assert high[1:3] == ["Complete", "2/2"]
     job = json.loads(_phalanx(server, "get", "jobs.batch", "high", "-o", "json"))
     assert job["kind"] == "Job" and job["status"]["succeeded"] == 2
+
+
+def test_a_user_sees_only_the_workloads_of_its_tenants(server: RunningServer) -> None:
+    with Client(server.url, server.admin_token, state_dir=server.state_dir) as admin:
+        assert admin.get_objects("workloads")
+        token = admin.create_token("carol", ["elsewhere"], name="carol")["token"]
+    with Client(server.url, token, state_dir=server.state_dir) as carol:
+        assert carol.get_objects("workloads") == []
+        assert carol.get_objects("jobs.batch") == []
+        with pytest.raises(PhalanxError, match="not found"):
+            carol.get_object("jobs.batch", "default/high")

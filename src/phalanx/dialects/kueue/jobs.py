@@ -743,6 +743,8 @@ def _slots(
                             "MASTER_PORT": str(port),
                             "WORLD_SIZE": str(world),
                             "RANK": str(rank),
+                            # One process per pod: torchrun sets its own when it runs more.
+                            "LOCAL_RANK": "0",
                             "PYTHONUNBUFFERED": "1",
                         }
                     )
