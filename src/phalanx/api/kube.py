@@ -324,7 +324,16 @@ def _completions(row: JobRow, kube: dict[str, Any]) -> int:
     )
 
 
-def kube_object(row: JobRow, events: Sequence[JobEventRow]) -> dict[str, Any]:
+_COMPLETE = {
+    "Job": ("Complete", "CompletionsReached", "Reached expected number of succeeded pods"),
+    "JobSet": ("Completed", "AllJobsCompleted", "jobset completed successfully"),
+    "PyTorchJob": ("Succeeded", "PyTorchJobSucceeded", "PyTorchJob successfully completed."),
+    "RayJob": ("Complete", "Complete", "the RayJob's entrypoint succeeded"),
+}
+"""Each kind's condition for success: type, reason, message."""
+
+
+def kube_object(row: JobRow) -> dict[str, Any]:
     """The job as the Kubernetes object it was applied as, with a status from its state."""
     kube = _kube(row)
     assert kube is not None
@@ -340,22 +349,34 @@ def kube_object(row: JobRow, events: Sequence[JobEventRow]) -> dict[str, Any]:
     }
     manifest["metadata"] = metadata
     spec = dict(manifest.get("spec") or {})
-    suspended = state in (JobState.PENDING, JobState.ADMITTED) or (state is JobState.PREEMPTED)
     if kind in ("Job", "JobSet", "RayJob"):
-        spec["suspend"] = suspended and not state.finished
+        # Kueue keeps a job suspended until it is admitted.
+        spec["suspend"] = state is JobState.PENDING
     manifest["spec"] = spec
-    completions = _completions(row, kube)
     running = state in (JobState.RUNNING, JobState.COMPLETING)
-    tasks = len((row.assignment or {}).get("tasks") or []) if running else 0
-    failed = sum(1 for e in events if e.kind == "Finished" and e.reason != JobState.COMPLETED.value)
+    active = len((row.assignment or {}).get("tasks") or []) if running else 0
     status: dict[str, Any] = {}
     if row.start_time is not None:
         status["startTime"] = rfc3339(row.start_time)
     if state is JobState.COMPLETED and row.end_time is not None:
         status["completionTime"] = rfc3339(row.end_time)
-    conditions: list[dict[str, Any]] = []
-
-    def cond(kind_: str, reason: str, message: str, at: float | None) -> None:
+    condition: tuple[str, str, str, float | None] | None = None
+    if state is JobState.PENDING:
+        condition = ("Suspended", "JobSuspended", "Job suspended", row.submit_time)
+    elif state is JobState.COMPLETED:
+        condition = (*_COMPLETE[kind], row.end_time)
+    elif state is JobState.TIMEOUT:
+        message = "Job was active longer than specified deadline"
+        condition = ("Failed", "DeadlineExceeded", message, row.end_time)
+    elif state.finished:
+        reason = "BackoffLimitExceeded" if state is JobState.FAILED else state.value.title()
+        condition = ("Failed", reason, row.message or f"Job {state.value.lower()}", row.end_time)
+    elif running and kind == "PyTorchJob":
+        message = f"PyTorchJob {kube['name']} is running."
+        condition = ("Running", "PyTorchJobRunning", message, row.start_time)
+    conditions = []
+    if condition is not None:
+        kind_, reason, message, at = condition
         conditions.append(
             {
                 "type": kind_,
@@ -364,36 +385,6 @@ def kube_object(row: JobRow, events: Sequence[JobEventRow]) -> dict[str, Any]:
                 "message": message,
                 "lastTransitionTime": rfc3339(at if at is not None else row.submit_time),
             }
-        )
-
-    done = {
-        "Job": "Complete",
-        "JobSet": "Completed",
-        "PyTorchJob": "Succeeded",
-        "RayJob": "Complete",
-    }
-    if state is JobState.PENDING:
-        cond("Suspended", "JobSuspended", "Job suspended", row.submit_time)
-    elif state is JobState.COMPLETED:
-        cond(done[kind], "Completed" if kind != "Job" else "", "Job completed", row.end_time)
-        conditions[-1]["reason"] = conditions[-1]["reason"] or "CompletionsReached"
-    elif state is JobState.TIMEOUT:
-        cond(
-            "Failed",
-            "DeadlineExceeded",
-            "Job was active longer than specified deadline",
-            row.end_time,
-        )
-    elif state.finished:
-        cond(
-            "Failed",
-            "BackoffLimitExceeded" if state is JobState.FAILED else state.value,
-            row.message or f"Job {state.value.lower()}",
-            row.end_time,
-        )
-    elif running and kind == "PyTorchJob":
-        cond(
-            "Running", "PyTorchJobRunning", f"PyTorchJob {kube['name']} is running.", row.start_time
         )
     if kind == "RayJob":
         status["jobStatus"] = {
@@ -412,9 +403,9 @@ def kube_object(row: JobRow, events: Sequence[JobEventRow]) -> dict[str, Any]:
             if state is JobState.COMPLETED
             else "Failed"
         )
-    status["active"] = tasks
-    status["succeeded"] = completions if state is JobState.COMPLETED else 0
-    status["failed"] = failed
+    status["active"] = active
+    status["succeeded"] = _completions(row, kube) if state is JobState.COMPLETED else 0
+    status["failed"] = 0 if state is JobState.COMPLETED or not state.finished else 1
     status["conditions"] = conditions
     manifest["status"] = status
     manifest["apiVersion"] = _API_VERSIONS[kind]
@@ -471,7 +462,7 @@ def _get_workload(plane: Plane, principal: Caller, name: str) -> dict[str, Any]:
 def _list_jobs_of(kind: str) -> Callable[..., dict[str, Any]]:
     def handler(plane: Plane, principal: Caller) -> dict[str, Any]:
         rows = [r for r in _visible(plane, principal) if (_kube(r) or {}).get("kind") == kind]
-        return {"kind": kind, "items": [kube_object(r, plane.store.job_events(r.id)) for r in rows]}
+        return {"kind": kind, "items": [kube_object(r) for r in rows]}
 
     return handler
 
@@ -480,7 +471,7 @@ def _get_job_of(kind: str) -> Callable[..., dict[str, Any]]:
     def handler(plane: Plane, principal: Caller, name: str) -> dict[str, Any]:
         rows = [r for r in _visible(plane, principal) if (_kube(r) or {}).get("kind") == kind]
         row = _find(rows, name, _kube_label, kind)
-        return kube_object(row, plane.store.job_events(row.id))
+        return kube_object(row)
 
     return handler
 
