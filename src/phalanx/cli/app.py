@@ -107,6 +107,19 @@ def presets() -> None:
     default=None,
     help="host: srun --container-image steps run on the host, without the image",
 )
+@click.option(
+    "--runtime",
+    type=click.Choice(["local", "noop"]),
+    default="local",
+    show_default=True,
+    help="local: jobs run on this machine; noop: nothing runs, jobs end after their sleep",
+)
+@click.option(
+    "--heads-per-cycle",
+    metavar="N|all",
+    default=None,
+    help="jobs taken per ClusterQueue per cycle (all: until nothing fits); default: the preset's",
+)
 def up(
     state_dir: Path | None,
     host: str,
@@ -116,9 +129,22 @@ def up(
     preset: str,
     detect: bool,
     container_runtime: str | None,
+    runtime: str,
+    heads_per_cycle: str | None,
 ) -> None:
     """Run the control plane, the API and the local runtime in the foreground."""
     from phalanx.control.server import run_server
+
+    heads: int | str | None = "preset"
+    if heads_per_cycle == "all":
+        heads = None
+    elif heads_per_cycle is not None:
+        if not heads_per_cycle.isdigit() or int(heads_per_cycle) < 1:
+            raise click.BadParameter(
+                f"{heads_per_cycle!r}: expected a number >= 1 or 'all'",
+                param_hint="--heads-per-cycle",
+            )
+        heads = int(heads_per_cycle)
 
     run_server(
         state_dir=state_dir,
@@ -129,6 +155,8 @@ def up(
         preset=preset,
         detect=detect,
         container_runtime=container_runtime,
+        runtime=runtime,
+        heads_per_cycle=heads,
     )
 
 

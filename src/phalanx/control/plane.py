@@ -501,7 +501,7 @@ class ControlPlane:
     def _take_commands(self) -> list[_Command]:
         commands: list[_Command] = []
         try:
-            first = self._inbox.get(block=not self._dirty, timeout=self.poll_interval_s)
+            first = self._inbox.get(block=not self._dirty, timeout=self._poll_timeout())
         except queue.Empty:
             return commands
         if first is None:
@@ -520,6 +520,13 @@ class ControlPlane:
             if isinstance(more, _SubmitCmd):
                 jobs += len(more.submissions)
         return commands
+
+    def _poll_timeout(self) -> float:
+        """How long to wait for a command: the poll interval, or less if a runtime timer is due."""
+        due = self.runtime.next_event_time()
+        if due is None:
+            return self.poll_interval_s
+        return max(0.0, min(self.poll_interval_s, due - self.clock()))
 
     def _iterate(self, commands: list[_Command]) -> None:
         events = self.runtime.poll()

@@ -32,6 +32,8 @@ __all__ = ["RunningServer", "default_state_dir", "run_server", "start_server"]
 CLIENT_CONFIG = "client.json"
 LOCK_FILE = "phalanx.lock"
 DEFAULT_PORT = 6900
+RUNTIMES = ("local", "noop")
+"""``phalanx up --runtime``: run jobs on this machine, or run nothing (benchmarks)."""
 
 
 def default_state_dir() -> Path:
@@ -85,19 +87,32 @@ def start_server(
     detect: bool = False,
     poll_interval_s: float = 0.02,
     container_runtime: str | None = None,
+    runtime: str = "local",
+    heads_per_cycle: int | str | None = "preset",
 ) -> RunningServer:
-    """Start phalanx in this process (``port=0`` picks a free port)."""
+    """Start phalanx in this process (``port=0`` picks a free port).
+
+    ``runtime`` is ``local`` (jobs run on this machine) or ``noop`` (nothing runs:
+    timers stand in for jobs, see :mod:`phalanx.runtime.noop`). ``heads_per_cycle``
+    overrides the preset's (``None``: rounds until nothing more fits, phalanx's cycle;
+    ``1``: Kueue's one head per ClusterQueue per cycle).
+    """
     from phalanx.dialects.kueue import load_path
+    from phalanx.runtime.base import Runtime
     from phalanx.runtime.local import LocalRuntime
+    from phalanx.runtime.noop import NoopRuntime
     from phalanx.store import Store
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
     if container_runtime not in (None, "host"):
         raise Invalid(f"--container-runtime: {container_runtime!r} is not known (known: host)")
+    if runtime not in RUNTIMES:
+        raise Invalid(f"--runtime: {runtime!r} is not known (known: {', '.join(RUNTIMES)})")
     try:
-        config = EngineConfig(preset=preset)
+        overrides = {} if heads_per_cycle == "preset" else {"heads_per_cycle": heads_per_cycle}
+        config = EngineConfig.for_preset(preset, **overrides)
     except ValueError as exc:
-        raise Invalid(f"--preset: {exc}") from None
+        raise Invalid(f"--preset/--heads-per-cycle: {exc}") from None
     # Every configuration file is read and checked before anything starts.
     manifests = [m for path in configs for m in load_path(Path(path))]
     detected = []
@@ -113,9 +128,9 @@ def start_server(
         sock = listen(host, port)
         url = f"http://{_url_host(host)}:{sock.getsockname()[1]}"
         store = Store.open(database, state_dir=state)
-        runtime = LocalRuntime(state)
+        backend: Runtime = NoopRuntime(state) if runtime == "noop" else LocalRuntime(state)
         plane = ControlPlane(
-            store, runtime, state_dir=state, config=config, poll_interval_s=poll_interval_s
+            store, backend, state_dir=state, config=config, poll_interval_s=poll_interval_s
         )
         plane.url = url
         plane.container_runtime = container_runtime
@@ -150,6 +165,8 @@ def run_server(
     preset: str = "phalanx",
     detect: bool = False,
     container_runtime: str | None = None,
+    runtime: str = "local",
+    heads_per_cycle: int | str | None = "preset",
 ) -> None:
     """Run phalanx in the foreground until SIGINT or SIGTERM."""
     running = start_server(
@@ -161,6 +178,8 @@ def run_server(
         preset=preset,
         detect=detect,
         container_runtime=container_runtime,
+        runtime=runtime,
+        heads_per_cycle=heads_per_cycle,
     )
     # A long-lived process with a large, stable heap: keep the start-up objects out
     # of the collector's way and collect the young generation less often.

@@ -377,6 +377,10 @@ class LocalRuntime:
         events, self._backlog = self._backlog, []
         return events
 
+    def next_event_time(self) -> float | None:
+        """Unknown: supervisors report through files, found by polling every interval."""
+        return None
+
     def wait(self, job_id: int, timeout: float) -> Exited | None:
         """Poll until ``job_id`` exits (its events stay queued for :meth:`poll`)."""
         deadline = time.monotonic() + timeout
