@@ -127,9 +127,28 @@ def _check_job_fields(fields: Iterable[str]) -> None:
         raise ValueError(f"not updatable job fields: {', '.join(unknown)}")
 
 
+_SELECT_JOB_BY_ID: Select[Any] = _SELECT_JOBS.where(jobs.c.id == bindparam("_job_id"))
+
+
 def _get_job(conn: Connection, job_id: int) -> JobRow | None:
-    row = conn.execute(_SELECT_JOBS.where(jobs.c.id == job_id)).first()
+    row = conn.execute(_SELECT_JOB_BY_ID, {"_job_id": job_id}).first()
     return None if row is None else _job(row)
+
+
+_UPDATE_STATEMENTS: dict[tuple[str, ...], Any] = {}
+
+
+def _update_statement(columns: tuple[str, ...]) -> Any:
+    """``UPDATE jobs SET <columns> WHERE id = :_job_id``, built once per set of columns."""
+    stmt = _UPDATE_STATEMENTS.get(columns)
+    if stmt is None:
+        stmt = (
+            update(jobs)
+            .where(jobs.c.id == bindparam("_job_id"))
+            .values({name: bindparam(name) for name in columns})
+        )
+        _UPDATE_STATEMENTS[columns] = stmt
+    return stmt
 
 
 def _json_rows(rows: Iterable[Sequence[Any]], json_at: Sequence[int]) -> Iterator[Sequence[Any]]:
@@ -203,19 +222,44 @@ def _pg_copy(
 
 
 class Tx:
-    """One write transaction, handed out by :meth:`Store.begin`; not thread-safe."""
+    """One write transaction, handed out by :meth:`Store.begin`; not thread-safe.
 
-    __slots__ = ("_conn", "_open")
+    Job updates and events are buffered and written together (one executemany per
+    set of updated columns, one insert for the events) before any other read of the
+    jobs table and at commit: the control loop changes a few columns of each of many
+    jobs per transaction, and one statement per change cost more than the rest of the
+    loop. :meth:`get_job` sees the buffered updates.
+    """
+
+    __slots__ = ("_conn", "_events", "_open", "_updates")
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
         self._open = True
+        self._updates: dict[int, dict[str, Any]] = {}
+        """Job id -> the columns to set, merged in call order (the later value wins)."""
+        self._events: list[EventTuple] = []
 
     @property
     def connection(self) -> Connection:
-        """The underlying connection (for tests and diagnostics)."""
+        """The underlying connection (for tests and diagnostics), buffered writes written."""
         self._check()
+        self.flush()
         return self._conn
+
+    def flush(self) -> None:
+        """Write the buffered job updates and events now."""
+        self._check()
+        if self._updates:
+            groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+            for job_id, fields in self._updates.items():
+                groups.setdefault(tuple(sorted(fields)), []).append({"_job_id": job_id, **fields})
+            self._updates = {}
+            for key, params in groups.items():
+                self._conn.execute(_update_statement(key), params)
+        if self._events:
+            rows, self._events = self._events, []
+            self._insert_events(rows)
 
     def _check(self) -> None:
         if not self._open:
@@ -309,36 +353,29 @@ class Tx:
         """Set some of a job's columns (names as in :class:`JobRow`, except ``id``)."""
         self._check()
         _check_job_fields(fields)
-        if not fields:
-            return
-        self._conn.execute(update(jobs).where(jobs.c.id == job_id).values(**fields))
+        if fields:
+            self._updates.setdefault(job_id, {}).update(fields)
 
     def update_jobs(self, updates: Sequence[tuple[int, Mapping[str, Any]]]) -> None:
-        """Apply many :meth:`update_job` calls, one executemany per distinct set of fields."""
+        """Apply many :meth:`update_job` calls."""
         self._check()
-        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for job_id, fields in updates:
             _check_job_fields(fields)
-            if not fields:
-                continue
-            key = tuple(sorted(fields))
-            groups.setdefault(key, []).append({"_job_id": job_id, **fields})
-        for key, params in groups.items():
-            stmt = (
-                update(jobs)
-                .where(jobs.c.id == bindparam("_job_id"))
-                .values({name: bindparam(name) for name in key})
-            )
-            self._conn.execute(stmt, params)
+            if fields:
+                self._updates.setdefault(job_id, {}).update(fields)
 
     def get_job(self, job_id: int) -> JobRow | None:
         """Read a job inside this transaction (sees this transaction's own writes)."""
         self._check()
-        return _get_job(self._conn, job_id)
+        row = _get_job(self._conn, job_id)
+        pending = self._updates.get(job_id)
+        if row is None or not pending:
+            return row
+        return dataclasses.replace(row, **pending)
 
     def list_jobs(self, **filters: Any) -> list[JobRow]:
         """:meth:`Store.list_jobs` inside this transaction (sees its own writes)."""
-        self._check()
+        self.flush()
         return [_job(row) for row in self._conn.execute(_jobs_query(**filters)).all()]
 
     # -- events -------------------------------------------------------------------
@@ -358,8 +395,9 @@ class Tx:
     def add_events(self, rows: Sequence[EventTuple]) -> None:
         """Append many events: ``(job_id, kind, time, reason, message, data)`` each."""
         self._check()
-        if not rows:
-            return
+        self._events.extend(rows)
+
+    def _insert_events(self, rows: Sequence[EventTuple]) -> None:
         if len(rows) >= _BULK_MIN_ROWS:
             _bulk_insert(
                 self._conn,
@@ -580,6 +618,7 @@ class Store:
             try:
                 with conn.begin():
                     yield tx
+                    tx.flush()
             finally:
                 tx._close()
 
