@@ -712,7 +712,8 @@ class Engine:
                     self._not_fitting(rec, sq, info, assignment, claimed, out)
                 if probe is not None:
                     probe("decided", rec.id)
-        self._unreserve()
+            # A reservation holds for the rest of the round (Kueue: of its one-round cycle).
+            self._unreserve()
         return out
 
     def next_wakeup(self) -> float | None:
@@ -910,7 +911,7 @@ class Engine:
         self, rec: JobRecord, info: ClusterQueueInfo, frs: dict[FlavorResource, int]
     ) -> None:
         """Hold quota for a lender's head whose preemption found no targets (Kueue's
-        ``reserveCapacityForUnreclaimablePreempt``): later entries of this cycle cannot
+        ``reserveCapacityForUnreclaimablePreempt``): later entries of this round cannot
         borrow it."""
         if info.model.preemption.reclaim_within_cohort == "Any" or info.node.parent is None:
             return
