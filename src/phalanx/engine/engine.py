@@ -169,7 +169,10 @@ class Engine:
         self._backoff: dict[int, JobRecord] = {}
         """Requeued jobs waiting for their requeueAt."""
         self._reserved: list[tuple[ClusterQueueInfo, FlavorResource, int, JobRecord]] = []
-        """Quota held for this cycle for a lender's head that cannot reclaim it."""
+        """Quota held for this round for a lender's head that cannot reclaim it."""
+        self._held: dict[str, list[tuple[ClusterQueueInfo, FlavorResource, int]]] = {}
+        """The same, held while a blocked StrictFIFO head stays blocked: Kueue
+        re-nominates that head every cycle, so its reservation never lapses."""
         self.stats = {"rounds": 0, "heads": 0}
 
     # ------------------------------------------------------------------ events
@@ -590,6 +593,13 @@ class Engine:
         self.queues.release(
             root, admission.usage if root else {}, levels, list(dict.fromkeys(keys))
         )
+        if self._held and root:
+            # A held reservation hides what this release freed from the blocked head's
+            # wake condition: any release in its tree re-nominates it.
+            for name, holds in self._held.items():
+                cqq = self.queues.queues.get(name)
+                if cqq is not None and cqq.parked and holds[0][0].root_key == root:
+                    self.queues.wake([cqq])
 
     # ------------------------------------------------------------------ priority
 
@@ -666,6 +676,8 @@ class Engine:
             self._end_backoffs(now)
         out.extend(self._outbox)
         self._outbox = []
+        if self._held:
+            self._release_holds()
         assigner = self.assigner
         assigner.new_cycle()
         queues = self.queues
@@ -930,6 +942,19 @@ class Engine:
                 self._reserved.append((info, fr, amount, rec))
         self.assigner.generation += 1
 
+    def _release_holds(self) -> None:
+        """Give back the reservations of StrictFIFO heads that are no longer blocked."""
+        for name in list(self._held):
+            cqq = self.queues.queues.get(name)
+            if cqq is not None and cqq.parked and cqq.blocked_by is not None:
+                continue
+            for info, fr, amount in self._held.pop(name):
+                info.node.remove_usage(fr, amount)
+                top = info.node.top or info.node
+                level = top.subtree.get(fr, 0) - top.usage.get(fr, 0)
+                self.queues.release(info.root_key, {fr: amount}, {fr: level}, [])
+            self.assigner.generation += 1
+
     def _unreserve(self) -> None:
         if not self._reserved:
             return
@@ -943,7 +968,16 @@ class Engine:
             item: Any = sq.cq if sq.cq.blocked_by is rec else sq
             if item.parked:
                 holders.append((item, item.park_reason, item.park_keys, item.park_conditions, rec))
-        for info, fr, amount, _ in self._reserved:
+        kept: list[tuple[ClusterQueueInfo, FlavorResource, int, JobRecord]] = []
+        for entry in self._reserved:
+            info, fr, amount, rec = entry
+            sq = rec.queue
+            if sq is not None and sq.cq.strict and sq.cq.blocked_by is rec and sq.cq.parked:
+                self._held.setdefault(sq.cq.name, []).append((info, fr, amount))
+                kept.append(entry)
+        for info, fr, amount, rec in self._reserved:
+            if any(k[3] is rec for k in kept):
+                continue
             info.node.remove_usage(fr, amount)
             top = info.node.top or info.node
             level = top.subtree.get(fr, 0) - top.usage.get(fr, 0)

@@ -137,6 +137,22 @@ def contested(info: ClusterQueueInfo, assignment: Assignment) -> dict[FlavorReso
     return out
 
 
+def _hierarchical_advantage(
+    preemptor: QuotaNode, candidate: QuotaNode, frs: dict[FlavorResource, int]
+) -> bool:
+    """Whether the request fits the quota of the preemptor's queue or of one of its
+    cohorts below the lowest cohort it shares with the candidate's queue (Kueue's
+    hierarchical reclaim: the preemptor takes back quota of its own subtree)."""
+    shared = {id(n) for n in candidate.ancestors()}
+    node: QuotaNode | None = preemptor
+    while node is not None and id(node) not in shared:
+        quota = node.nominal if node.is_cluster_queue else node.subtree
+        if all(node.usage.get(fr, 0) + need <= quota.get(fr, 0) for fr, need in frs.items()):
+            return True
+        node = node.parent
+    return False
+
+
 class Preemptor(Generic[T]):
     """Finds preemption targets for one pending job in one ClusterQueue.
 
@@ -190,6 +206,9 @@ class Preemptor(Generic[T]):
             )
             if not borrowing:
                 continue
+            advantage = within_nominal or (
+                not own and _hierarchical_advantage(node, other.node, frs)
+            )
             for cand in jobs.values():
                 adm = cand.admission
                 if adm is None or cand.id in excluded:
@@ -209,7 +228,7 @@ class Preemptor(Generic[T]):
                     continue
                 if p.reclaim_within_cohort == "LowerPriority" and cprio >= prio:
                     continue
-                if within_nominal:
+                if advantage:
                     out.append(Candidate(cand, IN_COHORT_RECLAMATION, IN_COHORT_RECLAMATION, False))
                 elif (
                     bwc is not None

@@ -146,6 +146,11 @@ def export_state(engine: Engine) -> dict[str, Any]:
         "outbox": [d.to_dict() for d in engine._outbox],
         "drain": list(engine._drain),
         "now": engine._now,
+        "held": [
+            [name, info.name, f, r, amount]
+            for name, holds in engine._held.items()
+            for info, (f, r), amount in holds
+        ],
         "pinned": {name: cqq.pinned.id for name, cqq in engine.queues.queues.items() if cqq.pinned},
         "unready": [[j, t] for j, t in engine._unready.items()],
         "backoff": list(engine._backoff),
@@ -266,6 +271,10 @@ def load_state(data: dict[str, Any]) -> Engine:
     engine._drain = dict.fromkeys(data["drain"])
     engine._prio_dirty = data["priority_dirty"]
     engine._unready = {int(j): float(t) for j, t in data.get("unready", [])}
+    for name, cq_name, f, r, amount in data.get("held", []):
+        held_info = cache.cluster_queues[cq_name]
+        held_info.node.add_usage((f, r), amount)
+        engine._held.setdefault(name, []).append((held_info, (f, r), amount))
     for name, job_id in data.get("pinned", {}).items():
         engine.queues.queues[name].pinned = engine.jobs[job_id]
     return engine
