@@ -45,6 +45,8 @@ class ClusterQueueInfo:
     groups: tuple[GroupInfo, ...]
     group_for: dict[str, GroupInfo]
     inactive: Reason | None = None
+    preempts: bool = False
+    """The queue's ``preemption`` allows something (any policy other than Never)."""
 
     @property
     def name(self) -> str:
@@ -154,7 +156,14 @@ class ClusterCache:
             for g in model.resource_groups
         )
         group_for = {r: g for g in groups for r in g.covered}
-        info = ClusterQueueInfo(model, node, groups, group_for)
+        p = model.preemption
+        info = ClusterQueueInfo(
+            model,
+            node,
+            groups,
+            group_for,
+            preempts=p.within_cluster_queue != "Never" or p.reclaim_within_cohort != "Never",
+        )
         self.cluster_queues[model.name] = info
         self.rebuild_quota()
         return info

@@ -19,7 +19,7 @@ everything that fits, not one job per queue.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -61,6 +61,12 @@ from phalanx.engine.explain import (
     strict_fifo_reason,
     waiting_reason,
     wake_conditions,
+)
+from phalanx.engine.fairsharing import (
+    dominant_share,
+    node_weight,
+    share_and_ratio,
+    weighted_share,
 )
 from phalanx.engine.namespaces import selector_matches
 from phalanx.engine.ordering import JobFacts, PriorityContext, TenantShare
@@ -699,13 +705,16 @@ class Engine:
             entries: list[Entry] = []
             for rec, sq, cqq in heads:
                 info = cache.cluster_queues[cqq.name]
-                oracle = self._oracle(rec, info) if may_preempt(info) else None
+                oracle = self._oracle(rec, info) if info.preempts else None
                 a = assigner.assign(rec.shape, info, oracle)
                 entries.append((a.borrow if a.ok else 0, rec.key, rec, sq, a))
                 if probe is not None:
                     probe("nominated", rec.id)
             entries.sort(key=_entry_order)
-            for _, _, rec, sq, assignment in entries:
+            ordered: Iterable[Entry] = entries
+            if self.config.fair_sharing is not None:
+                ordered = self._fair_order(entries)
+            for _, _, rec, sq, assignment in ordered:
                 info = cache.cluster_queues[sq.cq.name]
                 if assignment.ok and not assigner.still_fits(assignment, info):
                     if skip_refit:
@@ -758,17 +767,21 @@ class Engine:
     ) -> None:
         """A head that does not fit as it is: preempt for it, admit it partially
         (minCount), or park it."""
-        targets = self._targets(rec, rec.shape, info, assignment, claimed)
-        if targets:
-            self._issue_preemption(rec, sq, info, targets, claimed, out)
-            return
-        partial, victims, smallest = self._partial(rec, info, claimed)
+        if info.preempts:
+            targets = self._targets(rec, rec.shape, info, assignment, claimed)
+            if targets:
+                self._issue_preemption(rec, sq, info, targets, claimed, out)
+                return
+        if rec.shape.partial is None:
+            partial, victims, smallest = None, None, None
+        else:
+            partial, victims, smallest = self._partial(rec, info, claimed)
         if partial is not None and not self._admission_blocked():
             out.append(self._admit(rec, info, partial))
         elif victims:
             self._issue_preemption(rec, sq, info, victims, claimed, out)
         else:
-            if self.config.preset == "kueue" or may_preempt(info):
+            if info.preempts or self.config.preset == "kueue":
                 # Kueue's "Preempt without targets": hold the quota a lender's head
                 # cannot reclaim, for the rest of this cycle.
                 self._reserve(rec, info, contested(info, assignment))
@@ -799,9 +812,66 @@ class Engine:
             return None
 
         preemptor = Preemptor(self.cache, self._admitted_by_cq, fits, self._lift, self._put_back)
-        found = preemptor.targets(rec, info, frs, claimed)
+        fair = self.config.fair_sharing
+        if fair is not None:
+            found = preemptor.fair_targets(
+                rec, info, frs, claimed, fair.preemption_strategies, self._share
+            )
+        else:
+            found = preemptor.targets(rec, info, frs, claimed)
         assigner.generation += 1
         return found[0] if found is not None else None
+
+    # ------------------------------------------------------------------ fair sharing
+
+    def _share(self, node: QuotaNode, extra: Mapping[FlavorResource, int] | None = None) -> float:
+        return dominant_share(node, node_weight(self.cache, node), extra)
+
+    def weighted_share(self, kind: str, name: str) -> int:
+        """Kueue's ``status.fairSharing.weightedShare`` of a ClusterQueue or Cohort: its
+        dominant resource share rounded up (0 for a root or an unknown name)."""
+        node: QuotaNode | None
+        if kind == "ClusterQueue":
+            info = self.cache.cluster_queues.get(name)
+            node = info.node if info is not None else None
+        else:
+            node = self.cache.cohort_nodes.get(name)
+        return weighted_share(self._share(node)) if node is not None else 0
+
+    def _fair_order(self, entries: list[Entry]) -> Iterator[Entry]:
+        """Kueue's fair-sharing tournament: each pick sees the usage of the admissions
+        made before it in the cycle."""
+        fitting = {e[2].id: e for e in entries if e[4].ok}
+        by_queue = {e[3].cq.name: e for e in fitting.values()}
+        while fitting:
+            by_root: dict[int, QuotaNode] = {}
+            for e in fitting.values():
+                node = self.cache.cluster_queues[e[3].cq.name].node
+                top = node.top or node
+                by_root.setdefault(id(top), top)
+            winners = [w for top in by_root.values() if (w := self._nominee(top, by_queue))]
+            winner = min(winners, key=lambda e: e[1])
+            del fitting[winner[2].id]
+            del by_queue[winner[3].cq.name]
+            yield winner
+        yield from (e for e in entries if not e[4].ok)
+
+    def _nominee(self, node: QuotaNode, by_queue: dict[str, Entry]) -> Entry | None:
+        if node.is_cluster_queue:
+            return by_queue.get(node.name)
+        best: tuple[tuple[bool, tuple[float, float], tuple[float, float, int]], Entry] | None
+        best = None
+        for child in node.children:
+            entry = self._nominee(child, by_queue)
+            if entry is None:
+                continue
+            usage = entry[4].usage
+            borrows = any(child.borrowing_with(fr, amount) for fr, amount in usage.items())
+            share = share_and_ratio(child, node_weight(self.cache, child), usage)
+            key = (borrows, share, entry[1])
+            if best is None or key < best[0]:
+                best = (key, entry)
+        return best[1] if best is not None else None
 
     def _issue_preemption(
         self,
@@ -999,10 +1069,7 @@ class Engine:
         preempt: the largest count of the pod set with ``minCount`` that fits now or
         by preempting. Returns the assignment that fits, or the victims to preempt,
         or (neither) the failed assignment of the smallest count."""
-        target = next(
-            (p for p in rec.shape.pod_sets if p.min_count is not None and p.min_count < p.count),
-            None,
-        )
+        target = rec.shape.partial
         if target is None or target.min_count is None:
             return None, None, None
         step = target.unit_size

@@ -36,8 +36,8 @@ back before it returns: nothing it does is visible afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from phalanx.engine.assigner import PLACEMENT, QUOTA, Assignment
@@ -91,8 +91,7 @@ class Candidate:
 
 def may_preempt(info: ClusterQueueInfo) -> bool:
     """Whether the ClusterQueue's policy allows any preemption at all."""
-    p = info.model.preemption
-    return p.within_cluster_queue != "Never" or p.reclaim_within_cohort != "Never"
+    return info.preempts
 
 
 def considers(info: ClusterQueueInfo, fr: FlavorResource, needed: int) -> bool:
@@ -285,6 +284,102 @@ class Preemptor(Generic[T]):
             if found is not None:
                 return found
         return None
+
+    def fair_targets(
+        self,
+        rec: JobRecord,
+        info: ClusterQueueInfo,
+        frs: dict[FlavorResource, int],
+        excluded: set[int],
+        strategies: tuple[str, ...],
+        share: Callable[[QuotaNode, Mapping[FlavorResource, int] | None], float],
+    ) -> tuple[list[Candidate], T] | None:
+        """Fair-sharing preemption (see :mod:`phalanx.engine.fairsharing`)."""
+        cands = self.candidates(rec, info, frs, excluded)
+        if not cands:
+            return None
+        node = info.node
+        within_nominal = all(
+            node.usage.get(fr, 0) + need <= node.nominal.get(fr, 0) for fr, need in frs.items()
+        )
+        removed: list[Candidate] = []
+        fit: T | None = None
+
+        def take(cand: Candidate, reason: str) -> T | None:
+            self.remove(cand.rec)
+            removed.append(replace(cand, reason=reason))
+            return self._fits(True)
+
+        def borrows(q: QuotaNode) -> bool:
+            return any(q.usage.get(fr, 0) > q.nominal.get(fr, 0) for fr in frs)
+
+        try:
+            if within_nominal:
+                for cand in cands:
+                    if cand.queue is not None and not borrows(cand.queue):
+                        continue
+                    reason = IN_CLUSTER_QUEUE if cand.own_queue else IN_COHORT_RECLAMATION
+                    fit = take(cand, reason)
+                    if fit is not None:
+                        break
+            else:
+                by_queue: dict[int, tuple[QuotaNode, list[Candidate]]] = {}
+                for cand in cands:
+                    adm = cand.rec.admission
+                    assert adm is not None
+                    by_queue.setdefault(id(adm.quota_node), (adm.quota_node, []))[1].append(cand)
+                rejected: dict[int, tuple[QuotaNode, list[Candidate]]] = {}
+                for n, strategy in enumerate(strategies):
+                    pool = by_queue if n == 0 else rejected
+                    if n > 0:
+                        rejected = {}
+                    while fit is None:
+                        pre_new = share(node, frs)
+                        live = [
+                            (q, lst)
+                            for q, lst in pool.values()
+                            if lst and (q is node or borrows(q))
+                        ]
+                        if not live:
+                            break
+                        q, lst = max(
+                            live,
+                            key=lambda item: pre_new if item[0] is node else share(item[0], None),
+                        )
+                        cand = lst.pop(0)
+                        if q is node:
+                            fit = take(cand, IN_CLUSTER_QUEUE)
+                            continue
+                        adm = cand.rec.admission
+                        assert adm is not None
+                        if strategy == "LessThanOrEqualToFinalShare":
+                            lifted = {fr: -amount for fr, amount in adm.usage.items()}
+                            ok = pre_new <= share(q, lifted)
+                        else:
+                            ok = pre_new < share(q, None)
+                        if ok:
+                            fit = take(cand, IN_COHORT_FAIR_SHARING)
+                        else:
+                            rejected.setdefault(id(q), (q, []))[1].append(cand)
+                    if fit is not None:
+                        break
+            if fit is None:
+                return None
+            targets = [removed[-1]]
+            for cand in reversed(removed[:-1]):
+                self.restore(cand.rec)
+                again = self._fits(True)
+                if again is None:
+                    self.remove(cand.rec)
+                    targets.append(cand)
+                else:
+                    removed.remove(cand)
+                    fit = again
+            targets.sort(key=Candidate.order)
+            return targets, fit
+        finally:
+            for cand in reversed(removed):
+                self.restore(cand.rec)
 
     def _minimal(
         self,

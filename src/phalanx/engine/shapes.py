@@ -62,6 +62,14 @@ class PodSetShape:
 class JobShape:
     pod_sets: tuple[PodSetShape, ...]
 
+    @property
+    def partial(self) -> PodSetShape | None:
+        """The pod set that may be admitted with fewer tasks (``minCount``), if any."""
+        for p in self.pod_sets:
+            if p.min_count is not None and p.min_count < p.count:
+                return p
+        return None
+
 
 class ShapeInterner:
     """Maps pod sets and jobs to shared shape objects."""
