@@ -40,6 +40,7 @@ bench: venv
 	$(BIN)/python bench/engine.py --json
 	$(BIN)/python bench/api.py $$(test -f ../shared/peers/slurm/start-slurm.sh && echo --slurm)
 	$(BIN)/python bench/sbatch.py $$(test -f ../shared/peers/slurm/start-slurm.sh || echo --no-slurm)
+	$(BIN)/python bench/kueue_baseline.py --json
 
 demo: venv
 	$(BIN)/python demo/run.py
