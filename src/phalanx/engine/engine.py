@@ -176,6 +176,7 @@ class Engine:
         """Requeued jobs waiting for their requeueAt."""
         self._reserved: list[tuple[ClusterQueueInfo, FlavorResource, int, JobRecord]] = []
         """Quota held for this round for a lender's head that cannot reclaim it."""
+        self._parked_while_reserved: list[tuple[Any, JobRecord]] = []
         self._held: dict[str, list[tuple[ClusterQueueInfo, FlavorResource, int]]] = {}
         """The same, held while a blocked StrictFIFO head stays blocked: Kueue
         re-nominates that head every cycle, so its reservation never lapses."""
@@ -781,7 +782,7 @@ class Engine:
         elif victims:
             self._issue_preemption(rec, sq, info, victims, claimed, out)
         else:
-            if info.preempts or self.config.preset == "kueue":
+            if info.preempts or self.config.heads_per_cycle is not None:
                 # Kueue's "Preempt without targets": hold the quota a lender's head
                 # cannot reclaim, for the rest of this cycle.
                 self._reserve(rec, info, contested(info, assignment))
@@ -1026,38 +1027,28 @@ class Engine:
             self.assigner.generation += 1
 
     def _unreserve(self) -> None:
+        """End the round's reservations; wake what parked while they held quota (Kueue
+        skips those entries and retries them in the next cycle)."""
         if not self._reserved:
             return
-        # The heads that reserved stay parked (Kueue: inadmissible until an event); what
-        # their reservation kept out may fit again.
-        holders: list[tuple[Any, Reason | None, tuple[str, ...], tuple[Any, ...], Any]] = []
-        for *_, rec in self._reserved:
-            sq = rec.queue
-            if sq is None:
-                continue
-            item: Any = sq.cq if sq.cq.blocked_by is rec else sq
-            if item.parked:
-                holders.append((item, item.park_reason, item.park_keys, item.park_conditions, rec))
-        kept: list[tuple[ClusterQueueInfo, FlavorResource, int, JobRecord]] = []
+        reservers = {id(rec) for *_, rec in self._reserved}
         for entry in self._reserved:
             info, fr, amount, rec = entry
             sq = rec.queue
-            if sq is not None and sq.cq.strict and sq.cq.blocked_by is rec and sq.cq.parked:
+            if (
+                self.config.heads_per_cycle is not None
+                and sq is not None
+                and sq.cq.strict
+                and sq.cq.blocked_by is rec
+                and sq.cq.parked
+            ):
                 self._held.setdefault(sq.cq.name, []).append((info, fr, amount))
-                kept.append(entry)
-        for info, fr, amount, rec in self._reserved:
-            if any(k[3] is rec for k in kept):
-                continue
-            info.node.remove_usage(fr, amount)
-            top = info.node.top or info.node
-            level = top.subtree.get(fr, 0) - top.usage.get(fr, 0)
-            self.queues.release(info.root_key, {fr: amount}, {fr: level}, [])
-        for item, reason, keys, conditions, rec in holders:
-            if not item.parked and reason is not None:
-                if isinstance(item, ClusterQueueQueue):
-                    item.blocked_by = rec
-                self.queues.parked.park(item, reason, keys, conditions)
+            else:
+                info.node.remove_usage(fr, amount)
+        woken = [item for item, rec in self._parked_while_reserved if id(rec) not in reservers]
         self._reserved = []
+        self._parked_while_reserved = []
+        self.queues.wake(woken)
         self.assigner.generation += 1
 
     # ------------------------------------------------------------------ partial admission
@@ -1213,6 +1204,8 @@ class Engine:
             parked.park(cqq, reason, keys, conditions)
         else:
             parked.park(sq, reason, keys, conditions)
+        if self._reserved:
+            self._parked_while_reserved.append((cqq if cqq.strict else sq, rec))
         # A new signature means new facts in the sentence: emit without wording it now.
         if rec.reason is not reason:
             rec.reason = reason
