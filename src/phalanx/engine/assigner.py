@@ -348,9 +348,11 @@ class FlavorAssigner:
             self._requested[(pod_set, group)] = requested
         top = node.top if node.simple else None
         oracle = self._oracle
-        fungibility = cq.model.flavor_fungibility
-        stop_on_preempt = fungibility.when_can_preempt is WhenCanPreempt.MAY_STOP_SEARCH
-        borrow_first = fungibility.preference is FungibilityPreference.PREEMPTION_OVER_BORROWING
+        stop_on_preempt = borrow_first = False
+        if oracle is not None:
+            fungibility = cq.model.flavor_fungibility
+            stop_on_preempt = fungibility.when_can_preempt is WhenCanPreempt.MAY_STOP_SEARCH
+            borrow_first = fungibility.preference is FungibilityPreference.PREEMPTION_OVER_BORROWING
         preempting: tuple[int, int, str] | None = None
         """``(mode, borrowing height, flavor)`` of the best flavor that needs preemption."""
         for flavor_name in group.flavors:

@@ -691,6 +691,8 @@ class Engine:
         cache = self.cache
         limit = self.config.heads_per_cycle
         skip_refit = limit is not None
+        # Rounds without preemption or partial admission park a failed head directly.
+        plain = limit is None
         claimed: set[int] = set()
         rounds = 0
         blocked = False
@@ -730,6 +732,8 @@ class Engine:
                     continue
                 if assignment.ok:
                     out.append(self._admit(rec, info, assignment))
+                elif plain and not info.preempts and rec.shape.partial is None:
+                    self._park(rec, sq, info, assignment, out)
                 else:
                     self._not_fitting(rec, sq, info, assignment, claimed, out)
                 if probe is not None:

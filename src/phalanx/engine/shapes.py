@@ -9,7 +9,7 @@ are the same object, which also keeps 100k pending jobs small in memory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from phalanx.model import Job, PodSet, Toleration
 
@@ -61,14 +61,14 @@ class PodSetShape:
 @dataclass(frozen=True, slots=True)
 class JobShape:
     pod_sets: tuple[PodSetShape, ...]
+    partial: PodSetShape | None = field(default=None, init=False, compare=False, repr=False)
+    """The pod set that may be admitted with fewer tasks (``minCount``), if any."""
 
-    @property
-    def partial(self) -> PodSetShape | None:
-        """The pod set that may be admitted with fewer tasks (``minCount``), if any."""
+    def __post_init__(self) -> None:
         for p in self.pod_sets:
             if p.min_count is not None and p.min_count < p.count:
-                return p
-        return None
+                object.__setattr__(self, "partial", p)
+                break
 
 
 class ShapeInterner:
