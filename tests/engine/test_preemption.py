@@ -254,3 +254,46 @@ def test_hold_nominal_capacity_when_lender_cannot_reclaim() -> None:
     assert 3 not in admits(decisions)
     # The hold lasts one cycle (BestEffortFIFO parks the lender's head).
     assert 3 in admits(engine.cycle(4.0))
+
+
+def test_when_can_preempt_may_stop_search_preempts_in_the_first_flavor() -> None:
+    def build(when: str) -> Engine:
+        cq = cluster_queue(
+            "cq",
+            {"one": 8, "two": 8},
+            preemption={"withinClusterQueue": "LowerPriority"},
+            flavorFungibility={"whenCanBorrow": "MayStopSearch", "whenCanPreempt": when},
+        )
+        engine = _engine(node("n0", gpus=16), flavor("one"), flavor("two"), cq)
+        engine.apply(Submit(job("cq", gpus=2, id=1, priority=-1)))
+        engine.cycle(1.0)
+        engine.apply(Submit(job("cq", gpus=7, id=2, priority=0, submit=2.0)))
+        return engine
+
+    stop = build("MayStopSearch")
+    assert _evicts(stop.cycle(3.0))[1].preemption_reason == "InClusterQueue"
+    stop.apply(Requeue(1))
+    assert admits(stop.cycle(4.0))[2].flavor == "one"
+
+    going_on = build("TryNextFlavor")
+    decisions = going_on.cycle(3.0)
+    assert not _evicts(decisions)
+    assert admits(decisions)[2].flavor == "two"
+
+
+def test_state_round_trip_mid_preemption_continues_identically() -> None:
+    from phalanx.engine import export_state, load_state
+    from tests.engine.helpers import decisions_json
+
+    engine = _engine(node("n0"), flavor("f"), _cq("cq", 8, withinClusterQueue="LowerPriority"))
+    engine.apply(Submit(job("cq", gpus=8, id=1, priority=0)))
+    engine.cycle(1.0)
+    engine.apply(Submit(job("cq", gpus=8, id=2, priority=10, submit=2.0)))
+    engine.cycle(3.0)
+    loaded = load_state(export_state(engine))
+    for e in (engine, loaded):
+        e.apply(Submit(job("cq", gpus=8, id=3, priority=20, submit=4.0)))
+        e.apply(Requeue(1))
+    first, second = engine.cycle(5.0), loaded.cycle(5.0)
+    assert decisions_json(first) == decisions_json(second)
+    assert admits(first)[2].job_id == 2  # the pinned preemptor, before job 3
