@@ -43,9 +43,7 @@ tests (``pkg/scheduler/scheduler_test.go``, ``pkg/scheduler/preemption/*_test.go
     {reason}`` (a reason code, or a case-insensitive substring of the pending message; ``{}``
     for any reason).
 
-The engine is being extended towards these semantics; a failure names the
-scenario, the workload, what was expected and what happened, so that it can be
-routed as an engine bug or a missing feature.
+A failure names the scenario, the workload, what was expected and what happened.
 """
 
 from __future__ import annotations

@@ -80,6 +80,10 @@ class EngineConfig:
     (phalanx); 1 is Kueue's cycle (one head per ClusterQueue, then the cycle ends)."""
     fair_sharing: FairSharingConfig | None = None
     wait_for_pods_ready: WaitForPodsReadyConfig | None = None
+    missing_namespace_selector_matches_all: bool = True
+    """What a ClusterQueue without ``namespaceSelector`` admits: every namespace (phalanx's
+    dialects create such queues for everyone), or none (Kueue's nil selector; the
+    ``kueue`` preset)."""
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -95,6 +99,7 @@ class EngineConfig:
         values: dict[str, object] = {"preset": preset}
         if preset == "kueue":
             values["heads_per_cycle"] = 1
+            values["missing_namespace_selector_matches_all"] = False
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
 

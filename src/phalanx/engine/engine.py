@@ -249,7 +249,10 @@ class Engine:
                 self._drain[obj.name] = None
             self._quota_changed()
             cqq = queues.queues.get(obj.name)
-            if cqq is not None and obj.namespace_selector is not None:
+            if cqq is not None and (
+                obj.namespace_selector is not None
+                or not self.config.missing_namespace_selector_matches_all
+            ):
                 self._recheck_namespaces(
                     [rec for sq in cqq.shapes.values() for rec in sq.members.values()]
                 )
@@ -366,11 +369,13 @@ class Engine:
                 ),
             )
         selector = info.model.namespace_selector
-        if lq_key is not None and selector is not None:
+        if lq_key is not None and (
+            selector is not None or not self.config.missing_namespace_selector_matches_all
+        ):
             tenant = cache.tenants.get(job.tenant)
             labels = dict(tenant.labels) if tenant is not None else {}
             labels["kubernetes.io/metadata.name"] = job.tenant
-            if not selector_matches(selector, labels):
+            if selector is None or not selector_matches(selector, labels):
                 return (
                     None,
                     lq_key,

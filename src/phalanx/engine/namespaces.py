@@ -5,9 +5,11 @@ A selector is ``matchLabels`` (every pair must be present) and
 ANDed; an empty selector matches every namespace. The engine matches it against
 the job's tenant (namespace) labels plus ``kubernetes.io/metadata.name``.
 
-Kueue reads a missing (nil) selector as "no namespace"; phalanx's own dialects
-(Slurm partitions, REST submissions) create ClusterQueues without one and mean
-"every namespace", so the engine treats a missing selector as matching all.
+Kueue reads a missing (nil) selector as "no namespace", and so does the engine
+under the ``kueue`` preset (``EngineConfig.missing_namespace_selector_matches_all``
+is False there). phalanx's own dialects (Slurm partitions, REST submissions)
+create ClusterQueues without one and mean "every namespace", so under the other
+presets a missing selector matches all.
 """
 
 from __future__ import annotations
