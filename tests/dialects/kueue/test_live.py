@@ -4,6 +4,7 @@ conditions, and ``phalanx export`` round trips between two live instances."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -316,3 +317,14 @@ def test_seed_files_with_hash_comments_apply(
     assert code == 0, err
     assert out.strip().endswith("created")
     assert "llama3-70b-k8s-training" in out
+    # The seed's ClusterQueue does not cover rdma/infiniband, which the job requests: as in
+    # Kueue, the job is accepted and waits, and the reason names the resource.
+    with client(server) as admin:
+        deadline = time.monotonic() + 10
+        while True:
+            (job,) = [j for j in admin.jobs() if j["name"] == "llama3-70b-k8s-training"]
+            if job["reason"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    assert job["state"] == "PENDING", job
+    assert "rdma/infiniband" in job["message"], job
