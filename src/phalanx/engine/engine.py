@@ -954,30 +954,32 @@ class Engine:
 
         return oracle
 
-    def _lift_quota(self, rec: JobRecord) -> None:
+    def _charged_node(self, rec: JobRecord) -> QuotaNode | None:
+        """The quota node an admitted job is charged to, if its ClusterQueue still holds it."""
         adm = rec.admission
         assert adm is not None
         info = self.cache.cluster_queues.get(adm.cluster_queue)
-        if info is not None and info.node is adm.quota_node:
-            for fr, amount in adm.usage.items():
-                adm.quota_node.remove_usage(fr, amount)
+        return adm.quota_node if info is not None and info.node is adm.quota_node else None
+
+    def _lift_quota(self, rec: JobRecord) -> None:
+        node = self._charged_node(rec)
+        if node is not None:
+            assert rec.admission is not None
+            for fr, amount in rec.admission.usage.items():
+                node.remove_usage(fr, amount)
 
     def _put_back_quota(self, rec: JobRecord) -> None:
-        adm = rec.admission
-        assert adm is not None
-        info = self.cache.cluster_queues.get(adm.cluster_queue)
-        if info is not None and info.node is adm.quota_node:
-            for fr, amount in adm.usage.items():
-                adm.quota_node.add_usage(fr, amount)
+        node = self._charged_node(rec)
+        if node is not None:
+            assert rec.admission is not None
+            for fr, amount in rec.admission.usage.items():
+                node.add_usage(fr, amount)
 
     def _lift(self, rec: JobRecord) -> None:
         """Take an admitted job's quota and node capacity away, for a trial."""
+        self._lift_quota(rec)
         adm = rec.admission
         assert adm is not None
-        info = self.cache.cluster_queues.get(adm.cluster_queue)
-        if info is not None and info.node is adm.quota_node:
-            for fr, amount in adm.usage.items():
-                adm.quota_node.remove_usage(fr, amount)
         for slot, amounts, exclusive in adm.allocations:
             slot.release(amounts)
             slot.jobs.pop(rec.id, None)
@@ -986,12 +988,9 @@ class Engine:
             self.cache.reindex(slot)
 
     def _put_back(self, rec: JobRecord) -> None:
+        self._put_back_quota(rec)
         adm = rec.admission
         assert adm is not None
-        info = self.cache.cluster_queues.get(adm.cluster_queue)
-        if info is not None and info.node is adm.quota_node:
-            for fr, amount in adm.usage.items():
-                adm.quota_node.add_usage(fr, amount)
         for slot, amounts, exclusive in adm.allocations:
             slot.allocate(amounts)
             slot.jobs[rec.id] = None

@@ -365,18 +365,7 @@ class Preemptor(Generic[T]):
                         break
             if fit is None:
                 return None
-            targets = [removed[-1]]
-            for cand in reversed(removed[:-1]):
-                self.restore(cand.rec)
-                again = self._fits(True)
-                if again is None:
-                    self.remove(cand.rec)
-                    targets.append(cand)
-                else:
-                    removed.remove(cand)
-                    fit = again
-            targets.sort(key=Candidate.order)
-            return targets, fit
+            return self._fill_back(removed, True)
         finally:
             for cand in reversed(removed):
                 self.restore(cand.rec)
@@ -404,21 +393,28 @@ class Preemptor(Generic[T]):
                     break
             if fit is None:
                 return None
-            targets = [removed[-1]]
-            # Fill back: a victim whose return still leaves the job fitting is spared.
-            for cand in reversed(removed[:-1]):
-                self.restore(cand.rec)
-                again = self._fits(allow_borrowing)
-                if again is None:
-                    self.remove(cand.rec)
-                    targets.append(cand)
-                else:
-                    removed.remove(cand)
-                    fit = again
-            final = self._fits(allow_borrowing)
-            assert final is not None
-            targets.sort(key=Candidate.order)
-            return targets, final
+            return self._fill_back(removed, allow_borrowing)
         finally:
             for cand in reversed(removed):
                 self.restore(cand.rec)
+
+    def _fill_back(
+        self, removed: list[Candidate], allow_borrowing: bool
+    ) -> tuple[list[Candidate], T]:
+        """Spare every victim whose return still leaves the job fitting (Kueue's fill-back).
+
+        The last victim removed is the one that made the job fit and stays a target;
+        the others are tried in reverse. Spared ones leave ``removed``.
+        """
+        targets = [removed[-1]]
+        for cand in reversed(removed[:-1]):
+            self.restore(cand.rec)
+            if self._fits(allow_borrowing) is None:
+                self.remove(cand.rec)
+                targets.append(cand)
+            else:
+                removed.remove(cand)
+        final = self._fits(allow_borrowing)
+        assert final is not None
+        targets.sort(key=Candidate.order)
+        return targets, final
