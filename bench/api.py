@@ -40,6 +40,8 @@ SHARED = ROOT.parent / "shared"
 sys.path.insert(0, str(ROOT / "src"))
 
 from phalanx import Client  # noqa: E402
+from phalanx.control.spawn import spawn_server  # noqa: E402
+from phalanx.errors import PhalanxError  # noqa: E402
 
 CLUSTER = """\
 apiVersion: kueue.x-k8s.io/v1beta2
@@ -128,22 +130,11 @@ def start_phalanx(state: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]
     config = state / "cluster.yaml"
     state.mkdir(parents=True, exist_ok=True)
     config.write_text(CLUSTER)
-    args = [sys.executable, "-m", "phalanx.cli.main", "up", "--state-dir", str(state)]
-    args += ["--port", "0", "--config", str(config)]
-    log = open(state / "server.log", "wb")  # noqa: SIM115 - the child owns it
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            info = json.loads((state / "client.json").read_text())
-            if Client(info["url"], info["token"]).healthz():
-                return proc, info
-        except Exception:
-            pass
-        if proc.poll() is not None:
-            raise SystemExit((state / "server.log").read_text())
-        time.sleep(0.05)
-    raise SystemExit("phalanx did not start")
+    try:
+        server = spawn_server(state, ["--port", "0", "--config", str(config)])
+    except PhalanxError as exc:
+        raise SystemExit(exc.detail) from None
+    return server.proc, {"url": server.url, "token": server.token}
 
 
 def bench_phalanx(args: argparse.Namespace) -> dict[str, Any]:

@@ -49,6 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from phalanx import Client  # noqa: E402
+from phalanx.control.spawn import spawn_server  # noqa: E402
+from phalanx.errors import PhalanxError  # noqa: E402
 
 COHORTS = 5
 QUEUES_PER_COHORT = 6
@@ -175,26 +177,15 @@ def start_phalanx(
 ) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     config = state / "cluster.yaml"
     config.write_text(cluster_manifests())
-    args = [sys.executable, "-m", "phalanx.cli.main", "up", "--state-dir", str(state)]
-    args += ["--port", "0", "--config", str(config), "--preset", "kueue", "--runtime", "noop"]
+    args = ["--port", "0", "--config", str(config), "--preset", "kueue", "--runtime", "noop"]
     if heads_per_cycle is not None:
         args += ["--heads-per-cycle", heads_per_cycle]
-    log = open(state / "server.log", "wb")  # noqa: SIM115 - the child owns it
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            info = json.loads((state / "client.json").read_text())
-            if Client(info["url"], info["token"]).healthz():
-                return proc, info
-        except Exception:
-            pass
-        if proc.poll() is not None:
-            raise SystemExit((state / "server.log").read_text())
-        time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("phalanx did not start:\n" + (state / "server.log").read_text())
+    try:
+        server = spawn_server(state, args, env=env)
+    except PhalanxError as exc:
+        raise SystemExit(exc.detail) from None
+    return server.proc, {"url": server.url, "token": server.token}
 
 
 def stop_phalanx(proc: subprocess.Popen[bytes]) -> None:

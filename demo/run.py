@@ -12,7 +12,6 @@ scheduler chose in ``CUDA_VISIBLE_DEVICES``.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -30,6 +29,8 @@ from rich.panel import Panel
 from rich.table import Table
 
 from phalanx import Client
+from phalanx.control.spawn import spawn_server
+from phalanx.errors import PhalanxError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "cluster"
@@ -56,28 +57,14 @@ for step in range(1, 5):
 
 
 def start_server(state: Path, console: Console) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
-    args = [sys.executable, "-m", "phalanx.cli.main", "up", "--state-dir", str(state)]
-    args += ["--port", "0", "--config", str(EXAMPLES)]
-    log = open(state / "server.log", "wb")  # noqa: SIM115 - the child owns it
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 60
     with console.status("starting phalanx (SQLite store, local runtime, virtual nodes)..."):
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(
-                    f"phalanx up failed to start:\n{(state / 'server.log').read_text()}"
-                )
-            try:
-                info = json.loads((state / "client.json").read_text())
-                if Client(info["url"], info["token"]).healthz():
-                    return proc, info
-            except (OSError, ValueError, KeyError):
-                pass
-            except Exception:
-                pass
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("phalanx up did not become ready within 60 s")
+        try:
+            server = spawn_server(
+                state, ["--port", "0", "--config", str(EXAMPLES)], new_session=True
+            )
+        except PhalanxError as exc:
+            raise SystemExit(f"phalanx up failed to start:\n{exc.detail}") from None
+    return server.proc, {"url": server.url, "token": server.token}
 
 
 def submissions(work: Path) -> dict[str, list[dict[str, Any]]]:

@@ -10,7 +10,6 @@ fine-tune and all-reduces across every rank (gloo, on the CPU).
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -23,6 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from phalanx.control.spawn import spawn_server
+from phalanx.errors import PhalanxError
 from phalanx.runtime.local import NSS_WRAPPER
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,39 +47,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     _require(NSS_WRAPPER is not None, "nss_wrapper (Debian package libnss-wrapper)")
     state = tmp_path_factory.mktemp("state")
     env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
-    log = open(state / "server.log", "wb")  # noqa: SIM115 - owned by the child
-    proc = subprocess.Popen(
-        [
-            str(BIN / "phalanx"),
-            "up",
-            "--state-dir",
-            str(state),
-            "--port",
-            "0",
-            "--container-runtime",
-            "host",
-        ],
-        stdout=log,
-        stderr=log,
-        env=env,
-    )
-    info: dict[str, str] = {}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not info:
-        try:
-            data = json.loads((state / "client.json").read_text())
-            if httpx.get(data["url"] + "/healthz", timeout=2).status_code == 200:
-                info = data
-        except (OSError, ValueError, KeyError, httpx.HTTPError):
-            time.sleep(0.1)
-    assert info, (state / "server.log").read_text()
-    env.update(PHALANX_URL=info["url"], PHALANX_TOKEN=info["token"])
+    try:
+        server = spawn_server(state, ["--port", "0", "--container-runtime", "host"], env=env)
+    except PhalanxError as exc:
+        pytest.fail(exc.detail)
+    env.update(PHALANX_URL=server.url, PHALANX_TOKEN=server.token)
     subprocess.run(
         [str(BIN / "phalanx"), "import", str(EXAMPLE / "slurm.conf")], env=env, check=True
     )
     yield env
-    proc.terminate()
-    proc.wait(timeout=30)
+    server.stop()
 
 
 def sbatch(env: dict[str, str], script: Path) -> tuple[int | None, str]:
