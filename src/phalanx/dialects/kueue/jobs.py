@@ -41,7 +41,6 @@ rendezvous variables).
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from collections.abc import Mapping, Sequence
@@ -50,6 +49,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from phalanx.dialects.kueue.values import describe
 from phalanx.model import JobSubmission, PodSet, RunSpec
 from phalanx.model.node import Toleration
 from phalanx.model.quantity import QuantityError, parse_quantity
@@ -125,22 +125,6 @@ def _format_path(path: Sequence[str | int]) -> str:
     return out
 
 
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"the boolean {str(value).lower()}"
-    if isinstance(value, str):
-        return f"the string {json.dumps(value)}"
-    if isinstance(value, int | float):
-        return f"the number {value}"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
-
-
 def _mapping(
     data: Mapping[str, Any], key: str, path: Path, required: bool = False
 ) -> dict[str, Any]:
@@ -150,7 +134,7 @@ def _mapping(
             raise JobFieldError((*path, key), "required")
         return {}
     if not isinstance(value, dict):
-        raise JobFieldError((*path, key), f"expected a mapping, got {_describe(value)}")
+        raise JobFieldError((*path, key), f"expected a mapping, got {describe(value)}")
     return value
 
 
@@ -161,7 +145,7 @@ def _list(data: Mapping[str, Any], key: str, path: Path, required: bool = False)
             raise JobFieldError((*path, key), "required")
         return []
     if not isinstance(value, list):
-        raise JobFieldError((*path, key), f"expected a list, got {_describe(value)}")
+        raise JobFieldError((*path, key), f"expected a list, got {describe(value)}")
     return value
 
 
@@ -170,7 +154,7 @@ def _str(data: Mapping[str, Any], key: str, path: Path, default: str | None = No
     if value is None:
         return default
     if not isinstance(value, str):
-        raise JobFieldError((*path, key), f"expected a string, got {_describe(value)}")
+        raise JobFieldError((*path, key), f"expected a string, got {describe(value)}")
     return value
 
 
@@ -181,7 +165,7 @@ def _int(
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise JobFieldError((*path, key), f"expected an integer, got {_describe(value)}")
+        raise JobFieldError((*path, key), f"expected an integer, got {describe(value)}")
     if value < minimum:
         raise JobFieldError((*path, key), f"expected an integer >= {minimum}, got {value}")
     return value
@@ -192,7 +176,7 @@ def _bool(data: Mapping[str, Any], key: str, path: Path, default: bool = False) 
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise JobFieldError((*path, key), f"expected a boolean, got {_describe(value)}")
+        raise JobFieldError((*path, key), f"expected a boolean, got {describe(value)}")
     return value
 
 
@@ -200,7 +184,7 @@ def _string_map(data: Mapping[str, Any], key: str, path: Path) -> dict[str, str]
     value = _mapping(data, key, path)
     for k, v in value.items():
         if not isinstance(v, str):
-            raise JobFieldError((*path, key, str(k)), f"expected a string, got {_describe(v)}")
+            raise JobFieldError((*path, key, str(k)), f"expected a string, got {describe(v)}")
     return {str(k): v for k, v in value.items()}
 
 
@@ -209,7 +193,7 @@ def _strings(data: Mapping[str, Any], key: str, path: Path) -> list[str]:
     out: list[str] = []
     for i, item in enumerate(items):
         if isinstance(item, bool) or not isinstance(item, str | int | float):
-            raise JobFieldError((*path, key, i), f"expected a string, got {_describe(item)}")
+            raise JobFieldError((*path, key, i), f"expected a string, got {describe(item)}")
         out.append(item if isinstance(item, str) else str(item))
     return out
 
@@ -220,7 +204,7 @@ def _strings(data: Mapping[str, Any], key: str, path: Path) -> list[str]:
 def _container(data: Any, path: Path) -> tuple[Container, dict[str, int]]:
     """A container and its per-pod requests (``requests``, else ``limits``)."""
     if not isinstance(data, dict):
-        raise JobFieldError(path, f"expected a mapping (a container), got {_describe(data)}")
+        raise JobFieldError(path, f"expected a mapping (a container), got {describe(data)}")
     name = _str(data, "name", path, "") or ""
     image = _str(data, "image", path, "") or ""
     command = _strings(data, "command", path)
@@ -230,7 +214,7 @@ def _container(data: Any, path: Path) -> tuple[Container, dict[str, int]]:
     for i, item in enumerate(_list(data, "env", path)):
         where = (*path, "env", i)
         if not isinstance(item, dict):
-            raise JobFieldError(where, f"expected a mapping, got {_describe(item)}")
+            raise JobFieldError(where, f"expected a mapping, got {describe(item)}")
         var = _str(item, "name", where)
         if not var:
             raise JobFieldError((*where, "name"), "required")
@@ -254,13 +238,13 @@ def _container(data: Any, path: Path) -> tuple[Container, dict[str, int]]:
         else:
             raw = item.get("value", "")
             if isinstance(raw, bool) or not isinstance(raw, str | int | float):
-                raise JobFieldError((*where, "value"), f"expected a string, got {_describe(raw)}")
+                raise JobFieldError((*where, "value"), f"expected a string, got {describe(raw)}")
             env.append(EnvVar(name=var, value=str(raw)))
     ports: dict[str, int] = {}
     for i, item in enumerate(_list(data, "ports", path)):
         where = (*path, "ports", i)
         if not isinstance(item, dict):
-            raise JobFieldError(where, f"expected a mapping, got {_describe(item)}")
+            raise JobFieldError(where, f"expected a mapping, got {describe(item)}")
         port = _int(item, "containerPort", where, minimum=1)
         port_name = _str(item, "name", where)
         if port_name and port is not None:
@@ -287,7 +271,7 @@ def _quantities(data: Mapping[str, Any], key: str, path: Path) -> dict[str, int]
         where = (*path, key, str(resource))
         if isinstance(raw, bool) or not isinstance(raw, str | int | float):
             raise JobFieldError(
-                where, f"expected a quantity such as 8, 500m or 16Gi, got {_describe(raw)}"
+                where, f"expected a quantity such as 8, 500m or 16Gi, got {describe(raw)}"
             )
         try:
             out[str(resource)] = parse_quantity(
@@ -310,7 +294,7 @@ class _Pod:
 def _pod_template(template: Any, path: Path) -> _Pod:
     """The pod of a PodTemplateSpec at ``path``."""
     if not isinstance(template, dict):
-        raise JobFieldError(path, f"expected a mapping (a pod template), got {_describe(template)}")
+        raise JobFieldError(path, f"expected a mapping (a pod template), got {describe(template)}")
     spec = _mapping(template, "spec", path, required=True)
     spath = (*path, "spec")
     items = _list(spec, "containers", spath, required=True)
@@ -465,7 +449,7 @@ def _jobset(data: Mapping[str, Any], annotations: Mapping[str, str]) -> _Parts:
     for i, item in enumerate(items):
         path: Path = ("spec", "replicatedJobs", i)
         if not isinstance(item, dict):
-            raise JobFieldError(path, f"expected a mapping, got {_describe(item)}")
+            raise JobFieldError(path, f"expected a mapping, got {describe(item)}")
         name = _str(item, "name", path)
         if not name:
             raise JobFieldError((*path, "name"), "required")
@@ -533,7 +517,7 @@ def _rayjob(data: Mapping[str, Any], annotations: Mapping[str, str]) -> _Parts:
     for i, group in enumerate(_list(cluster, "workerGroupSpecs", cpath)):
         path: Path = (*cpath, "workerGroupSpecs", i)
         if not isinstance(group, dict):
-            raise JobFieldError(path, f"expected a mapping, got {_describe(group)}")
+            raise JobFieldError(path, f"expected a mapping, got {describe(group)}")
         name = _str(group, "groupName", path)
         if not name:
             raise JobFieldError((*path, "groupName"), "required")
@@ -562,7 +546,7 @@ def _workload(data: Mapping[str, Any], annotations: Mapping[str, str]) -> _Parts
     for i, item in enumerate(items):
         path: Path = ("spec", "podSets", i)
         if not isinstance(item, dict):
-            raise JobFieldError(path, f"expected a mapping, got {_describe(item)}")
+            raise JobFieldError(path, f"expected a mapping, got {describe(item)}")
         name = _str(item, "name", path, "main") or "main"
         count = _int(item, "count", path, 1, minimum=1)
         min_count = _int(item, "minCount", path, minimum=1)

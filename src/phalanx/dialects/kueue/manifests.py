@@ -59,6 +59,7 @@ from phalanx.dialects.kueue.configuration import (
 )
 from phalanx.dialects.kueue.jobs import JOB_KINDS, JobFieldError, KubeJob, convert_job
 from phalanx.dialects.kueue.validation import validate
+from phalanx.dialects.kueue.values import describe
 from phalanx.errors import Invalid
 from phalanx.model import (
     AdminState,
@@ -438,13 +439,13 @@ def _metadata(data: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
     if metadata is None:
         raise _DocError(("metadata",), "required (with at least a name)")
     if not isinstance(metadata, Mapping):
-        raise _DocError(("metadata",), f"expected a mapping, got {_describe(metadata)}")
+        raise _DocError(("metadata",), f"expected a mapping, got {describe(metadata)}")
     name = metadata.get("name")
     if name is None:
         hint = " (generateName is only for jobs)" if "generateName" in metadata else ""
         raise _DocError(("metadata", "name"), f"required{hint}")
     if not isinstance(name, str) or not name:
-        raise _DocError(("metadata", "name"), f"expected a non-empty string, got {_describe(name)}")
+        raise _DocError(("metadata", "name"), f"expected a non-empty string, got {describe(name)}")
     return metadata, name
 
 
@@ -453,23 +454,8 @@ def _mapping_at(data: Mapping[str, Any], key: str, path: Path_) -> dict[str, Any
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise _DocError(path, f"expected a mapping, got {_describe(value)}")
+        raise _DocError(path, f"expected a mapping, got {describe(value)}")
     return dict(value)
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if value is None:
-        return "null"
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return type(value).__name__
 
 
 def _convert(kind: str, api_version: str, data: Mapping[str, Any]) -> _Converted:
@@ -482,7 +468,7 @@ def _convert(kind: str, api_version: str, data: Mapping[str, Any]) -> _Converted
         source = data.get("spec") if api_version == PHALANX_V1 and "spec" in data else data
         prefix: Path_ = ("spec",) if source is not data else ()
         if not isinstance(source, Mapping):
-            raise _DocError(("spec",), f"expected a mapping, got {_describe(source)}")
+            raise _DocError(("spec",), f"expected a mapping, got {describe(source)}")
         for key in ("value", "description"):
             if key in source:
                 model[key] = source[key]
@@ -504,7 +490,7 @@ def _convert(kind: str, api_version: str, data: Mapping[str, Any]) -> _Converted
         namespace = metadata.get("namespace", "default")
         if not isinstance(namespace, str):
             raise _DocError(
-                ("metadata", "namespace"), f"expected a string, got {_describe(namespace)}"
+                ("metadata", "namespace"), f"expected a string, got {describe(namespace)}"
             )
         model["namespace"] = namespace
         fields["namespace"] = ("metadata", "namespace")
@@ -588,7 +574,7 @@ def _convert_node(name: str, metadata: Mapping[str, Any], data: Mapping[str, Any
     unschedulable = spec.get("unschedulable", False)
     if not isinstance(unschedulable, bool):
         raise _DocError(
-            ("spec", "unschedulable"), f"expected true or false, got {_describe(unschedulable)}"
+            ("spec", "unschedulable"), f"expected true or false, got {describe(unschedulable)}"
         )
     state = annotations.get(STATE_ANNOTATION)
     if state is not None:
@@ -680,7 +666,7 @@ def _pydantic_problems(conv: _Converted, exc: ValidationError) -> list[tuple[Pat
         else:
             value = error.get("input")
             if isinstance(value, str | int | float | bool) or value is None:
-                message = f"{message}, got {_describe(value)}"
+                message = f"{message}, got {describe(value)}"
         out.append((_manifest_path(conv, loc), message))
     return out
 
@@ -714,7 +700,7 @@ def _load_docs(docs: Iterable[_Doc]) -> tuple[list[Manifest], list[_Problem]]:
                 problem(
                     (),
                     "expected a mapping (a Kubernetes object with apiVersion, kind, metadata"
-                    f" and spec), got {_describe(data)}",
+                    f" and spec), got {describe(data)}",
                 )
             )
             continue

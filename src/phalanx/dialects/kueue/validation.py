@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from phalanx.dialects.kueue.values import describe
+
 __all__ = [
     "LABEL_SELECTOR",
     "SCHEMAS",
@@ -396,24 +398,6 @@ def schema_for(kind: str, api_version: str) -> Field:
 # --------------------------------------------------------------------------- walking
 
 
-def _type_name(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return f"the number {value}"
-    if isinstance(value, float):
-        return f"the number {value}"
-    if isinstance(value, str):
-        return f'the string "{value}"'
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if value is None:
-        return "null"
-    return type(value).__name__
-
-
 def _pattern_text(pattern: re.Pattern[str]) -> str:
     return _PATTERN_TEXT.get(pattern.pattern, f"a string matching {pattern.pattern}")
 
@@ -428,7 +412,7 @@ def check(schema: Field, value: Any, path: Path_, out: list[Problem]) -> Any:
     kind = schema.type
     if kind == "object":
         if not isinstance(value, Mapping):
-            out.append((path, f"expected a mapping, got {_type_name(value)}"))
+            out.append((path, f"expected a mapping, got {describe(value)}"))
             return value
         result: dict[str, Any] = {}
         for key, item in value.items():
@@ -450,7 +434,7 @@ def check(schema: Field, value: Any, path: Path_, out: list[Problem]) -> Any:
         return result
     if kind == "array":
         if not isinstance(value, list):
-            out.append((path, f"expected a list, got {_type_name(value)}"))
+            out.append((path, f"expected a list, got {describe(value)}"))
             return value
         if schema.min_items is not None and len(value) < schema.min_items:
             out.append((path, f"must have at least {schema.min_items} item(s)"))
@@ -460,19 +444,19 @@ def check(schema: Field, value: Any, path: Path_, out: list[Problem]) -> Any:
         return [check(schema.items, item, (*path, i), out) for i, item in enumerate(value)]
     if kind == "map":
         if not isinstance(value, Mapping):
-            out.append((path, f"expected a mapping of strings, got {_type_name(value)}"))
+            out.append((path, f"expected a mapping of strings, got {describe(value)}"))
             return value
         if schema.max_props is not None and len(value) > schema.max_props:
             out.append((path, f"must have at most {schema.max_props} entries, got {len(value)}"))
         for key, item in value.items():
             if not isinstance(item, str):
                 hint = f' (quote it: "{_scalar(item)}")' if _is_scalar(item) else ""
-                out.append(((*path, str(key)), f"expected a string, got {_type_name(item)}{hint}"))
+                out.append(((*path, str(key)), f"expected a string, got {describe(item)}{hint}"))
         return dict(value)
     if kind == "string":
         if not isinstance(value, str):
             hint = f' (quote it: "{_scalar(value)}")' if _is_scalar(value) else ""
-            out.append((path, f"expected a string, got {_type_name(value)}{hint}"))
+            out.append((path, f"expected a string, got {describe(value)}{hint}"))
             return value
         if schema.enum and value not in schema.enum:
             allowed = ", ".join(schema.enum)
@@ -484,7 +468,7 @@ def check(schema: Field, value: Any, path: Path_, out: list[Problem]) -> Any:
         return value
     if kind == "integer":
         if isinstance(value, bool) or not isinstance(value, int):
-            out.append((path, f"expected an integer, got {_type_name(value)}"))
+            out.append((path, f"expected an integer, got {describe(value)}"))
             return value
         if schema.minimum is not None and value < schema.minimum:
             out.append((path, f"must be greater than or equal to {schema.minimum}"))
@@ -493,18 +477,18 @@ def check(schema: Field, value: Any, path: Path_, out: list[Problem]) -> Any:
         return value
     if kind == "boolean":
         if not isinstance(value, bool):
-            out.append((path, f"expected true or false, got {_type_name(value)}"))
+            out.append((path, f"expected true or false, got {describe(value)}"))
         return value
     if kind == "number":
         if isinstance(value, bool) or not isinstance(value, int | float):
-            out.append((path, f"expected a number, got {_type_name(value)}"))
+            out.append((path, f"expected a number, got {describe(value)}"))
         return value
     if kind == "duration":
         if not isinstance(value, str) or parse_duration(value) is None:
             out.append(
                 (
                     path,
-                    f"expected a duration such as 30m, 1h30m or 90s, got {_type_name(value)}",
+                    f"expected a duration such as 30m, 1h30m or 90s, got {describe(value)}",
                 )
             )
         return value
@@ -514,7 +498,7 @@ def check(schema: Field, value: Any, path: Path_, out: list[Problem]) -> Any:
                 (
                     path,
                     f"expected an integer or a quantity string such as "
-                    f'"8", "500m" or "100Gi", got {_type_name(value)}',
+                    f'"8", "500m" or "100Gi", got {describe(value)}',
                 )
             )
         elif isinstance(value, str) and not QUANTITY.match(value):
