@@ -61,6 +61,7 @@ def test_partial_admission_min_count_and_missing_command() -> None:
 
 def test_jobset_pod_sets_and_pod_names() -> None:
     doc = _doc("jobs/sample-jobset-tas-combined.yaml")
+    doc["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"].pop("annotations")
     doc["spec"]["replicatedJobs"][0]["replicas"] = 2
     job = _convert(doc)
     assert [(p.name, p.count) for p in job.submission.pod_sets] == [("workers", 16)]
@@ -234,3 +235,11 @@ def test_expand_vars() -> None:
 
 def _path(path: tuple[str | int, ...]) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def test_required_topology_is_refused_naming_the_annotation() -> None:
+    doc = _doc("jobs/sample-jobset-tas-sliced.yaml")
+    with pytest.raises(JobFieldError) as caught:
+        _convert(doc)
+    assert caught.value.path[-1] == "kueue.x-k8s.io/podset-slice-required-topology"
+    assert "remove the annotation" in caught.value.message

@@ -115,7 +115,9 @@ def test_string_expected_hint() -> None:
         "spec:\n  nodeLabels: {gpu: true}\n"
     )
     (line,) = errors(text)
-    assert line.endswith('spec.nodeLabels.gpu: expected a string, got the boolean true (quote it: "true")')
+    assert line.endswith(
+        'spec.nodeLabels.gpu: expected a string, got the boolean true (quote it: "true")'
+    )
 
 
 def test_status_and_bookkeeping_metadata_are_ignored() -> None:

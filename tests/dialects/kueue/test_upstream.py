@@ -43,9 +43,19 @@ SETUP_OF = {
 }
 """A sample job -> the setup file that creates its LocalQueue."""
 
+_TOPOLOGY = "not supported: topology-aware scheduling is not available"
 REFUSED = {
     "admin/minimal-cq.yaml": (
         "spec.admissionChecksStrategy: not supported: phalanx does not run Kueue AdmissionChecks"
+    ),
+    "jobs/sample-jobset-tas-combined.yaml": (
+        '.metadata.annotations["kueue.x-k8s.io/podset-required-topology"]: ' + _TOPOLOGY
+    ),
+    "jobs/sample-jobset-tas-required.yaml": (
+        '.metadata.annotations["kueue.x-k8s.io/podset-required-topology"]: ' + _TOPOLOGY
+    ),
+    "jobs/sample-jobset-tas-sliced.yaml": (
+        '.metadata.annotations["kueue.x-k8s.io/podset-slice-required-topology"]: ' + _TOPOLOGY
     ),
 }
 """Files phalanx refuses -> the field and reason the refusal names (see docs/kueue.md)."""
@@ -84,6 +94,9 @@ def test_every_file_is_covered() -> None:
 @pytest.mark.parametrize("rel", upstream_files())
 def test_upstream_manifest_applies_or_is_refused(server: RunningServer, rel: str) -> None:
     if rel in REFUSED:
+        setup = SETUP_OF.get(rel)
+        if setup is not None:
+            apply(server, setup)
         with pytest.raises(Invalid) as caught:
             apply(server, rel)
         (line,) = caught.value.detail.splitlines()

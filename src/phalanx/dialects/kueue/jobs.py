@@ -295,6 +295,7 @@ def _pod_template(template: Any, path: Path) -> _Pod:
     """The pod of a PodTemplateSpec at ``path``."""
     if not isinstance(template, dict):
         raise JobFieldError(path, f"expected a mapping (a pod template), got {describe(template)}")
+    _check_topology_request(template, path)
     spec = _mapping(template, "spec", path, required=True)
     spath = (*path, "spec")
     items = _list(spec, "containers", spath, required=True)
@@ -323,6 +324,32 @@ def _pod_template(template: Any, path: Path) -> _Pod:
             err = exc.errors()[0]
             raise JobFieldError((*where, *(str(p) for p in err["loc"])), str(err["msg"])) from None
     return _Pod(containers, inits, total, selector, tolerations)
+
+
+REQUIRED_TOPOLOGY_ANNOTATIONS = (
+    "kueue.x-k8s.io/podset-required-topology",
+    "kueue.x-k8s.io/podset-slice-required-topology",
+)
+"""Kueue's hard topology constraints on a pod template, which phalanx cannot honour yet."""
+
+
+def _check_topology_request(template: Mapping[str, Any], path: Path) -> None:
+    """Refuse a required topology placement rather than place the pods without it.
+
+    ``podset-preferred-topology`` and ``podset-unconstrained-topology`` ask for
+    best effort, which any placement satisfies; a required one would be broken
+    silently.
+    """
+    metadata = _mapping(template, "metadata", path)
+    annotations = _string_map(metadata, "annotations", (*path, "metadata"))
+    for key in REQUIRED_TOPOLOGY_ANNOTATIONS:
+        if key in annotations:
+            raise JobFieldError(
+                (*path, "metadata", "annotations", key),
+                f"not supported: topology-aware scheduling is not available, so pods cannot "
+                f"be kept within one {annotations[key]!r} domain; remove the annotation or use "
+                "kueue.x-k8s.io/podset-preferred-topology",
+            )
 
 
 def _pod_set(name: str, count: int, pod: _Pod, path: Path, min_count: int | None = None) -> PodSet:
