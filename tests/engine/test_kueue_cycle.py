@@ -27,7 +27,8 @@ def test_kueue_preset_takes_one_head_per_cluster_queue_per_cycle() -> None:
     assert engine.next_wakeup() == 1.0  # heads are waiting: run again at once
     assert sorted(admitted_ids(engine.cycle(2.0))) == [11, 21]
     assert sorted(admitted_ids(engine.cycle(3.0))) == [12, 22]
-    assert engine.next_wakeup() is None
+    # Nothing waits; next is waitForPodsReady's timeout of the first admissions (30 min).
+    assert engine.next_wakeup() == 1.0 + 1800
 
 
 def test_phalanx_rounds_admit_everything_that_fits() -> None:

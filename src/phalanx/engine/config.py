@@ -95,11 +95,17 @@ class EngineConfig:
 
     @classmethod
     def for_preset(cls, preset: str, **overrides: object) -> EngineConfig:
-        """The preset's defaults: ``kueue`` is Kueue's cycle (one head per ClusterQueue)."""
+        """The preset's defaults.
+
+        ``kueue`` is Kueue's: one head per ClusterQueue per cycle, a missing
+        namespaceSelector matches nothing, and waitForPodsReady is on with its
+        defaults (as in Kueue since v0.19).
+        """
         values: dict[str, object] = {"preset": preset}
         if preset == "kueue":
             values["heads_per_cycle"] = 1
             values["missing_namespace_selector_matches_all"] = False
+            values["wait_for_pods_ready"] = WaitForPodsReadyConfig()
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
 
