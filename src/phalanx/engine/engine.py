@@ -825,7 +825,7 @@ class Engine:
         fair = self.config.fair_sharing
         if fair is not None:
             found = preemptor.fair_targets(
-                rec, info, frs, claimed, fair.preemption_strategies, self._share
+                rec, info, frs, claimed, fair.preemption_strategies, self._weight
             )
         else:
             found = preemptor.targets(rec, info, frs, claimed)
@@ -833,6 +833,9 @@ class Engine:
         return found[0] if found is not None else None
 
     # ------------------------------------------------------------------ fair sharing
+
+    def _weight(self, node: QuotaNode) -> float:
+        return node_weight(self.cache, node)
 
     def _share(self, node: QuotaNode, extra: Mapping[FlavorResource, int] | None = None) -> float:
         return dominant_share(node, node_weight(self.cache, node), extra)

@@ -14,17 +14,23 @@ nominees compete, each with the share of the child subtree *after* admitting
 its nominee: a subtree that does not borrow for it first, then the lower
 share, then higher priority, then the earlier queue-order time.
 
-**Preemption** (``preemption/fairsharing``): candidates are jobs of the
-preemptor's own ClusterQueue (``withinClusterQueue``) and of ClusterQueues that
-borrow (``reclaimWithinCohort``). If the preemptor stays within its nominal
-quota, other queues' candidates are reclaimed unconditionally
-(``InCohortReclamation``). Otherwise the most-over-share borrowing queue is
-visited first, and one of its candidates is preempted (``InCohortFairSharing``)
-only if the strategy holds: ``LessThanOrEqualToFinalShare`` (the preemptor's
-share after admission <= the target's share after the removal), then, for the
-rejected, ``LessThanInitialShare`` (< the target's share before it). Shares are
-compared at the ClusterQueue level (Kueue compares the two subtrees just below
-their lowest common cohort; in a flat cohort they are the ClusterQueues).
+**Preemption** (``preemption/fairsharing``, ``fairPreemptions``): candidates
+are jobs of the preemptor's own ClusterQueue (``withinClusterQueue``) and of
+ClusterQueues that borrow (``reclaimWithinCohort``); the preemptor's request is
+charged to its queue while shares are compared. ``TargetClusterQueueOrdering``
+walks down from the root cohort, at every cohort entering the child with the
+highest share that still borrows and has candidates (a cohort on the
+preemptor's path stays while not borrowing, the preemptor's queue while it has
+candidates; a cohort wins a tie with a queue, equal queues go by their next
+candidate), until it reaches a ClusterQueue. The preemptor's own queue gives up
+its next candidate unconditionally; another queue's is reclaimed
+(``InCohortReclamation``) if the preemptor stays within its nominal quota, and
+otherwise preempted (``InCohortFairSharing``) only if the strategy holds on the
+*almost-LCA* shares, those of the two children of the lowest common cohort of
+the two queues (each may be the queue itself): ``LessThanOrEqualToFinalShare``
+(the preemptor's side <= the target's side after removing the candidate), then,
+over the rejected and at most once per queue, ``LessThanInitialShare`` (< the
+target's side before). After each victim the walk starts again from the root.
 """
 
 from __future__ import annotations

@@ -36,12 +36,14 @@ back before it returns: nothing it does is visible afterwards.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from phalanx.engine.assigner import PLACEMENT, QUOTA, Assignment
 from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
+from phalanx.engine.fairsharing import share_and_ratio
 from phalanx.engine.quota import FlavorResource, QuotaNode
 from phalanx.engine.state import JobRecord
 
@@ -292,7 +294,7 @@ class Preemptor(Generic[T]):
         frs: dict[FlavorResource, int],
         excluded: set[int],
         strategies: tuple[str, ...],
-        share: Callable[[QuotaNode, Mapping[FlavorResource, int] | None], float],
+        weight: Callable[[QuotaNode], float],
     ) -> tuple[list[Candidate], T] | None:
         """Fair-sharing preemption (see :mod:`phalanx.engine.fairsharing`)."""
         cands = self.candidates(rec, info, frs, excluded)
@@ -304,71 +306,81 @@ class Preemptor(Generic[T]):
         )
         removed: list[Candidate] = []
         fit: T | None = None
+        incoming = _Incoming(node, frs)
 
         def take(cand: Candidate, reason: str) -> T | None:
-            self.remove(cand.rec)
-            removed.append(replace(cand, reason=reason))
-            return self._fits(True)
-
-        def borrows(q: QuotaNode) -> bool:
-            return any(q.usage.get(fr, 0) > q.nominal.get(fr, 0) for fr in frs)
+            # The job's own usage is only simulated for the shares, never for a fit.
+            incoming.lift()
+            try:
+                self.remove(cand.rec)
+                removed.append(replace(cand, reason=reason))
+                return self._fits(True)
+            finally:
+                incoming.charge()
 
         try:
-            if within_nominal:
-                for cand in cands:
-                    if cand.queue is not None and not borrows(cand.queue):
-                        continue
-                    reason = IN_CLUSTER_QUEUE if cand.own_queue else IN_COHORT_RECLAMATION
-                    fit = take(cand, reason)
-                    if fit is not None:
-                        break
-            else:
-                by_queue: dict[int, tuple[QuotaNode, list[Candidate]]] = {}
-                for cand in cands:
-                    adm = cand.rec.admission
-                    assert adm is not None
-                    by_queue.setdefault(id(adm.quota_node), (adm.quota_node, []))[1].append(cand)
-                rejected: dict[int, tuple[QuotaNode, list[Candidate]]] = {}
-                for n, strategy in enumerate(strategies):
-                    pool = by_queue if n == 0 else rejected
-                    if n > 0:
-                        rejected = {}
-                    while fit is None:
-                        pre_new = share(node, frs)
-                        live = [
-                            (q, lst)
-                            for q, lst in pool.values()
-                            if lst and (q is node or borrows(q))
-                        ]
-                        if not live:
-                            break
-                        q, lst = max(
-                            live,
-                            key=lambda item: pre_new if item[0] is node else share(item[0], None),
-                        )
-                        cand = lst.pop(0)
-                        if q is node:
-                            fit = take(cand, IN_CLUSTER_QUEUE)
-                            continue
-                        adm = cand.rec.admission
-                        assert adm is not None
-                        if strategy == "LessThanOrEqualToFinalShare":
-                            lifted = {fr: -amount for fr, amount in adm.usage.items()}
-                            ok = pre_new <= share(q, lifted)
-                        else:
-                            ok = pre_new < share(q, None)
-                        if ok:
-                            fit = take(cand, IN_COHORT_FAIR_SHARING)
-                        else:
-                            rejected.setdefault(id(q), (q, []))[1].append(cand)
-                    if fit is not None:
-                        break
+            incoming.charge()
+            try:
+                fit = self._fair_search(node, cands, within_nominal, strategies, weight, take)
+            finally:
+                incoming.lift()
             if fit is None:
                 return None
             return self._fill_back(removed, True)
         finally:
             for cand in reversed(removed):
                 self.restore(cand.rec)
+
+    def _fair_search(
+        self,
+        node: QuotaNode,
+        cands: list[Candidate],
+        within_nominal: bool,
+        strategies: tuple[str, ...],
+        weight: Callable[[QuotaNode], float],
+        take: Callable[[Candidate, str], T | None],
+    ) -> T | None:
+        """Kueue's ``fairPreemptions``, with the incoming job's usage charged to ``node``:
+        victims are taken with ``take`` until it returns a fit."""
+        fit: T | None = None
+        if node.parent is None:
+            for cand in cands:
+                fit = take(cand, IN_CLUSTER_QUEUE)
+                if fit is not None:
+                    break
+            return fit
+        ordering = _TargetOrdering(self.cache, node, cands, weight)
+        retry: list[Candidate] = []
+        first = strategies[0] if strategies else "LessThanOrEqualToFinalShare"
+        while fit is None and (q := ordering.next()) is not None:
+            queue = ordering.queues[id(q)]
+            if q is node or within_nominal:
+                reason = IN_CLUSTER_QUEUE if q is node else IN_COHORT_RECLAMATION
+                fit = take(queue.pop(0), reason)
+                continue
+            pre_side, target_side = _almost_lca(node, q)
+            pre_new = _drs(pre_side, weight)
+            target_old = _drs(target_side, weight)
+            while queue:
+                cand = queue.pop(0)
+                if first == "LessThanOrEqualToFinalShare":
+                    ok = pre_new <= _drs_without(target_side, q, cand, weight)
+                else:
+                    ok = pre_new < target_old
+                if ok:
+                    fit = take(cand, IN_COHORT_FAIR_SHARING)
+                    # The shares changed: the next target may be another queue.
+                    break
+                retry.append(cand)
+        if fit is None and len(strategies) > 1 and retry:
+            ordering = _TargetOrdering(self.cache, node, retry, weight)
+            while fit is None and (q := ordering.next()) is not None:
+                pre_side, target_side = _almost_lca(node, q)
+                if _drs(pre_side, weight) < _drs(target_side, weight):
+                    fit = take(ordering.queues[id(q)].pop(0), IN_COHORT_FAIR_SHARING)
+                # Kueue applies rule S2-b at most once per ClusterQueue.
+                ordering.drop(q)
+        return fit
 
     def _minimal(
         self,
@@ -418,3 +430,146 @@ class Preemptor(Generic[T]):
         assert final is not None
         targets.sort(key=Candidate.order)
         return targets, final
+
+
+DrsKey = tuple[float, float]
+"""A DRS as Kueue's ``CompareDRS`` orders it: the share, then, between two infinite
+shares (weight 0), the unweighted ratio."""
+
+
+def _drs(node: QuotaNode, weight: Callable[[QuotaNode], float]) -> DrsKey:
+    share, ratio = share_and_ratio(node, weight(node))
+    return share, ratio if math.isinf(share) else 0.0
+
+
+def _drs_without(
+    side: QuotaNode, queue: QuotaNode, cand: Candidate, weight: Callable[[QuotaNode], float]
+) -> DrsKey:
+    """The DRS of ``side`` (``queue`` or a cohort above it) once ``cand`` is gone: its
+    usage leaves ``queue`` and travels up through the lending limits, then comes back."""
+    adm = cand.rec.admission
+    assert adm is not None
+    if adm.quota_node is not queue:
+        return _drs(side, weight)
+    for fr, amount in adm.usage.items():
+        queue.remove_usage(fr, amount)
+    try:
+        return _drs(side, weight)
+    finally:
+        for fr, amount in adm.usage.items():
+            queue.add_usage(fr, amount)
+
+
+def _almost_lca(preemptor: QuotaNode, target: QuotaNode) -> tuple[QuotaNode, QuotaNode]:
+    """The children of the lowest cohort shared by two ClusterQueues of one tree, on the
+    preemptor's side and on the target's side (each may be the ClusterQueue itself)."""
+    path = {id(a) for a in preemptor.ancestors()}
+    target_side = target
+    for ancestor in target.ancestors():
+        if id(ancestor) in path:
+            lca = ancestor
+            break
+        target_side = ancestor
+    else:
+        raise AssertionError("ClusterQueues of different cohort trees")
+    preemptor_side = preemptor
+    for ancestor in preemptor.ancestors():
+        if ancestor is lca:
+            break
+        preemptor_side = ancestor
+    return preemptor_side, target_side
+
+
+class _Incoming:
+    """The pending job's usage, charged to its ClusterQueue while shares are compared
+    (Kueue's ``SimulateUsageAddition``) and lifted while fits are tried."""
+
+    __slots__ = ("charged", "node", "usage")
+
+    def __init__(self, node: QuotaNode, usage: Mapping[FlavorResource, int]) -> None:
+        self.node = node
+        self.usage = usage
+        self.charged = False
+
+    def charge(self) -> None:
+        if not self.charged:
+            for fr, amount in self.usage.items():
+                self.node.add_usage(fr, amount)
+            self.charged = True
+
+    def lift(self) -> None:
+        if self.charged:
+            for fr, amount in self.usage.items():
+                self.node.remove_usage(fr, amount)
+            self.charged = False
+
+
+class _TargetOrdering:
+    """Kueue's ``TargetClusterQueueOrdering``: from the root cohort down, the child with
+    the highest DRS that still borrows and still has candidates, until a ClusterQueue.
+
+    A cohort on the preemptor's path is kept while not borrowing (imbalance may sit
+    below it, or the preemptor's own queue has candidates); the preemptor's queue is
+    kept until its candidates run out. Between equal ClusterQueues the one whose next
+    candidate orders first wins; a cohort wins a tie with a ClusterQueue.
+    """
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        preemptor: QuotaNode,
+        cands: Iterable[Candidate],
+        weight: Callable[[QuotaNode], float],
+    ) -> None:
+        self.preemptor = preemptor
+        self.weight = weight
+        self.root = preemptor.root()
+        self.path = {id(a) for a in preemptor.ancestors()}
+        self.queues: dict[int, list[Candidate]] = {}
+        for cand in cands:
+            adm = cand.rec.admission
+            assert adm is not None
+            other = cache.cluster_queues.get(adm.cluster_queue)
+            if other is None:
+                continue
+            self.queues.setdefault(id(other.node), []).append(cand)
+        self.pruned: set[int] = set()
+
+    def drop(self, queue: QuotaNode) -> None:
+        self.pruned.add(id(queue))
+
+    def next(self) -> QuotaNode | None:
+        """The next ClusterQueue to take a candidate from, or None when none is left."""
+        while id(self.root) not in self.pruned:
+            found = self._next(self.root)
+            if found is not None:
+                return found
+        return None
+
+    def _next(self, cohort: QuotaNode) -> QuotaNode | None:
+        best_cq: QuotaNode | None = None
+        best_cq_drs: DrsKey = (-1.0, 0.0)
+        best_cohort: QuotaNode | None = None
+        best_cohort_drs: DrsKey = (-1.0, 0.0)
+        for child in cohort.children:
+            if id(child) in self.pruned:
+                continue
+            drs = _drs(child, self.weight)
+            if child.is_cluster_queue:
+                queue = self.queues.get(id(child))
+                if not queue or (drs[0] == 0 and child is not self.preemptor):
+                    self.pruned.add(id(child))
+                elif best_cq is None or drs > best_cq_drs:
+                    best_cq, best_cq_drs = child, drs
+                elif drs == best_cq_drs and queue[0].order() < self.queues[id(best_cq)][0].order():
+                    best_cq = child
+            elif drs[0] == 0 and id(child) not in self.path:
+                self.pruned.add(id(child))
+            elif drs >= best_cohort_drs:
+                best_cohort, best_cohort_drs = child, drs
+        if best_cohort is None and best_cq is None:
+            self.pruned.add(id(cohort))
+            return None
+        if best_cohort is not None and best_cohort_drs >= best_cq_drs:
+            return self._next(best_cohort)
+        return best_cq
