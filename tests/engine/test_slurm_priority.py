@@ -34,6 +34,7 @@ from phalanx.engine.priority import (
     new_usage,
     normalized_usage,
     parse_billing_weights,
+    parse_tres_weights,
     partition_factor,
     qos_factor,
     resets_at_start,
@@ -298,8 +299,22 @@ def test_billing_max_tres_gres_and_global() -> None:
 
 
 E2E_WEIGHTS = PriorityWeights(
-    age=1000, fairshare=10000, job_size=1000, partition=1000, qos=2000, tres={"gres/gpu": 3000}
+    age=1000,
+    fairshare=10000,
+    job_size=1000,
+    partition=1000,
+    qos=2000,
+    tres=parse_tres_weights("GRES/gpu=3000"),
 )
+
+
+def test_parse_tres_weights() -> None:
+    assert parse_tres_weights("CPU=1000,Mem=2000,GRES/gpu=3000") == {
+        "cpu": 1000.0,
+        "mem": 2000.0,
+        "gres/gpu": 3000.0,
+    }
+    assert parse_tres_weights("CPU=-2.5") == {"cpu": -2.5}
 
 
 def e2e_factors(**size: bool | int) -> PriorityFactors:

@@ -158,6 +158,18 @@ def job_priority(
     return int(total)
 
 
+def parse_tres_weights(spec: str) -> dict[str, float]:
+    """``PriorityWeightTRES`` (``CPU=1000,Mem=2000,GRES/gpu=3000``) keyed by
+    lower-cased TRES name; weights are floats and may be negative."""
+    weights: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"bad PriorityWeightTRES entry {item!r}")
+        weights[name.strip().lower()] = float(raw)
+    return weights
+
+
 _NODE_TRES = frozenset({"cpu", "mem", "node"})
 _MEM_UNITS_MB: dict[str, float] = {
     "K": 1.0 / 1024,
