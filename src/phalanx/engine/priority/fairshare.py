@@ -147,7 +147,7 @@ def fair_tree(tree: AssociationTree, usage_raw: Mapping[str, float]) -> dict[str
         while i < len(ordered):
             name = ordered[i]
             value = level_fs[name]
-            tied = True if i == 0 and account_tied else prev is not None and prev == value
+            tied = (i == 0 and account_tied) or prev == value
             if tree.node(name).is_user:
                 if not tied:
                     state["rank"] = state["remaining"]
