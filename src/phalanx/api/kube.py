@@ -449,9 +449,15 @@ def _kube_label(row: JobRow) -> tuple[str, str]:
     return str(kube.get("namespace", "")), str(kube.get("name", ""))
 
 
+def _visible_of(plane: Any, principal: Principal, kind: str) -> list[JobRow]:
+    """The caller's jobs that were applied as a Kubernetes object of ``kind``."""
+    return [r for r in _visible(plane, principal) if (_kube(r) or {}).get("kind") == kind]
+
+
 def _list_workloads(plane: Plane, principal: Caller) -> dict[str, Any]:
     rows = _visible(plane, principal)
-    return {"kind": "Workload", "items": [workload(r, plane.store.job_events(r.id)) for r in rows]}
+    events = plane.store.events_of([r.id for r in rows])
+    return {"kind": "Workload", "items": [workload(r, events.get(r.id, [])) for r in rows]}
 
 
 def _get_workload(plane: Plane, principal: Caller, name: str) -> dict[str, Any]:
@@ -461,16 +467,17 @@ def _get_workload(plane: Plane, principal: Caller, name: str) -> dict[str, Any]:
 
 def _list_jobs_of(kind: str) -> Callable[..., dict[str, Any]]:
     def handler(plane: Plane, principal: Caller) -> dict[str, Any]:
-        rows = [r for r in _visible(plane, principal) if (_kube(r) or {}).get("kind") == kind]
-        return {"kind": kind, "items": [kube_object(r) for r in rows]}
+        return {
+            "kind": kind,
+            "items": [kube_object(r) for r in _visible_of(plane, principal, kind)],
+        }
 
     return handler
 
 
 def _get_job_of(kind: str) -> Callable[..., dict[str, Any]]:
     def handler(plane: Plane, principal: Caller, name: str) -> dict[str, Any]:
-        rows = [r for r in _visible(plane, principal) if (_kube(r) or {}).get("kind") == kind]
-        row = _find(rows, name, _kube_label, kind)
+        row = _find(_visible_of(plane, principal, kind), name, _kube_label, kind)
         return kube_object(row)
 
     return handler
@@ -479,8 +486,7 @@ def _get_job_of(kind: str) -> Callable[..., dict[str, Any]]:
 def _delete_job_of(kind: str) -> Callable[..., dict[str, Any]]:
     def handler(plane: Plane, principal: Caller, name: str) -> dict[str, Any]:
         """Delete the object: its job is cancelled (stopped if it runs), as its pods would be."""
-        rows = [r for r in _visible(plane, principal) if (_kube(r) or {}).get("kind") == kind]
-        row = _find(rows, name, _kube_label, kind)
+        row = _find(_visible_of(plane, principal, kind), name, _kube_label, kind)
         namespace, short = _kube_label(row)
         if not JobState(row.state).finished:
             plane.cancel(principal, row.id)

@@ -696,9 +696,21 @@ class Store:
 
     def job_events(self, job_id: int) -> list[JobEventRow]:
         """A job's history, oldest first."""
-        stmt = _SELECT_EVENTS.where(job_events.c.job_id == job_id).order_by(job_events.c.id)
+        return self.events_of([job_id]).get(job_id, [])
+
+    def events_of(self, job_ids: Sequence[int]) -> dict[int, list[JobEventRow]]:
+        """The histories of several jobs, oldest first, in one query per 500 jobs."""
+        out: dict[int, list[JobEventRow]] = {}
+        ids = list(dict.fromkeys(job_ids))
         with self._read() as conn:
-            return [_event(row) for row in conn.execute(stmt)]
+            for start in range(0, len(ids), 500):
+                stmt = _SELECT_EVENTS.where(
+                    job_events.c.job_id.in_(ids[start : start + 500])
+                ).order_by(job_events.c.id)
+                for row in conn.execute(stmt):
+                    event = _event(row)
+                    out.setdefault(event.job_id, []).append(event)
+        return out
 
     # -- configuration objects ----------------------------------------------------
 
