@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,6 +198,17 @@ def _strings(data: Mapping[str, Any], key: str, path: Path) -> list[str]:
     return out
 
 
+def _mappings(
+    data: Mapping[str, Any], key: str, path: Path, required: bool = False
+) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Each item of the list ``data[key]``, with its path; every item must be a mapping."""
+    for i, item in enumerate(_list(data, key, path, required=required)):
+        where: Path = (*path, key, i)
+        if not isinstance(item, dict):
+            raise JobFieldError(where, f"expected a mapping, got {describe(item)}")
+        yield where, item
+
+
 # ---------------------------------------------------------------------- pods
 
 
@@ -211,10 +222,7 @@ def _container(data: Any, path: Path) -> tuple[Container, dict[str, int]]:
     args = _strings(data, "args", path)
     workdir = _str(data, "workingDir", path)
     env: list[EnvVar] = []
-    for i, item in enumerate(_list(data, "env", path)):
-        where = (*path, "env", i)
-        if not isinstance(item, dict):
-            raise JobFieldError(where, f"expected a mapping, got {describe(item)}")
+    for where, item in _mappings(data, "env", path):
         var = _str(item, "name", where)
         if not var:
             raise JobFieldError((*where, "name"), "required")
@@ -241,10 +249,7 @@ def _container(data: Any, path: Path) -> tuple[Container, dict[str, int]]:
                 raise JobFieldError((*where, "value"), f"expected a string, got {describe(raw)}")
             env.append(EnvVar(name=var, value=str(raw)))
     ports: dict[str, int] = {}
-    for i, item in enumerate(_list(data, "ports", path)):
-        where = (*path, "ports", i)
-        if not isinstance(item, dict):
-            raise JobFieldError(where, f"expected a mapping, got {describe(item)}")
+    for where, item in _mappings(data, "ports", path):
         port = _int(item, "containerPort", where, minimum=1)
         port_name = _str(item, "name", where)
         if port_name and port is not None:
@@ -473,10 +478,7 @@ def _jobset(data: Mapping[str, Any], annotations: Mapping[str, str]) -> _Parts:
     pod_sets: list[PodSet] = []
     runs: list[KubePodSet] = []
     backoff = DEFAULT_BACKOFF_LIMIT
-    for i, item in enumerate(items):
-        path: Path = ("spec", "replicatedJobs", i)
-        if not isinstance(item, dict):
-            raise JobFieldError(path, f"expected a mapping, got {describe(item)}")
+    for i, (path, item) in enumerate(_mappings(spec, "replicatedJobs", ("spec",))):
         name = _str(item, "name", path)
         if not name:
             raise JobFieldError((*path, "name"), "required")
@@ -541,10 +543,7 @@ def _rayjob(data: Mapping[str, Any], annotations: Mapping[str, str]) -> _Parts:
     pod_sets = [_pod_set("head", 1, head_pod, (*cpath, "headGroupSpec"))]
     runs = [_kube_pod_set("head", "head", head_pod)]
     names = {"head"}
-    for i, group in enumerate(_list(cluster, "workerGroupSpecs", cpath)):
-        path: Path = (*cpath, "workerGroupSpecs", i)
-        if not isinstance(group, dict):
-            raise JobFieldError(path, f"expected a mapping, got {describe(group)}")
+    for path, group in _mappings(cluster, "workerGroupSpecs", cpath):
         name = _str(group, "groupName", path)
         if not name:
             raise JobFieldError((*path, "groupName"), "required")
@@ -570,10 +569,7 @@ def _workload(data: Mapping[str, Any], annotations: Mapping[str, str]) -> _Parts
         raise JobFieldError(("spec", "podSets"), "a Workload needs at least one pod set")
     pod_sets: list[PodSet] = []
     runs: list[KubePodSet] = []
-    for i, item in enumerate(items):
-        path: Path = ("spec", "podSets", i)
-        if not isinstance(item, dict):
-            raise JobFieldError(path, f"expected a mapping, got {describe(item)}")
+    for path, item in _mappings(spec, "podSets", ("spec",)):
         name = _str(item, "name", path, "main") or "main"
         count = _int(item, "count", path, 1, minimum=1)
         min_count = _int(item, "minCount", path, minimum=1)
