@@ -700,30 +700,33 @@ class ControlPlane:
     def _create_kube_jobs(
         self, tx: Tx, cmd: _ApplyCmd, now: float, effects: _Effects
     ) -> list[tuple[str, str, str]]:
+        fresh = [
+            (item.engine_job, item.job.submission)
+            for item in cmd.jobs
+            if item.existing is None and item.engine_job is not None
+        ]
+        if fresh:
+            self._store_new(tx, fresh, now)
         results: list[tuple[str, str, str]] = []
         for item in cmd.jobs:
             kind, namespace, name = kube_identity(item.job)
-            label = f"{namespace}/{name}"
-            if item.existing is not None or item.engine_job is None:
-                results.append((kind, label, "unchanged"))
-                continue
-            job = item.engine_job
-            sub = item.job.submission
-            target = self._target_queue(job)
-            [job_id] = tx.insert_jobs([_new_job(job, sub, now, target)])
-            engine_job = job.model_copy(update={"id": job_id, "submit_time": now})
-            self.gate.add(gated(engine_job, sub, None, None))
-            self.metrics.submitted_total.inc()
-            self._dirty = True
-            results.append((kind, label, "created"))
+            created = item.existing is None and item.engine_job is not None
+            results.append((kind, f"{namespace}/{name}", "created" if created else "unchanged"))
         return results
 
     def _insert(self, tx: Tx, cmd: _SubmitCmd, now: float, effects: _Effects) -> None:
         """Store new jobs (one per array task) and hold them at the gate."""
+        ids = self._store_new(tx, list(zip(cmd.jobs, cmd.submissions, strict=True)), now)
+        effects.answers.append((cmd.future, ids))
+
+    def _store_new(
+        self, tx: Tx, jobs: Sequence[tuple[Job, JobSubmission]], now: float
+    ) -> list[int]:
+        """Insert jobs (one row per array task), hold them at the gate; each job's first id."""
         rows: list[NewJob] = []
         owners: list[tuple[Job, JobSubmission, int | None]] = []
         firsts: list[int] = []
-        for job, sub in zip(cmd.jobs, cmd.submissions, strict=True):
+        for job, sub in jobs:
             firsts.append(len(rows))
             target = self._target_queue(job)
             tasks: list[int | None] = list(sub.array.indices) if sub.array is not None else [None]
@@ -740,8 +743,8 @@ class ControlPlane:
             engine_job = job.model_copy(update={"id": job_id, "submit_time": now})
             self.gate.add(gated(engine_job, sub, array_id, task))
         self.metrics.submitted_total.inc(len(ids))
-        effects.answers.append((cmd.future, [ids[i] for i in firsts]))
         self._dirty = True
+        return [ids[i] for i in firsts]
 
     def _partition_defaults(self, job: Job, sub: JobSubmission) -> tuple[Job, JobSubmission]:
         """A batch job gets its partition's DefaultTime and DefMemPerCPU, as in Slurm."""
