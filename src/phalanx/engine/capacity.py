@@ -87,6 +87,20 @@ class NodeSlot:
             else:
                 used.pop(resource, None)
 
+    def take(self, job_id: int, amounts: dict[str, int], exclusive: bool) -> None:
+        """Give ``amounts`` (the whole node when ``exclusive``) to job ``job_id``."""
+        self.allocate(amounts)
+        self.jobs[job_id] = None
+        if exclusive:
+            self.exclusive_jobs += 1
+
+    def give_back(self, job_id: int, amounts: dict[str, int], exclusive: bool) -> None:
+        """Return what :meth:`take` gave job ``job_id``."""
+        self.release(amounts)
+        self.jobs.pop(job_id, None)
+        if exclusive:
+            self.exclusive_jobs -= 1
+
 
 class FlavorNodes:
     """The schedulable nodes of one flavor, bucketed by free primary resource."""

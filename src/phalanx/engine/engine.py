@@ -436,10 +436,7 @@ class Engine:
                 if not shape.exclusive:
                     units = placed.count // shape.unit_size
                     amounts = {r: a * units for r, a in amounts.items()}
-                else:
-                    slot.exclusive_jobs += 1
-                slot.allocate(amounts)
-                slot.jobs[rec.id] = None
+                slot.take(rec.id, amounts, shape.exclusive)
                 self.cache.reindex(slot)
                 allocations.append((slot, amounts, shape.exclusive))
         if info is not None:
@@ -567,7 +564,7 @@ class Engine:
         self._emit_reason(rec, reason, self._outbox)
 
     def _end_backoffs(self, now: float) -> None:
-        for rec in [r for r in self._backoff.values() if r.requeue_at is not None]:
+        for rec in list(self._backoff.values()):
             if rec.requeue_at is not None and rec.requeue_at <= now:
                 del self._backoff[rec.id]
                 rec.requeue_at = None
@@ -593,10 +590,7 @@ class Engine:
             levels = {fr: top.subtree.get(fr, 0) - top.usage.get(fr, 0) for fr in admission.usage}
         nodes = self.cache.nodes
         for slot, amounts, exclusive in admission.allocations:
-            slot.release(amounts)
-            slot.jobs.pop(rec.id, None)
-            if exclusive:
-                slot.exclusive_jobs -= 1
+            slot.give_back(rec.id, amounts, exclusive)
             if nodes.get(slot.name) is slot:
                 self.cache.reindex(slot)
                 keys.extend("flavor:" + index.name for index in slot.flavors)
@@ -984,10 +978,7 @@ class Engine:
         adm = rec.admission
         assert adm is not None
         for slot, amounts, exclusive in adm.allocations:
-            slot.release(amounts)
-            slot.jobs.pop(rec.id, None)
-            if exclusive:
-                slot.exclusive_jobs -= 1
+            slot.give_back(rec.id, amounts, exclusive)
             self.cache.reindex(slot)
 
     def _put_back(self, rec: JobRecord) -> None:
@@ -995,10 +986,7 @@ class Engine:
         adm = rec.admission
         assert adm is not None
         for slot, amounts, exclusive in adm.allocations:
-            slot.allocate(amounts)
-            slot.jobs[rec.id] = None
-            if exclusive:
-                slot.exclusive_jobs += 1
+            slot.take(rec.id, amounts, exclusive)
             self.cache.reindex(slot)
 
     def _reserve(
@@ -1140,10 +1128,7 @@ class Engine:
                 amounts = unit_amounts(shape, slot)
                 if not shape.exclusive:
                     amounts = {r: a * units for r, a in amounts.items()}
-                else:
-                    slot.exclusive_jobs += 1
-                slot.allocate(amounts)
-                slot.jobs[rec.id] = None
+                slot.take(rec.id, amounts, shape.exclusive)
                 self.cache.reindex(slot)
                 allocations.append((slot, amounts, shape.exclusive))
                 placed.append(NodeAssignment(slot.name, units * shape.unit_size))

@@ -225,10 +225,7 @@ def load_state(data: dict[str, Any]) -> Engine:
         allocations = []
         for name, amounts, exclusive in adm["allocations"]:
             slot = cache.nodes[name]
-            slot.allocate(amounts)
-            slot.jobs[job.id] = None
-            if exclusive:
-                slot.exclusive_jobs += 1
+            slot.take(job.id, amounts, bool(exclusive))
             cache.reindex(slot)
             allocations.append((slot, dict(amounts), bool(exclusive)))
         decision = decision_from_dict(adm["decision"])
