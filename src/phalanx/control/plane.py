@@ -740,7 +740,14 @@ class ControlPlane:
                 array_id = None
             elif row.array_start:
                 array_id = job_id
-            engine_job = job.model_copy(update={"id": job_id, "submit_time": now})
+            engine_job = job.model_copy(
+                update={
+                    "id": job_id,
+                    "submit_time": now,
+                    "time_limit": sub.run.time_limit,
+                    "nice": sub.nice,
+                }
+            )
             self.gate.add(gated(engine_job, sub, array_id, task))
         self.metrics.submitted_total.inc(len(ids))
         self._dirty = True
@@ -1379,6 +1386,8 @@ def _job_from_row(row: JobRow, submission: JobSubmission) -> Job:
         pod_sets=submission.pod_sets,
         submit_time=row.submit_time,
         labels=submission.labels,
+        time_limit=submission.run.time_limit,
+        nice=submission.nice,
     )
 
 

@@ -117,6 +117,8 @@ def resolve_submissions(
                 priority=sub.priority,
                 pod_sets=sub.pod_sets,
                 labels=sub.labels,
+                time_limit=sub.run.time_limit,
+                nice=sub.nice,
             )
         )
     if forbidden:

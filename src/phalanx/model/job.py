@@ -128,6 +128,10 @@ class Job(PhalanxModel):
     pod_sets: list[PodSet] = Field(min_length=1, max_length=18)
     submit_time: float = 0.0
     labels: dict[str, str] = Field(default_factory=dict)
+    time_limit: float | None = Field(default=None, gt=0)
+    """Seconds the job may run once started (``None``: no limit). Backfill plans with it."""
+    nice: int = 0
+    """Slurm's ``--nice``: subtracted from the job's priority under the ``slurm`` preset."""
 
     @model_validator(mode="after")
     def _valid(self) -> Job:
