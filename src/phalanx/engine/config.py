@@ -14,9 +14,11 @@ from phalanx.engine.placement import BestFit, PlacementPolicy
 
 __all__ = [
     "PRESETS",
+    "BackfillConfig",
     "EngineConfig",
     "FairSharingConfig",
     "Policies",
+    "UsageConfig",
     "WaitForPodsReadyConfig",
 ]
 
@@ -68,6 +70,44 @@ class WaitForPodsReadyConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class UsageConfig:
+    """How tenants' usage is charged and decayed (Slurm's ``PriorityDecayHalfLife``,
+    ``PriorityUsageResetPeriod`` and ``TRESBillingWeights``)."""
+
+    half_life_s: float = 7 * 86400.0
+    """Usage halves every this many seconds; 0 turns decay off."""
+    reset_period: str = "NONE"
+    """``NONE``, ``NOW``, ``DAILY``, ``WEEKLY``, ``MONTHLY``, ``QUARTERLY`` or ``YEARLY``."""
+    tres_billing_weights: str = ""
+    """Slurm's syntax (``CPU=1.0,Mem=0.25G,GRES/gpu=2.0``); empty bills CPUs, as Slurm does."""
+
+    def __post_init__(self) -> None:
+        if self.half_life_s < 0:
+            raise ValueError("usage half-life must be >= 0 (0: no decay)")
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillConfig:
+    """Reservations for blocked jobs and backfill around them (Slurm's ``sched/backfill``)."""
+
+    window_s: float = 86400.0
+    """``bf_window``: no reservation starts further out than this."""
+    resolution_s: float = 60.0
+    """``bf_resolution``: end times are rounded up to this grain."""
+    max_job_test: int = 500
+    """``bf_max_job_test``: jobs examined per backfill pass, in priority order."""
+    reservations_per_queue: int = 1
+    """``bf_job_part_count_reserve``: blocked jobs of one ClusterQueue that get a
+    reservation (the top ones); 0 reserves for every blocked job tested."""
+
+    def __post_init__(self) -> None:
+        if self.window_s <= 0 or self.resolution_s <= 0:
+            raise ValueError("backfill window and resolution must be positive")
+        if self.max_job_test < 1 or self.reservations_per_queue < 0:
+            raise ValueError("backfill max_job_test must be >= 1, reservations_per_queue >= 0")
+
+
+@dataclass(frozen=True, slots=True)
 class EngineConfig:
     preset: str = "phalanx"
     weights: FairShareWeights = field(default_factory=FairShareWeights)
@@ -80,6 +120,9 @@ class EngineConfig:
     (phalanx); 1 is Kueue's cycle (one head per ClusterQueue, then the cycle ends)."""
     fair_sharing: FairSharingConfig | None = None
     wait_for_pods_ready: WaitForPodsReadyConfig | None = None
+    usage: UsageConfig = field(default_factory=UsageConfig)
+    backfill: BackfillConfig | None = None
+    """Reservations and backfill; ``None`` admits whatever fits in priority order."""
     missing_namespace_selector_matches_all: bool = True
     """What a ClusterQueue without ``namespaceSelector`` admits: every namespace (phalanx's
     dialects create such queues for everyone), or none (Kueue's nil selector; the

@@ -107,11 +107,13 @@ class PodsReady:
 
 @dataclass(frozen=True, slots=True)
 class TenantUsage:
-    """A tenant's decayed GPU-hours ``usage`` (U) and optionally a new ``allocation`` (L)."""
+    """A tenant's decayed usage, its descendants' included: GPU-hours ``usage`` (U) and
+    billable TRES-seconds ``billing`` (Slurm's RawUsage); optionally a new ``allocation`` (L)."""
 
     tenant: str
     usage: float
     allocation: float | None = None
+    billing: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
