@@ -31,6 +31,7 @@ from phalanx.engine.assigner import (
     FlavorAssigner,
     Oracle,
 )
+from phalanx.engine.backfill import Reservation
 from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
 from phalanx.engine.capacity import NodeSlot
 from phalanx.engine.config import EngineConfig, Policies
@@ -180,6 +181,9 @@ class Engine:
         self._held: dict[str, list[tuple[ClusterQueueInfo, FlavorResource, int]]] = {}
         """The same, held while a blocked StrictFIFO head stays blocked: Kueue
         re-nominates that head every cycle, so its reservation never lapses."""
+        self._reservations: dict[int, Reservation] = {}
+        self._estimates: dict[int, float] = {}
+        """Planned start times of pending jobs, from the last backfill pass."""
         self.stats = {"rounds": 0, "heads": 0}
 
     # ------------------------------------------------------------------ events
@@ -1277,6 +1281,17 @@ class Engine:
             f"waiting for higher-priority jobs in ClusterQueue {cqq.name}",
             {"clusterQueue": cqq.name},
         )
+
+    def estimated_start(self, job_id: int) -> float | None:
+        """When a pending job is expected to start, from the backfill plan (None: unknown)."""
+        return self._estimates.get(job_id)
+
+    def reservations(self) -> list[Reservation]:
+        """The reservations held now, in the order of their jobs' priority."""
+        return sorted(self._reservations.values(), key=lambda r: self.jobs[r.job_id].key)
+
+    def reservation(self, job_id: int) -> Reservation | None:
+        return self._reservations.get(job_id)
 
     def node_state(self, name: str) -> NodeState | None:
         slot = self.cache.nodes.get(name)
