@@ -9,6 +9,7 @@ from phalanx.engine.config import (
     PRESETS,
     EngineConfig,
     FairSharingConfig,
+    PreemptionConfig,
     WaitForPodsReadyConfig,
 )
 from phalanx.engine.decisions import (
@@ -56,6 +57,7 @@ __all__ = [
     "Pending",
     "PodSetAssignment",
     "PodsReady",
+    "PreemptionConfig",
     "Reason",
     "ReasonCode",
     "Requeue",

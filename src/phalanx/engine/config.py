@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from phalanx.engine.ordering import (
     FairShareOrdering,
@@ -11,6 +12,7 @@ from phalanx.engine.ordering import (
     OrderingPolicy,
 )
 from phalanx.engine.placement import BestFit, PlacementPolicy
+from phalanx.model.preemptmode import PREEMPT_MODES, preemption_overrides
 
 __all__ = [
     "PRESETS",
@@ -18,6 +20,7 @@ __all__ = [
     "EngineConfig",
     "FairSharingConfig",
     "Policies",
+    "PreemptionConfig",
     "UsageConfig",
     "WaitForPodsReadyConfig",
 ]
@@ -108,6 +111,34 @@ class BackfillConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PreemptionConfig:
+    """What happens to a preempted job (Slurm's ``PreemptMode``, ``GraceTime`` and
+    ``PreemptExemptTime``); a victim's ClusterQueue may override each setting with
+    its annotations (:mod:`phalanx.model.preemptmode`)."""
+
+    mode: str = "REQUEUE"
+    """``REQUEUE``: back to pending, keeping its id; ``CANCEL``: it ends PREEMPTED;
+    ``OFF``: never preempted."""
+    grace_period_s: float = 0.0
+    """Seconds between SIGTERM and SIGKILL (0: the job's usual kill wait)."""
+    min_runtime_s: float = 0.0
+    """A job admitted less than this many seconds ago is never preempted."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in PREEMPT_MODES:
+            raise ValueError(
+                f"preemption mode must be one of {', '.join(PREEMPT_MODES)}, got {self.mode!r}"
+            )
+        if self.grace_period_s < 0 or self.min_runtime_s < 0:
+            raise ValueError("preemption grace period and minimum runtime must be >= 0")
+
+    def for_queue(self, annotations: Mapping[str, str]) -> PreemptionConfig:
+        """These settings with a ClusterQueue's annotation overrides applied."""
+        overrides = preemption_overrides(annotations)
+        return replace(self, **overrides) if overrides else self  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
 class EngineConfig:
     preset: str = "phalanx"
     weights: FairShareWeights = field(default_factory=FairShareWeights)
@@ -123,6 +154,8 @@ class EngineConfig:
     usage: UsageConfig = field(default_factory=UsageConfig)
     backfill: BackfillConfig | None = None
     """Reservations and backfill; ``None`` admits whatever fits in priority order."""
+    preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
+    """What happens to preempted jobs, unless their ClusterQueue says otherwise."""
     missing_namespace_selector_matches_all: bool = True
     """What a ClusterQueue without ``namespaceSelector`` admits: every namespace (phalanx's
     dialects create such queues for everyone), or none (Kueue's nil selector; the

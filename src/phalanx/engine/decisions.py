@@ -121,7 +121,10 @@ class Evict:
     Eviction is asynchronous: the job keeps its quota and nodes until the caller
     applies ``Requeue`` (back to pending) or ``Finish``. ``reason`` is one of
     :data:`EVICTION_REASONS`; a ``Preempted`` eviction names the ``preemptor`` job
-    and the ``preemption_reason`` (one of :data:`PREEMPTION_REASONS`).
+    and the ``preemption_reason`` (one of :data:`PREEMPTION_REASONS`), and says what
+    to do with the victim, from its ClusterQueue's settings: ``mode`` ``REQUEUE``
+    (back to pending) or ``CANCEL`` (it ends PREEMPTED), and ``grace_period_s``
+    between SIGTERM and SIGKILL (0: the job's own kill wait).
     """
 
     job_id: int
@@ -129,6 +132,8 @@ class Evict:
     message: str = ""
     preemptor: int | None = None
     preemption_reason: str | None = None
+    mode: str = "REQUEUE"
+    grace_period_s: float = 0.0
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -141,6 +146,10 @@ class Evict:
             out["preemptor"] = self.preemptor
         if self.preemption_reason is not None:
             out["preemption_reason"] = self.preemption_reason
+        if self.mode != "REQUEUE":
+            out["mode"] = self.mode
+        if self.grace_period_s:
+            out["grace_period_s"] = self.grace_period_s
         return out
 
 
@@ -198,6 +207,8 @@ def decision_from_dict(data: dict[str, Any]) -> Decision:
             str(data.get("message", "")),
             int(preemptor) if preemptor is not None else None,
             data.get("preemption_reason"),
+            str(data.get("mode", "REQUEUE")),
+            float(data.get("grace_period_s", 0.0)),
         )
     if kind == "Deactivate":
         return Deactivate(int(data["job_id"]), str(data["reason"]), str(data.get("message", "")))

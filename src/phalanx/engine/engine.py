@@ -34,7 +34,7 @@ from phalanx.engine.assigner import (
 from phalanx.engine.backfill import Reservation
 from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
 from phalanx.engine.capacity import NodeSlot
-from phalanx.engine.config import EngineConfig, Policies
+from phalanx.engine.config import EngineConfig, Policies, PreemptionConfig
 from phalanx.engine.decisions import (
     Admit,
     Deactivate,
@@ -182,6 +182,10 @@ class Engine:
         """The same, held while a blocked StrictFIFO head stays blocked: Kueue
         re-nominates that head every cycle, so its reservation never lapses."""
         self._reservations: dict[int, Reservation] = {}
+        self._victim_cache: dict[str, tuple[ClusterQueue, PreemptionConfig]] = {}
+        """Per ClusterQueue: its model and the preemption settings of its jobs."""
+        self._protection_ends: set[float] = set()
+        """When the minimum runtimes that kept jobs from being preempted end."""
         self._estimates: dict[int, float] = {}
         """Planned start times of pending jobs, from the last backfill pass."""
         self.stats = {"rounds": 0, "heads": 0}
@@ -684,6 +688,8 @@ class Engine:
             self._pods_ready_timeouts(now, out)
         if self._backoff:
             self._end_backoffs(now)
+        if self._protection_ends and min(self._protection_ends) <= now:
+            self._end_protections(now)
         out.extend(self._outbox)
         self._outbox = []
         if self._held:
@@ -748,12 +754,14 @@ class Engine:
     def next_wakeup(self) -> float | None:
         """When the next cycle has something to do without any new event.
 
-        The earliest waitForPodsReady deadline or requeue backoff end; with
+        The earliest waitForPodsReady deadline, requeue backoff end, or end of a
+        minimum runtime that kept a job from being preempted; with
         ``heads_per_cycle`` set, the last cycle's time if heads are still waiting
         (run the next cycle at once). None when only an event can change anything.
         """
         times = list(self._unready.values())
         times.extend(r.requeue_at for r in self._backoff.values() if r.requeue_at is not None)
+        times.extend(self._protection_ends)
         if self.config.heads_per_cycle is not None and self.queues.has_candidates():
             times.append(self._now)
         return min(times) if times else None
@@ -819,7 +827,9 @@ class Engine:
                 return trial
             return None
 
-        preemptor = Preemptor(self.cache, self._admitted_by_cq, fits, self._lift, self._put_back)
+        preemptor = Preemptor(
+            self.cache, self._admitted_by_cq, fits, self._lift, self._put_back, self._exempt
+        )
         fair = self.config.fair_sharing
         if fair is not None:
             found = preemptor.fair_targets(
@@ -829,6 +839,38 @@ class Engine:
             found = preemptor.targets(rec, info, frs, claimed)
         assigner.generation += 1
         return found[0] if found is not None else None
+
+    def _victim_settings(self, cluster_queue: str) -> PreemptionConfig:
+        """The preemption settings of the jobs a ClusterQueue admitted (its annotations
+        over the engine's), cached until the ClusterQueue changes."""
+        info = self.cache.cluster_queues.get(cluster_queue)
+        if info is None:
+            return self.config.preemption
+        cached = self._victim_cache.get(cluster_queue)
+        if cached is None or cached[0] is not info.model:
+            cached = (info.model, self.config.preemption.for_queue(info.model.annotations))
+            self._victim_cache[cluster_queue] = cached
+        return cached[1]
+
+    def _exempt(self, rec: JobRecord) -> bool:
+        """Whether an admitted job may not be preempted now (mode OFF, or admitted less
+        than its minimum runtime ago)."""
+        adm = rec.admission
+        assert adm is not None
+        settings = self._victim_settings(adm.cluster_queue)
+        if settings.mode == "OFF":
+            return True
+        ends = adm.admitted_at + settings.min_runtime_s
+        if self._now < ends:
+            # Whoever waits for it is parked: look again once it may be preempted.
+            self._protection_ends.add(ends)
+            return True
+        return False
+
+    def _end_protections(self, now: float) -> None:
+        """Minimum runtimes ended: the jobs parked while they protected a victim retry."""
+        self._protection_ends = {t for t in self._protection_ends if t > now}
+        self.queues.wake_all()
 
     # ------------------------------------------------------------------ fair sharing
 
@@ -905,6 +947,7 @@ class Engine:
             cand.rec.evicted_at = self._now
             victim_info = self.cache.cluster_queues.get(adm.cluster_queue)
             victim_path = _path(victim_info) if victim_info is not None else adm.cluster_queue
+            settings = self._victim_settings(adm.cluster_queue)
             out.append(
                 Evict(
                     cand.rec.id,
@@ -914,6 +957,8 @@ class Engine:
                     f"preemptee path: {victim_path}",
                     preemptor=rec.id,
                     preemption_reason=cand.reason,
+                    mode=settings.mode,
+                    grace_period_s=settings.grace_period_s,
                 )
             )
         reason = Reason(
@@ -945,7 +990,12 @@ class Engine:
                 return node.borrowing_height(fr, needed)
 
             preemptor = Preemptor(
-                self.cache, self._admitted_by_cq, fits, self._lift_quota, self._put_back_quota
+                self.cache,
+                self._admitted_by_cq,
+                fits,
+                self._lift_quota,
+                self._put_back_quota,
+                self._exempt,
             )
             found = preemptor.targets(rec, info, {fr: needed}, set())
             if found is None:

@@ -22,6 +22,9 @@ assigner finds both for it.
      a lower-priority candidate (at most ``maxPriorityThreshold``) may be
      preempted while the preemptor borrows (``InCohortReclaimWhileBorrowing``);
      else it may be reclaimed only if the preemptor then does not borrow.
+
+   A job whose ClusterQueue's preemption mode is ``OFF``, or that was admitted
+   less than its ClusterQueue's minimum runtime ago, is never a candidate.
 3. **Order** (``CandidatesOrdering``): jobs already being evicted first, other
    ClusterQueues before the preemptor's own, lower priority first, most
    recently admitted first, id.
@@ -159,7 +162,9 @@ class Preemptor(Generic[T]):
 
     ``fits(allow_borrowing)`` says whether the job fits the state as it is during
     the search (with the candidates removed so far) and returns what it got
-    (an assignment, a borrowing height), or None.
+    (an assignment, a borrowing height), or None. ``exempt(job)`` says whether an
+    admitted job may not be preempted at all (its ClusterQueue's preemption mode
+    is ``OFF``, or it has not run its minimum runtime yet).
     """
 
     def __init__(
@@ -169,12 +174,14 @@ class Preemptor(Generic[T]):
         fits: Callable[[bool], T | None],
         remove: Callable[[JobRecord], None],
         restore: Callable[[JobRecord], None],
+        exempt: Callable[[JobRecord], bool] | None = None,
     ) -> None:
         self.cache = cache
         self.admitted = admitted
         self._fits = fits
         self.remove = remove
         self.restore = restore
+        self.exempt = exempt
 
     def candidates(
         self,
@@ -215,6 +222,8 @@ class Preemptor(Generic[T]):
                 if adm is None or cand.id in excluded:
                     continue
                 if not any(fr in adm.usage for fr in frs):
+                    continue
+                if self.exempt is not None and self.exempt(cand):
                     continue
                 cprio = cand.facts.priority_value
                 if own:

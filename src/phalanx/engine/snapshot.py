@@ -11,7 +11,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from phalanx.engine.config import EngineConfig, FairSharingConfig, WaitForPodsReadyConfig
+from phalanx.engine.config import (
+    EngineConfig,
+    FairSharingConfig,
+    PreemptionConfig,
+    WaitForPodsReadyConfig,
+)
 from phalanx.engine.decisions import Admit, decision_from_dict
 from phalanx.engine.engine import Engine
 from phalanx.engine.ordering import FairShareWeights, JobFacts, TenantShare
@@ -128,6 +133,7 @@ def export_state(engine: Engine) -> dict[str, Any]:
             "wait_for_pods_ready": (
                 dataclasses.asdict(cfg.wait_for_pods_ready) if cfg.wait_for_pods_ready else None
             ),
+            "preemption": dataclasses.asdict(cfg.preemption),
         },
         "objects": [{"kind": k, "object": o.to_dict()} for (k, _), o in engine._objects.items()],
         "shares": {t: [s.usage, s.allocation] for t, s in engine._shares.items()},
@@ -154,6 +160,7 @@ def export_state(engine: Engine) -> dict[str, Any]:
         "pinned": {name: cqq.pinned.id for name, cqq in engine.queues.queues.items() if cqq.pinned},
         "unready": [[j, t] for j, t in engine._unready.items()],
         "backoff": list(engine._backoff),
+        "protection_ends": sorted(engine._protection_ends),
     }
 
 
@@ -173,6 +180,7 @@ def load_state(data: dict[str, Any]) -> Engine:
             heads_per_cycle=c.get("heads_per_cycle"),
             fair_sharing=FairSharingConfig(tuple(fair)) if fair is not None else None,
             wait_for_pods_ready=WaitForPodsReadyConfig(**ready) if ready is not None else None,
+            preemption=PreemptionConfig(**c.get("preemption", {})),
         )
     )
     from phalanx.engine.events import Upsert
@@ -268,6 +276,7 @@ def load_state(data: dict[str, Any]) -> Engine:
     engine._drain = dict.fromkeys(data["drain"])
     engine._prio_dirty = data["priority_dirty"]
     engine._unready = {int(j): float(t) for j, t in data.get("unready", [])}
+    engine._protection_ends = {float(t) for t in data.get("protection_ends", [])}
     for name, cq_name, f, r, amount in data.get("held", []):
         held_info = cache.cluster_queues[cq_name]
         held_info.node.add_usage((f, r), amount)

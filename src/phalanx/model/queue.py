@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from phalanx.model.base import PhalanxModel
+from phalanx.model.preemptmode import preemption_overrides
 from phalanx.model.resources import ResourceGroup
 
 __all__ = [
@@ -177,6 +178,7 @@ class ClusterQueue(PhalanxModel):
         _check_groups(
             self.resource_groups, bool(self.cohort_name), "cohortName", lending_within_nominal=True
         )
+        preemption_overrides(self.annotations)
         return self
 
     def flavor_names(self) -> list[str]:
