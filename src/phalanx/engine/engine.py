@@ -69,6 +69,7 @@ from phalanx.engine.fairsharing import (
     share_and_ratio,
     weighted_share,
 )
+from phalanx.engine.limits import Key, Limits
 from phalanx.engine.namespaces import selector_matches
 from phalanx.engine.ordering import JobFacts, PriorityContext, TenantShare
 from phalanx.engine.placement import unit_amounts
@@ -188,6 +189,8 @@ class Engine:
         """When the minimum runtimes that kept jobs from being preempted end."""
         self._estimates: dict[int, float] = {}
         """Planned start times of pending jobs, from the last backfill pass."""
+        self.limits = Limits()
+        """QOS and tenant limits, running usage, and the jobs they hold."""
         self.stats = {"rounds": 0, "heads": 0}
 
     # ------------------------------------------------------------------ events
@@ -278,10 +281,14 @@ class Engine:
             self._reprioritize(self._pending_by_tenant.get(obj.name, {}).values())
             self._recheck_namespaces(self._pending_by_tenant.get(obj.name, {}).values())
             self._resolve_waiting()
+            if self.limits.set_tenant(obj.name, obj.limits) or self.limits.tenants:
+                self._limits_changed(self.limits.keys_of_tenants())
         elif isinstance(obj, PriorityClass):
             self._objects[("PriorityClass", obj.name)] = obj
             cache.priority_classes[obj.name] = obj
             self._prio_dirty = True
+            if self.limits.set_class(obj.name, obj.limits):
+                self._limits_changed(self.limits.keys_of_class(obj.name))
         else:
             raise TypeError(f"cannot upsert {type(obj).__name__}")
 
@@ -313,9 +320,13 @@ class Engine:
             self._local_queue_changed(name)
         elif kind == "Tenant":
             cache.tenants.pop(name, None)
+            if self.limits.set_tenant(name, None) or self.limits.tenants:
+                self._limits_changed(self.limits.keys_of_tenants())
         elif kind == "PriorityClass":
             cache.priority_classes.pop(name, None)
             self._prio_dirty = True
+            if self.limits.set_class(name, None):
+                self._limits_changed(self.limits.keys_of_class(name))
         else:
             raise ValueError(f"unknown kind {kind!r}")
 
@@ -458,6 +469,7 @@ class Engine:
             decision.cluster_queue, node, usage, allocations, decision, admitted_at=job.submit_time
         )
         self._admitted_by_cq.setdefault(decision.cluster_queue, {})[rec.id] = rec
+        self.limits.charge(rec, self.cache.tenants, {p.name: p.count for p in decision.pod_sets})
 
     def _enqueue(self, rec: JobRecord) -> None:
         cq_name, lq_key, problem = self._resolve(rec)
@@ -512,6 +524,7 @@ class Engine:
         self.queues.remove(rec)
         self._waiting.pop(rec.id, None)
         self._backoff.pop(rec.id, None)
+        self.limits.forget(rec)
         tenant_jobs = self._pending_by_tenant.get(rec.job.tenant)
         if tenant_jobs is not None:
             tenant_jobs.pop(rec.id, None)
@@ -579,12 +592,53 @@ class Engine:
                 rec.waiting = None
                 self._enqueue(rec)
 
+    # ------------------------------------------------------------------ limits
+
+    def _limit_held(self, rec: JobRecord, out: list[Decision]) -> bool:
+        """Hold a queued job that would go over a QOS or tenant limit now: out of its
+        queue (it blocks no one and gets no reservation) until its limit's key frees."""
+        found = self.limits.check(rec, self.cache.tenants)
+        if found is None:
+            return False
+        key, reason = found
+        self.queues.remove(rec)
+        self._estimates.pop(rec.id, None)
+        self._hold_for_limit(rec, key, reason, out)
+        return True
+
+    def _hold_for_limit(
+        self, rec: JobRecord, key: Key, reason: Reason, out: list[Decision]
+    ) -> None:
+        rec.waiting = reason
+        self.limits.hold(rec, key)
+        self._emit_reason(rec, reason, out)
+
+    def _recheck_held(self, recs: list[JobRecord]) -> None:
+        """Held jobs whose limit's key changed: queue those no limit holds now."""
+        for rec in recs:
+            found = self.limits.check(rec, self.cache.tenants)
+            if found is None:
+                rec.waiting = None
+                self._enqueue(rec)
+            else:
+                self._hold_for_limit(rec, found[0], found[1], self._outbox)
+
+    def _limits_changed(self, keys: list[Key]) -> None:
+        """A limit changed: held jobs it concerns are checked again, and parked queues
+        are woken so that queued jobs now over a lowered limit are held at nomination.
+        Running jobs are never stopped."""
+        self._recheck_held(self.limits.take(keys))
+        self.queues.wake_all()
+
     def _release(self, rec: JobRecord) -> None:
         admission = rec.admission
         assert admission is not None
         rec.admission = None
         self._unready.pop(rec.id, None)
         self._admitted_by_cq.get(admission.cluster_queue, {}).pop(rec.id, None)
+        charged = self.limits.release(rec.id)
+        if charged:
+            self._recheck_held(self.limits.take(charged))
         info = self.cache.cluster_queues.get(admission.cluster_queue)
         keys: list[str] = []
         root = ""
@@ -717,6 +771,8 @@ class Engine:
             entries: list[Entry] = []
             for rec, sq, cqq in heads:
                 info = cache.cluster_queues[cqq.name]
+                if self.limits.active and self._limit_held(rec, out):
+                    continue
                 oracle = self._oracle(rec, info) if info.preempts else None
                 a = assigner.assign(rec.shape, info, oracle)
                 entries.append((a.borrow if a.ok else 0, rec.key, rec, sq, a))
@@ -727,6 +783,9 @@ class Engine:
             if self.config.fair_sharing is not None:
                 ordered = self._fair_order(entries)
             for _, _, rec, sq, assignment in ordered:
+                if self.limits.active and self._limit_held(rec, out):
+                    # Over a limit after this round's earlier admissions.
+                    continue
                 info = cache.cluster_queues[sq.cq.name]
                 if assignment.ok and not assigner.still_fits(assignment, info):
                     if skip_refit:
@@ -1211,6 +1270,7 @@ class Engine:
         if ready is not None:
             self._unready[rec.id] = self._now + ready.timeout_s
         self._admitted_by_cq.setdefault(info.name, {})[rec.id] = rec
+        self.limits.charge(rec, self.cache.tenants, {p.name: p.count for p in pod_sets})
         return decision
 
     def _park(

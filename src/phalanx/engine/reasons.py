@@ -45,6 +45,23 @@ class ReasonCode(StrEnum):
     """waitForPodsReady.blockAdmission: an admitted job's pods are not ready yet."""
     REQUEUE_BACKOFF = "RequeueBackoff"
     """Requeued after a PodsReady timeout: not admissible before ``requeueAt``."""
+    # Slurm's limit reasons (squeue.1 JOB REASON CODES): a PriorityClass is a QOS, a
+    # Tenant an association. A job held by one does not block its ClusterQueue.
+    QOS_MAX_GRES_PER_USER = "QOSMaxGRESPerUser"
+    QOS_MAX_CPU_PER_USER = "QOSMaxCpuPerUserLimit"
+    QOS_MAX_MEMORY_PER_USER = "QOSMaxMemoryPerUser"
+    QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
+    QOS_MAX_GRES_PER_JOB = "QOSMaxGRESPerJob"
+    QOS_MAX_CPU_PER_JOB = "QOSMaxCpuPerJobLimit"
+    QOS_MAX_MEMORY_PER_JOB = "QOSMaxMemoryPerJob"
+    QOS_MAX_WALL = "QOSMaxWallDurationPerJobLimit"
+    QOS_GRP_GRES = "QOSGrpGRES"
+    QOS_GRP_CPU = "QOSGrpCpuLimit"
+    QOS_GRP_MEMORY = "QOSGrpMemLimit"
+    ASSOC_GRP_GRES = "AssocGrpGRES"
+    ASSOC_GRP_CPU = "AssocGrpCpuLimit"
+    ASSOC_GRP_MEMORY = "AssocGrpMemLimit"
+    ASSOC_GRP_JOBS = "AssocGrpJobsLimit"
 
 
 class Reason:

@@ -160,6 +160,7 @@ def export_state(engine: Engine) -> dict[str, Any]:
         "pinned": {name: cqq.pinned.id for name, cqq in engine.queues.queues.items() if cqq.pinned},
         "unready": [[j, t] for j, t in engine._unready.items()],
         "backoff": list(engine._backoff),
+        "limit_held": [[j, *key] for j, key in engine.limits.held()],
         "protection_ends": sorted(engine._protection_ends),
     }
 
@@ -192,6 +193,7 @@ def load_state(data: dict[str, Any]) -> Engine:
     cache = engine.cache
     engine._now = float(data.get("now", 0.0))
     backoff = set(data.get("backoff", []))
+    limit_held = {int(j): (kind, name, user) for j, kind, name, user in data.get("limit_held", [])}
     for entry in data["jobs"]:
         job = Job.model_validate(entry["job"])
         # The value is the one resolved at submission: later PriorityClass edits don't apply.
@@ -223,6 +225,10 @@ def load_state(data: dict[str, Any]) -> Engine:
             engine._pending_by_tenant.setdefault(job.tenant, {})[job.id] = rec
             if job.id in backoff:
                 engine._hold_for_backoff(rec)
+            elif job.id in limit_held and rec.reason is not None:
+                rec.local_queue = engine._resolve(rec)[1]
+                rec.waiting = rec.reason
+                engine.limits.hold(rec, limit_held[job.id])
             else:
                 engine._enqueue(rec)
             continue
@@ -250,6 +256,7 @@ def load_state(data: dict[str, Any]) -> Engine:
             float(adm.get("admitted_at", 0.0)),
         )
         engine._admitted_by_cq.setdefault(info.name, {})[job.id] = rec
+        engine.limits.charge(rec, cache.tenants, {p.name: p.count for p in decision.pod_sets})
     engine.queues.parked.released = {(r, (f, res)): v for r, f, res, v in data["released"]}
     for entry in data["parked"]:
         reason = reason_from_dict(entry["reason"])

@@ -6,6 +6,7 @@ v1beta2 spelling; quantities are exact integers (milli-cores, bytes, devices).
 
 from phalanx.model.flavor import HOSTNAME_LABEL, ResourceFlavor, Topology, TopologyLevel
 from phalanx.model.job import Job, JobState, PodSet
+from phalanx.model.limits import PriorityClassLimits, TenantLimits
 from phalanx.model.node import AdminState, Node, NodeState, Taint, Toleration, tolerates
 from phalanx.model.quantity import (
     CPU,
@@ -63,6 +64,7 @@ __all__ = [
     "NodeState",
     "PodSet",
     "PriorityClass",
+    "PriorityClassLimits",
     "QuantityError",
     "QueueingStrategy",
     "ResourceFlavor",
@@ -73,6 +75,7 @@ __all__ = [
     "StopPolicy",
     "Taint",
     "Tenant",
+    "TenantLimits",
     "Toleration",
     "Topology",
     "TopologyLevel",

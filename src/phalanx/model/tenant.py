@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from phalanx.model.base import PhalanxModel
+from phalanx.model.limits import PriorityClassLimits, TenantLimits
 
 __all__ = ["PriorityClass", "Tenant"]
 
@@ -19,11 +20,15 @@ class Tenant(PhalanxModel):
     labels: dict[str, str] = Field(default_factory=dict)
     """The namespace's labels, matched by a ClusterQueue's ``namespaceSelector``
     (``kubernetes.io/metadata.name: <name>`` is implied)."""
+    limits: TenantLimits | None = None
+    """Slurm's association limits, over the jobs of the tenant and its descendants."""
 
 
 class PriorityClass(PhalanxModel):
-    """Kueue's WorkloadPriorityClass, Slurm's QOS: an integer priority value."""
+    """Kueue's WorkloadPriorityClass, Slurm's QOS: an integer priority value and limits."""
 
     name: str = Field(min_length=1)
     value: int = Field(ge=-(2**31), le=2**31 - 1)
     description: str = Field(default="", max_length=2048)
+    limits: PriorityClassLimits | None = None
+    """Slurm's QOS limits on the class's jobs (a phalanx field, not Kueue's)."""

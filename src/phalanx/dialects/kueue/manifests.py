@@ -27,7 +27,9 @@ came from. Accepted kinds (``apiVersion`` in brackets):
   become a :class:`~phalanx.dialects.kueue.jobs.KubeJob` (named ``namespace/name``).
 * Kueue's ``Configuration`` (``config.kueue.x-k8s.io``) becomes a
   :class:`~phalanx.dialects.kueue.configuration.KueueConfiguration`.
-* ``Tenant`` and every configuration kind above under ``phalanx.io/v1``.
+* ``Tenant`` and every configuration kind above under ``phalanx.io/v1``; there a
+  ``PriorityClass`` may also carry ``limits`` (Slurm's QOS limits), and one that
+  has limits is written back in that spelling.
 
 Lines starting with ``//`` are each reported ("use # for YAML comments") and
 the documents are still checked without them, so one run shows every problem.
@@ -469,7 +471,10 @@ def _convert(kind: str, api_version: str, data: Mapping[str, Any]) -> _Converted
         prefix: Path_ = ("spec",) if source is not data else ()
         if not isinstance(source, Mapping):
             raise _DocError(("spec",), f"expected a mapping, got {describe(source)}")
-        for key in ("value", "description"):
+        keys = ["value", "description"]
+        if api_version == PHALANX_V1:
+            keys.append("limits")
+        for key in keys:
             if key in source:
                 model[key] = source[key]
                 fields[key] = (*prefix, key)
@@ -903,6 +908,11 @@ def to_manifest(kind: str, obj: ManifestObject) -> dict[str, Any]:
             out["spec"] = spec
         out["status"] = {"capacity": format_resources(obj.capacity)}
         return out
+    if isinstance(obj, PriorityClass) and obj.limits is not None:
+        # Limits are phalanx's (Slurm's QOS), not Kueue's: the phalanx.io/v1 spelling.
+        if not obj.description:
+            body.pop("description", None)
+        return {"apiVersion": PHALANX_V1, "kind": kind, "metadata": metadata, "spec": body}
     if isinstance(obj, PriorityClass):
         out = {
             "apiVersion": KUEUE_V1BETA2,
