@@ -67,7 +67,7 @@ def test_unsupported_urls(tmp_path: Path) -> None:
 def test_migrations_ship_inside_the_package() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0001_initial.py").is_file()
-    assert head_revision() == "0002"
+    assert head_revision() == "0003"
 
 
 def test_migrated_schema_matches_metadata(store: Store) -> None:
@@ -79,9 +79,11 @@ def test_migrated_schema_matches_metadata(store: Store) -> None:
         assert set(inspect(conn).get_table_names()) == {
             "alembic_version",
             "jobs",
+            "job_charges",
             "job_events",
             "objects",
             "tokens",
+            "usage",
         }
 
 

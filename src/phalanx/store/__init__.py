@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from phalanx.store.records import (
     ApplyOutcome,
+    JobChargeRow,
     JobEventRow,
     JobRow,
     NewJob,
     ObjectRow,
     TokenRow,
+    UsageRow,
 )
 from phalanx.store.store import UNFINISHED_STATES, EventTuple, Store, Tx
 
@@ -23,6 +25,7 @@ __all__ = [
     "UNFINISHED_STATES",
     "ApplyOutcome",
     "EventTuple",
+    "JobChargeRow",
     "JobEventRow",
     "JobRow",
     "NewJob",
@@ -30,4 +33,5 @@ __all__ = [
     "Store",
     "TokenRow",
     "Tx",
+    "UsageRow",
 ]

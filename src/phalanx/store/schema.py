@@ -31,14 +31,18 @@ __all__ = [
     "NAMING_CONVENTION",
     "Base",
     "Job",
+    "JobCharge",
     "JobEvent",
     "Object",
     "Token",
+    "Usage",
+    "job_charges",
     "job_events",
     "jobs",
     "metadata",
     "objects",
     "tokens",
+    "usage",
 ]
 
 NAMING_CONVENTION: dict[str, str] = {
@@ -148,8 +152,44 @@ class Token(Base):
     revoked: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
 
 
+class Usage(Base):
+    """The usage ledger: one association's decayed usage, its descendants' included.
+
+    ``user`` is empty for a tenant's own row; the root's row has both empty.
+    """
+
+    __tablename__ = "usage"
+
+    tenant: Mapped[str] = mapped_column(String, primary_key=True)
+    user: Mapped[str] = mapped_column(String, primary_key=True)
+    gpu_seconds: Mapped[float] = mapped_column(Float, nullable=False)
+    billing_seconds: Mapped[float] = mapped_column(Float, nullable=False)
+    last_decay: Mapped[float] = mapped_column(Float, nullable=False)
+    last_reset: Mapped[float] = mapped_column(Float, nullable=False)
+
+
+class JobCharge(Base):
+    """What the usage ledger charged one job (undecayed), and up to when."""
+
+    __tablename__ = "job_charges"
+
+    job_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    tenant: Mapped[str] = mapped_column(String, nullable=False)
+    user: Mapped[str] = mapped_column(String, nullable=False)
+    gpus: Mapped[int] = mapped_column(Integer, nullable=False)
+    billing: Mapped[float] = mapped_column(Float, nullable=False)
+    alloc_tres: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    gpu_seconds: Mapped[float] = mapped_column(Float, nullable=False)
+    billing_seconds: Mapped[float] = mapped_column(Float, nullable=False)
+    charged_until: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
 metadata: MetaData = Base.metadata
 jobs: Table = Job.__table__  # type: ignore[assignment]
 job_events: Table = JobEvent.__table__  # type: ignore[assignment]
 objects: Table = Object.__table__  # type: ignore[assignment]
 tokens: Table = Token.__table__  # type: ignore[assignment]
+usage: Table = Usage.__table__  # type: ignore[assignment]
+job_charges: Table = JobCharge.__table__  # type: ignore[assignment]

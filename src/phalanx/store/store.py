@@ -47,13 +47,15 @@ from sqlalchemy.engine import make_url
 from phalanx.model.job import JobState
 from phalanx.store.records import (
     ApplyOutcome,
+    JobChargeRow,
     JobEventRow,
     JobRow,
     NewJob,
     ObjectRow,
     TokenRow,
+    UsageRow,
 )
-from phalanx.store.schema import job_events, jobs, objects, tokens
+from phalanx.store.schema import job_charges, job_events, jobs, objects, tokens, usage
 
 __all__ = ["EventTuple", "Store", "Tx"]
 
@@ -78,6 +80,10 @@ _JOB_JSON_POSITIONS = tuple(
 _BULK_MIN_ROWS = 64
 _OBJECT_COLUMNS = tuple(objects.c[f.name] for f in dataclasses.fields(ObjectRow))
 _TOKEN_COLUMNS = tuple(tokens.c[f.name] for f in dataclasses.fields(TokenRow))
+_USAGE_FIELDS = tuple(f.name for f in dataclasses.fields(UsageRow))
+_CHARGE_FIELDS = tuple(f.name for f in dataclasses.fields(JobChargeRow))
+_SELECT_USAGE: Select[Any] = select(*(usage.c[name] for name in _USAGE_FIELDS))
+_SELECT_CHARGES: Select[Any] = select(*(job_charges.c[name] for name in _CHARGE_FIELDS))
 
 UNFINISHED_STATES: tuple[str, ...] = (
     JobState.PENDING.value,
@@ -489,6 +495,51 @@ class Tx:
         ).one()
         return _token(row)
 
+    # -- usage ledger -------------------------------------------------------------
+
+    def put_usage(self, rows: Sequence[UsageRow]) -> None:
+        """Create or replace ledger rows, keyed by (tenant, user)."""
+        self._check()
+        if not rows:
+            return
+        existing = {(r.tenant, r.user) for r in self._conn.execute(_SELECT_USAGE)}
+        fresh = [dataclasses.asdict(r) for r in rows if (r.tenant, r.user) not in existing]
+        changed = [
+            {**dataclasses.asdict(r), "_tenant": r.tenant, "_user": r.user}
+            for r in rows
+            if (r.tenant, r.user) in existing
+        ]
+        if fresh:
+            self._conn.execute(insert(usage), fresh)
+        if changed:
+            self._conn.execute(
+                update(usage)
+                .where(usage.c.tenant == bindparam("_tenant"), usage.c.user == bindparam("_user"))
+                .values({name: bindparam(name) for name in _USAGE_FIELDS[2:]}),
+                [{k: v for k, v in r.items() if k not in ("tenant", "user")} for r in changed],
+            )
+
+    def get_job_charge(self, job_id: int) -> JobChargeRow | None:
+        """A job's charges so far, or None if it was never charged."""
+        self._check()
+        row = self._conn.execute(_SELECT_CHARGES.where(job_charges.c.job_id == job_id)).first()
+        return None if row is None else JobChargeRow(*row)
+
+    def put_job_charges(self, rows: Sequence[JobChargeRow], *, new: bool) -> None:
+        """Insert (``new``) or replace jobs' charge rows."""
+        self._check()
+        if not rows:
+            return
+        if new:
+            self._conn.execute(insert(job_charges), [dataclasses.asdict(r) for r in rows])
+            return
+        self._conn.execute(
+            update(job_charges)
+            .where(job_charges.c.job_id == bindparam("_job_id"))
+            .values({name: bindparam(name) for name in _CHARGE_FIELDS[1:]}),
+            [{"_job_id": r.job_id, **{n: getattr(r, n) for n in _CHARGE_FIELDS[1:]}} for r in rows],
+        )
+
     def revoke_token(self, token_id: int) -> bool:
         """Mark a token revoked; return whether it exists (revoking twice is fine)."""
         self._check()
@@ -729,6 +780,32 @@ class Store:
         with self._read() as conn:
             row = conn.execute(stmt).first()
         return None if row is None else _object(row)
+
+    # -- usage ledger -------------------------------------------------------------
+
+    def usage(self) -> list[UsageRow]:
+        """Every ledger row, ordered by tenant then user."""
+        stmt = _SELECT_USAGE.order_by(usage.c.tenant, usage.c.user)
+        with self._read() as conn:
+            return [UsageRow(*row) for row in conn.execute(stmt)]
+
+    def job_charges(
+        self, ids: Iterable[int] | None = None, *, running: bool = False
+    ) -> list[JobChargeRow]:
+        """Jobs' charges (those of ``ids``; only running ones with ``running``), by job id."""
+        stmt = _SELECT_CHARGES
+        if running:
+            stmt = stmt.where(job_charges.c.charged_until.is_not(None))
+        out: list[JobChargeRow] = []
+        with self._read() as conn:
+            if ids is None:
+                rows = conn.execute(stmt.order_by(job_charges.c.job_id)).all()
+                return [JobChargeRow(*row) for row in rows]
+            wanted = list(dict.fromkeys(ids))
+            for start in range(0, len(wanted), 500):
+                chunk = stmt.where(job_charges.c.job_id.in_(wanted[start : start + 500]))
+                out.extend(JobChargeRow(*row) for row in conn.execute(chunk))
+        return sorted(out, key=lambda r: r.job_id)
 
     # -- tokens -------------------------------------------------------------------
 
