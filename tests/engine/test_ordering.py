@@ -189,7 +189,11 @@ def test_phalanx_priority_follows_the_formula() -> None:
         pod_sets=[PodSet(count=2, requests={GPU: 4})],
     )
     out = step(engine, 100.0, Submit(j))
-    expected = _formula(w, wait=60.0, usage=1.0, allocation=4.0, qos=0.25, gpus=8, cluster_gpus=32)
+    # team is the only tenant: L is the whole cluster over the 7-day half-life window.
+    allocation = 32 * (7 * 24) / math.log(2)
+    expected = _formula(
+        w, wait=60.0, usage=1.0, allocation=allocation, qos=0.25, gpus=8, cluster_gpus=32
+    )
     assert admits(out)[1].priority == pytest.approx(expected, rel=1e-12)
 
 
@@ -211,7 +215,7 @@ def test_phalanx_share_term(usage: float, allocation: float, share: float) -> No
 
 
 def test_tenant_usage_lowers_a_heavy_tenants_priority() -> None:
-    engine = _engine(_fair())
+    engine = _engine(_fair(), Tenant(name="heavy"), Tenant(name="light"))
     # Heavy's job sorts first on every other count (older, lower id).
     engine.apply(Submit(job("cq", gpus=8, id=1, tenant="heavy", submit=0.0)))
     engine.apply(Submit(job("cq", gpus=8, id=2, tenant="light", submit=0.0)))
@@ -228,6 +232,8 @@ def test_tenant_usage_lowers_a_heavy_tenants_priority() -> None:
 def test_tenant_usage_takes_effect_without_waiting_for_the_period() -> None:
     w = FairShareWeights(age=0.0, share=1.0, qos=0.0, size=0.0)
     engine = _engine(_fair(w, period=10_000.0))
+    engine.apply(TenantUsage("a", 0.0, 1.0))
+    engine.apply(TenantUsage("b", 0.0, 1.0))
     engine.apply(Submit(job("cq", gpus=8, id=1, tenant="a", submit=0.0)))
     engine.apply(Submit(job("cq", gpus=8, id=2, tenant="b", submit=0.0)))
     engine.apply(Submit(job("cq", gpus=8, id=3, tenant="a", submit=0.0)))
@@ -243,9 +249,10 @@ def test_tenant_usage_takes_effect_without_waiting_for_the_period() -> None:
 def test_tenant_allocation_from_tenant_object() -> None:
     w = FairShareWeights(age=0.0, share=1.0, qos=0.0, size=0.0)
     engine = _engine(_fair(w), Tenant(name="t", allocation=8.0))
-    engine.apply(TenantUsage("t", 2.0))  # allocation kept from the Tenant
+    engine.apply(TenantUsage("t", 2.0))  # L derived from the tenant tree
     out = step(engine, 0.0, Submit(job("cq", gpus=8, id=1, tenant="t")))
-    assert admits(out)[1].priority == pytest.approx(0.75)
+    allocation = 8 * (7 * 24) / math.log(2)
+    assert admits(out)[1].priority == pytest.approx(1.0 - 2.0 / allocation)
 
 
 def test_priority_class_term() -> None:
@@ -320,7 +327,8 @@ W_AGE_SHARE = FairShareWeights(age=1.0, share=1.0, qos=0.0, size=0.0)
 )
 def test_priorities_recomputed_on_the_period(period: float, winner: int, priority: float) -> None:
     engine = _engine(_fair(W_AGE_SHARE, period=period))
-    engine.apply(TenantUsage("heavy", 0.5))
+    engine.apply(TenantUsage("heavy", 0.5, 1.0))
+    engine.apply(TenantUsage("light", 0.0, 1.0))
     engine.apply(Submit(job("cq", gpus=8, id=99, tenant="light", submit=0.0)))
     engine.apply(Submit(job("cq", gpus=8, id=1, tenant="heavy", submit=0.0)))
     assert admitted_ids(engine.cycle(0.0)) == [99]
@@ -364,7 +372,9 @@ def test_recalculation_reorders_the_queue(period: float, second: int) -> None:
     """Age overtakes share at a recalculation: the order in the queue changes then, not before."""
     w = FairShareWeights(age=1.0, share=10.0, qos=0.0, size=0.0)
     engine = _engine(_fair(w, period=period))
-    engine.apply(TenantUsage("heavy", 0.5))
+    engine.apply(TenantUsage("heavy", 0.5, 1.0))
+    for tenant in ("light", "default"):
+        engine.apply(TenantUsage(tenant, 0.0, 1.0))
     engine.apply(Submit(job("cq", gpus=8, id=99, submit=-1.0)))
     engine.apply(Submit(job("cq", gpus=8, id=1, tenant="heavy", submit=0.0)))
     engine.apply(Submit(job("cq", gpus=8, id=2, tenant="light", submit=0.0)))

@@ -10,8 +10,11 @@ from phalanx.engine.ordering import (
     FairShareWeights,
     KueueOrdering,
     OrderingPolicy,
+    PerQueueOrdering,
+    SlurmOrdering,
 )
 from phalanx.engine.placement import BestFit, PlacementPolicy
+from phalanx.engine.priority.multifactor import DEFAULT_MAX_AGE_S, parse_tres_weights
 from phalanx.model.preemptmode import PREEMPT_MODES, preemption_overrides
 
 __all__ = [
@@ -21,11 +24,12 @@ __all__ = [
     "FairSharingConfig",
     "Policies",
     "PreemptionConfig",
+    "SlurmPriorityConfig",
     "UsageConfig",
     "WaitForPodsReadyConfig",
 ]
 
-PRESETS = ("phalanx", "kueue")
+PRESETS = ("phalanx", "kueue", "slurm")
 
 FAIR_SHARING_STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
 
@@ -89,6 +93,89 @@ class UsageConfig:
             raise ValueError("usage half-life must be >= 0 (0: no decay)")
 
 
+SLURM_PRIORITY_FLAGS = (
+    "ACCRUE_ALWAYS",
+    "CALCULATE_RUNNING",
+    "MAX_TRES",
+    "MAX_TRES_GRES",
+    "NO_FAIR_TREE",
+    "NO_NORMAL_ALL",
+    "NO_NORMAL_ASSOC",
+    "NO_NORMAL_PART",
+    "NO_NORMAL_QOS",
+    "NO_NORMAL_TRES",
+    "SMALL_RELATIVE_TO_TIME",
+)
+"""``PriorityFlags`` phalanx accepts. ``ACCRUE_ALWAYS`` and ``CALCULATE_RUNNING`` change
+nothing (age accrues from submission; running jobs are not re-ordered); ``MAX_TRES`` and
+``MAX_TRES_GRES`` apply where usage is billed."""
+
+_WEIGHT_MAX = 2**32 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmPriorityConfig:
+    """The ``slurm`` preset's priority/multifactor settings (slurm.conf's ``Priority*``).
+
+    The defaults give every factor a say (Slurm's own defaults are 0 for every
+    weight, which makes every job's priority 1): :meth:`slurm_conf_defaults` is
+    what a ``slurm.conf`` starts from.
+    """
+
+    priority_type: str = "priority/multifactor"
+    """``priority/multifactor`` or ``priority/basic`` (FIFO: every job priority 1)."""
+    weight_age: int = 1000
+    weight_assoc: int = 0
+    weight_fairshare: int = 10000
+    weight_job_size: int = 1000
+    weight_partition: int = 1000
+    weight_qos: int = 2000
+    weight_tres: str = ""
+    """``PriorityWeightTRES`` in Slurm's syntax (``CPU=1000,Mem=2000,GRES/gpu=3000``)."""
+    max_age_s: float = DEFAULT_MAX_AGE_S
+    favor_small: bool = False
+    flags: tuple[str, ...] = ()
+    fairshare_dampening: float = 1.0
+    """``FairShareDampeningFactor`` (classic fair-share only)."""
+
+    def __post_init__(self) -> None:
+        if self.priority_type not in ("priority/multifactor", "priority/basic"):
+            raise ValueError(
+                "PriorityType must be priority/multifactor or priority/basic, "
+                f"got {self.priority_type!r}"
+            )
+        for name in ("age", "assoc", "fairshare", "job_size", "partition", "qos"):
+            value = getattr(self, f"weight_{name}")
+            if not 0 <= value <= _WEIGHT_MAX:
+                raise ValueError(f"priority weight {name} must be in [0, {_WEIGHT_MAX}]")
+        parse_tres_weights(self.weight_tres)
+        if self.max_age_s <= 0:
+            raise ValueError("PriorityMaxAge must be positive")
+        if self.fairshare_dampening <= 0:
+            raise ValueError("FairShareDampeningFactor must be positive")
+        for flag in self.flags:
+            if flag not in SLURM_PRIORITY_FLAGS:
+                raise ValueError(
+                    f"PriorityFlags: {flag!r} is not supported (supported: "
+                    f"{', '.join(SLURM_PRIORITY_FLAGS)})"
+                )
+
+    @property
+    def fair_tree(self) -> bool:
+        return "NO_FAIR_TREE" not in self.flags
+
+    @classmethod
+    def slurm_conf_defaults(cls) -> SlurmPriorityConfig:
+        """slurm.conf's defaults: every weight 0."""
+        return cls(
+            weight_age=0,
+            weight_fairshare=0,
+            weight_job_size=0,
+            weight_partition=0,
+            weight_qos=0,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class BackfillConfig:
     """Reservations for blocked jobs and backfill around them (Slurm's ``sched/backfill``)."""
@@ -142,6 +229,8 @@ class PreemptionConfig:
 class EngineConfig:
     preset: str = "phalanx"
     weights: FairShareWeights = field(default_factory=FairShareWeights)
+    slurm_priority: SlurmPriorityConfig = field(default_factory=SlurmPriorityConfig)
+    """The ``slurm`` preset's weights and flags (also used by ClusterQueues that select it)."""
     priority_calc_period_s: float = 300.0
     """How often time-dependent priorities are recomputed (Slurm's PriorityCalcPeriod)."""
     ignore_undeclared_resources: bool = False
@@ -190,14 +279,16 @@ class EngineConfig:
 class Policies:
     """The policy objects a preset composes."""
 
-    ordering: OrderingPolicy
+    ordering: PerQueueOrdering
     placement: PlacementPolicy
 
     @classmethod
     def for_config(cls, config: EngineConfig) -> Policies:
-        ordering: OrderingPolicy
-        if config.preset == "kueue":
-            ordering = KueueOrdering()
-        else:
-            ordering = FairShareOrdering(config.weights)
+        """Every preset's ordering, so that each ClusterQueue may pick its own."""
+        by_preset: dict[str, OrderingPolicy] = {
+            "phalanx": FairShareOrdering(config.weights),
+            "kueue": KueueOrdering(),
+            "slurm": SlurmOrdering(config.slurm_priority),
+        }
+        ordering = PerQueueOrdering(config.preset, by_preset)
         return cls(ordering=ordering, placement=BestFit())

@@ -20,6 +20,7 @@ everything that fits, not one job per queue.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -71,9 +72,10 @@ from phalanx.engine.fairsharing import (
 )
 from phalanx.engine.limits import Key, Limits
 from phalanx.engine.namespaces import selector_matches
-from phalanx.engine.ordering import JobFacts, PriorityContext, TenantShare
+from phalanx.engine.ordering import PriorityContext, PriorityTables, TenantShare, job_facts
 from phalanx.engine.placement import unit_amounts
 from phalanx.engine.preemption import Candidate, Preemptor, considers, contested, may_preempt
+from phalanx.engine.priority.tables import build_tables
 from phalanx.engine.queues import ClusterQueueQueue, QueueManager, ShapeQueue
 from phalanx.engine.quota import FlavorResource, QuotaNode, available
 from phalanx.engine.reasons import Reason, ReasonCode
@@ -169,6 +171,8 @@ class Engine:
         self._shares: dict[str, TenantShare] = {}
         self._prio_time: float | None = None
         self._prio_dirty = False
+        self._tables: PriorityTables | None = None
+        """Tree- and queue-level priority inputs; None: rebuilt at the next use."""
         self._outbox: list[Decision] = []
         self._drain: dict[str, None] = {}
         self._now = 0.0
@@ -213,10 +217,15 @@ class Engine:
         elif isinstance(event, TenantUsage):
             old = self._shares.get(event.tenant)
             allocation = event.allocation
-            if allocation is None:
-                allocation = old.allocation if old else self._tenant_allocation(event.tenant)
-            self._shares[event.tenant] = TenantShare(event.usage, allocation)
-            self._reprioritize(self._pending_by_tenant.get(event.tenant, {}).values())
+            if allocation is None and old is not None:
+                allocation = old.allocation
+            self._shares[event.tenant] = TenantShare(event.usage, allocation, event.billing)
+            if "slurm" in self._priority_tables().presets:
+                # Fair-share ranks every tenant against the others: all jobs, next cycle.
+                self._tables = None
+                self._prio_dirty = True
+            else:
+                self._reprioritize(self._pending_by_tenant.get(event.tenant, {}).values())
         elif isinstance(event, Upsert):
             self._upsert(event.obj)
         elif isinstance(event, Adopt):
@@ -229,10 +238,6 @@ class Engine:
     def apply_all(self, events: Iterable[Event]) -> None:
         for event in events:
             self.apply(event)
-
-    def _tenant_allocation(self, tenant: str) -> float:
-        model = self.cache.tenants.get(tenant)
-        return model.allocation if model is not None else 1.0
 
     def _upsert(self, obj: Any) -> None:
         cache, queues = self.cache, self.queues
@@ -255,6 +260,7 @@ class Engine:
         elif isinstance(obj, ClusterQueue):
             self._objects[("ClusterQueue", obj.name)] = obj
             cache.upsert_cluster_queue(obj)
+            self._priority_inputs_changed()
             queues.queue(obj.name, obj.queueing_strategy is QueueingStrategy.STRICT_FIFO)
             if obj.stop_policy is StopPolicy.HOLD_AND_DRAIN:
                 self._drain[obj.name] = None
@@ -276,9 +282,8 @@ class Engine:
         elif isinstance(obj, Tenant):
             self._objects[("Tenant", obj.name)] = obj
             cache.tenants[obj.name] = obj
-            old = self._shares.get(obj.name)
-            self._shares[obj.name] = TenantShare(old.usage if old else 0.0, obj.allocation)
-            self._reprioritize(self._pending_by_tenant.get(obj.name, {}).values())
+            # Allocations are normalized over the tenant tree: every tenant's L may change.
+            self._priority_inputs_changed()
             self._recheck_namespaces(self._pending_by_tenant.get(obj.name, {}).values())
             self._resolve_waiting()
             if self.limits.set_tenant(obj.name, obj.limits) or self.limits.tenants:
@@ -308,6 +313,7 @@ class Engine:
             self._quota_changed()
         elif kind == "ClusterQueue":
             cache.delete_cluster_queue(name)
+            self._priority_inputs_changed()
             cqq = self.queues.queues.get(name)
             if cqq is not None:
                 for sq in list(cqq.shapes.values()):
@@ -320,6 +326,7 @@ class Engine:
             self._local_queue_changed(name)
         elif kind == "Tenant":
             cache.tenants.pop(name, None)
+            self._priority_inputs_changed()
             if self.limits.set_tenant(name, None) or self.limits.tenants:
                 self._limits_changed(self.limits.keys_of_tenants())
         elif kind == "PriorityClass":
@@ -424,7 +431,7 @@ class Engine:
         if value is None:
             pc = self.cache.priority_classes.get(job.priority_class or "")
             value = pc.value if pc is not None else 0
-        facts = JobFacts(job.id, job.tenant, job.submit_time, value, job.gpus)
+        facts = job_facts(job, value)
         rec = JobRecord(job=job, shape=self._shapes.job(job), facts=facts)
         rec.order_time = job.submit_time
         self.jobs[job.id] = rec
@@ -479,6 +486,10 @@ class Engine:
             return
         assert cq_name is not None
         rec.cluster_queue = cq_name
+        if rec.facts.cluster_queue != cq_name or rec.facts.local_queue != lq_key:
+            # The ClusterQueue picks the ordering (phalanx.io/preset) and some factors.
+            rec.facts = replace(rec.facts, cluster_queue=cq_name, local_queue=lq_key)
+            self._set_priority(rec, self._context(rec.job.submit_time))
         rec.waiting = None
         self._waiting.pop(rec.id, None)
         info = self.cache.cluster_queues[cq_name]
@@ -671,6 +682,26 @@ class Engine:
 
     # ------------------------------------------------------------------ priority
 
+    def _priority_tables(self) -> PriorityTables:
+        tables = self._tables
+        if tables is None:
+            slurm = self.config.slurm_priority
+            tables = self._tables = build_tables(
+                self.cache,
+                self._shares,
+                default_preset=self.config.preset,
+                window_s=self.config.usage.half_life_s or self.config.priority_calc_period_s,
+                fair_tree_algorithm=slurm.fair_tree,
+                dampening=slurm.fairshare_dampening,
+                raw_partition_factor=bool({"NO_NORMAL_PART", "NO_NORMAL_ALL"} & set(slurm.flags)),
+            )
+        return tables
+
+    def _priority_inputs_changed(self) -> None:
+        """A tenant or ClusterQueue changed: rebuild the tables, recompute every priority."""
+        self._tables = None
+        self._prio_dirty = True
+
     def _context(self, now: float) -> PriorityContext:
         when = self._prio_time if self._prio_time is not None else now
         return PriorityContext(
@@ -678,6 +709,7 @@ class Engine:
             cluster_gpus=self.cache.cluster_gpus,
             max_priority_value=self.cache.max_priority_value,
             shares=self._shares,
+            tables=self._priority_tables(),
         )
 
     def _set_priority(self, rec: JobRecord, ctx: PriorityContext) -> None:
@@ -703,13 +735,15 @@ class Engine:
                 self.queues.wake([cqq])
 
     def _refresh_priorities(self, now: float) -> None:
-        due = self.policies.ordering.time_dependent and (
+        ordering = self.policies.ordering
+        due = ordering.time_dependent_for(self._priority_tables().presets) and (
             self._prio_time is None or now - self._prio_time >= self.config.priority_calc_period_s
         )
         if not (due or self._prio_dirty):
             return
         if due or self._prio_time is None:
             self._prio_time = now
+        self._tables = None
         ctx = self._context(now)
         for tenant_jobs in self._pending_by_tenant.values():
             for rec in tenant_jobs.values():
@@ -1358,6 +1392,18 @@ class Engine:
                     out.append(Evict(rec.id, reason, message))
 
     # ------------------------------------------------------------------ queries
+
+    def priority_factors(self, job_id: int) -> dict[str, float] | None:
+        """A pending job's priority broken into its preset's terms, as of the last
+        recalculation: ``slurm``: the weighted ``site``, ``age``, ``assoc``,
+        ``fairshare``, ``jobsize``, ``partition``, ``qos``, ``tres`` and the ``nice``
+        value; ``phalanx``: ``age``, ``share``, ``qos``, ``size`` (they add up to the
+        priority); ``kueue``: ``priority`` and, under Admission Fair Sharing,
+        ``lq_score``. None for a job that is not pending."""
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.admission is not None:
+            return None
+        return self.policies.ordering.factors(rec.facts, self._context(self._now))
 
     def explain(self, job_id: int) -> Reason | None:
         """Why a pending job waits (None for an admitted or unknown job)."""

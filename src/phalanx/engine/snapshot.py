@@ -19,7 +19,7 @@ from phalanx.engine.config import (
 )
 from phalanx.engine.decisions import Admit, decision_from_dict
 from phalanx.engine.engine import Engine
-from phalanx.engine.ordering import FairShareWeights, JobFacts, TenantShare
+from phalanx.engine.ordering import FairShareWeights, TenantShare, job_facts
 from phalanx.engine.queues import ClusterQueueQueue, Condition, ShapeQueue
 from phalanx.engine.reasons import reason_from_dict
 from phalanx.engine.shapes import PodSetShape
@@ -136,7 +136,7 @@ def export_state(engine: Engine) -> dict[str, Any]:
             "preemption": dataclasses.asdict(cfg.preemption),
         },
         "objects": [{"kind": k, "object": o.to_dict()} for (k, _), o in engine._objects.items()],
-        "shares": {t: [s.usage, s.allocation] for t, s in engine._shares.items()},
+        "shares": {t: [s.usage, s.allocation, s.billing] for t, s in engine._shares.items()},
         "priority_time": engine._prio_time,
         "priority_dirty": engine._prio_dirty,
         "jobs": jobs,
@@ -188,7 +188,8 @@ def load_state(data: dict[str, Any]) -> Engine:
 
     for entry in data["objects"]:
         engine.apply(Upsert(_KINDS[entry["kind"]].model_validate(entry["object"])))
-    engine._shares = {t: TenantShare(u, a) for t, (u, a) in data["shares"].items()}
+    engine._shares = {t: TenantShare(*share) for t, share in data["shares"].items()}
+    engine._tables = None
     engine._prio_time = data["priority_time"]
     cache = engine.cache
     engine._now = float(data.get("now", 0.0))
@@ -197,8 +198,11 @@ def load_state(data: dict[str, Any]) -> Engine:
     for entry in data["jobs"]:
         job = Job.model_validate(entry["job"])
         # The value is the one resolved at submission: later PriorityClass edits don't apply.
-        facts = JobFacts(job.id, job.tenant, job.submit_time, entry["priority_value"], job.gpus)
+        facts = job_facts(job, entry["priority_value"])
         rec = JobRecord(job=job, shape=engine._shapes.job(job), facts=facts)
+        # Known queues keep the saved priority when the job is enqueued again.
+        cq_name, lq_key, _ = engine._resolve(rec)
+        rec.facts = dataclasses.replace(facts, cluster_queue=cq_name, local_queue=lq_key)
         rec.priority = entry["priority"]
         rec.order_time = entry.get("order_time", job.submit_time)
         rec.key = (-rec.priority, rec.order_time, job.id)

@@ -126,10 +126,20 @@ def fair_tree_level_fs(tree: AssociationTree, usage_raw: Mapping[str, float]) ->
     }
 
 
-def fair_tree(tree: AssociationTree, usage_raw: Mapping[str, float]) -> dict[str, float]:
+def fair_tree(
+    tree: AssociationTree,
+    usage_raw: Mapping[str, float],
+    level_fs_override: Mapping[str, float] | None = None,
+) -> dict[str, float]:
     """Fair Tree fair-share factor of every user, from per-association raw
-    usage (each account's usage includes its descendants')."""
+    usage (each account's usage includes its descendants').
+
+    ``level_fs_override`` replaces the level fair-share of some associations,
+    e.g. ``+inf`` for users with ``Fairshare=parent``.
+    """
     level_fs = fair_tree_level_fs(tree, usage_raw)
+    if level_fs_override:
+        level_fs.update(level_fs_override)
     user_count = len(tree.users())
     factors: dict[str, float] = {}
     if user_count == 0:
