@@ -366,6 +366,12 @@ class Client:
         result = response.json()
         return result if isinstance(result, dict) else None
 
+    def explain(self, job_id: int) -> dict[str, Any]:
+        """Why the job is pending, or where it runs and why: the facts, and ``text``
+        saying them in plain words (``GET /api/v1/jobs/{id}/explain``)."""
+        result: dict[str, Any] = self._json("GET", f"/api/v1/jobs/{int(job_id)}/explain")
+        return result
+
     def events(self, job_id: int) -> list[dict[str, Any]]:
         result = self._json("GET", f"/api/v1/jobs/{int(job_id)}/events")
         return list(result["items"])

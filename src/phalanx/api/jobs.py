@@ -202,6 +202,14 @@ def update_job(plane: Plane, principal: Caller, job_id: JobId, body: JobUpdate) 
     return JSONResponse(job_view(row, plane.output_paths(row)))
 
 
+@router.get("/jobs/{job_id}/explain")
+def explain_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
+    """Why the job is pending (or where it runs and why): its position in its queue and
+    the cluster, its priority, what is short and where, the reservations ahead of it, its
+    expected start, what happened to it; ``text`` says it in plain words."""
+    return JSONResponse(plane.explain(principal, job_id))
+
+
 @router.get("/jobs/{job_id}/events", responses={200: {"model": list[EventView]}})
 def job_events(plane: Plane, principal: Caller, job_id: JobId) -> Response:
     plane.job(principal, job_id)

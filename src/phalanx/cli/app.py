@@ -340,6 +340,22 @@ def describe(kind: str, name: str) -> None:
 
 
 @app.command()
+@click.argument("job", metavar="JOB")
+@click.option("--output", "-o", default="text", type=click.Choice(["text", "json", "yaml"]))
+def explain(job: str, output: str) -> None:
+    """Why a job is pending (position, priority, what is short, expected start), or where it
+    runs and why."""
+    from phalanx.cli import render
+
+    with _client() as client:
+        answer = client.explain(_job_id(job))
+    if output in ("json", "yaml"):
+        _out(render.dump(answer, output))
+        return
+    render.print_explanation(answer)
+
+
+@app.command()
 @click.argument("kind")
 @click.argument("name")
 def delete(kind: str, name: str) -> None:

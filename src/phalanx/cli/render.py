@@ -22,6 +22,7 @@ __all__ = [
     "epoch",
     "job_rows",
     "object_table",
+    "print_explanation",
     "print_table",
 ]
 
@@ -362,6 +363,20 @@ def describe_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> str:
         detail = " ".join(x for x in (event.get("reason"), event.get("message")) if x)
         lines.append(f"  {event.get('time') or '':<26}{event.get('kind', ''):<12}{detail}".rstrip())
     return "\n".join(lines) + "\n"
+
+
+def print_explanation(answer: dict[str, Any]) -> None:
+    """``phalanx explain JOB``: the server's plain words, the first sentence in bold and
+    coloured by the job's state."""
+    from rich.console import Console
+    from rich.text import Text
+
+    tty = sys.stdout.isatty()
+    console = Console(width=None if tty else 100_000, highlight=False, soft_wrap=not tty)
+    lines = str(answer.get("text") or "").splitlines()
+    style = _STATE_STYLES.get(str(answer.get("state") or ""), "")
+    for i, line in enumerate(lines):
+        console.print(Text(line, style=f"bold {style}".strip() if i == 0 else ""))
 
 
 def describe_object(manifest: dict[str, Any]) -> str:

@@ -292,6 +292,21 @@ class ControlPlane:
             raise NotFound(f"job {job_id} not found")
         return row
 
+    def explain(self, principal: Principal, job_id: int) -> dict[str, Any]:
+        """Why the job is where it is: the engine's facts, the gate's and the stored events'
+        (see :mod:`phalanx.control.explain`)."""
+        from phalanx.control.explain import explain_answer
+        from phalanx.engine.report import explain_job
+
+        self.job(principal, job_id)
+        with self._lock:
+            explanation = explain_job(self.engine, job_id)
+            gated = self.gate.jobs.get(job_id)
+            gate = (gated.reason, gated.message) if gated is not None else None
+            # Read under the lock too, so the row agrees with the engine's view.
+            row = self.job(principal, job_id)
+        return explain_answer(row, explanation, gate, self.store.job_events(job_id), self.clock())
+
     def apply(self, principal: Principal, manifests: Sequence[Any]) -> list[tuple[str, str, str]]:
         """Create or update configuration objects (all of them or none)."""
         if not principal.admin:
