@@ -14,6 +14,7 @@ from phalanx.engine.ordering import (
     SlurmOrdering,
 )
 from phalanx.engine.placement import BestFit, PlacementPolicy
+from phalanx.engine.priority import ResetPeriod, decay_factor, parse_billing_weights
 from phalanx.engine.priority.multifactor import DEFAULT_MAX_AGE_S, parse_tres_weights
 from phalanx.model.preemptmode import PREEMPT_MODES, preemption_overrides
 
@@ -87,10 +88,20 @@ class UsageConfig:
     """``NONE``, ``NOW``, ``DAILY``, ``WEEKLY``, ``MONTHLY``, ``QUARTERLY`` or ``YEARLY``."""
     tres_billing_weights: str = ""
     """Slurm's syntax (``CPU=1.0,Mem=0.25G,GRES/gpu=2.0``); empty bills CPUs, as Slurm does."""
+    fair_tree: bool = True
+    """Fair Tree fair-share factors (Slurm's default); False is ``PriorityFlags=NO_FAIR_TREE``
+    (classic ``2^(-UE/S)``)."""
 
     def __post_init__(self) -> None:
         if self.half_life_s < 0:
             raise ValueError("usage half-life must be >= 0 (0: no decay)")
+        decay_factor(self.half_life_s)
+        if self.reset_period not in ResetPeriod.__members__:
+            raise ValueError(
+                f"usage reset period must be one of {', '.join(ResetPeriod.__members__)}, "
+                f"got {self.reset_period!r}"
+            )
+        parse_billing_weights(self.tres_billing_weights)
 
 
 SLURM_PRIORITY_FLAGS = (
