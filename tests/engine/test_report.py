@@ -217,3 +217,24 @@ def test_unknown_and_finished_jobs_are_none() -> None:
     step(engine, 1.0, Submit(job("cq", id=7)))
     step(engine, 2.0, Finish(7))
     assert explain_job(engine, 7) is None
+
+
+def test_priority_factors_add_up_to_the_priority() -> None:
+    engine = engine_with(
+        flavor("f"),
+        *_nodes(1),
+        cluster_queue("cq", {"f": 8}),
+        preset="phalanx",
+        jobs=(job("cq", gpus=8, id=1), job("cq", gpus=4, id=2, submit=10.0)),
+    )
+    step(engine, 100.0)
+    # Only one fits; which one the fair-share order picks does not matter here.
+    [pending] = [j for j in (1, 2) if engine.jobs[j].admission is None]
+    ex = explain_job(engine, pending)
+    assert ex is not None and ex.state == "pending"
+    factors = ex.priority_factors
+    assert factors is not None and "age" in factors
+    assert abs(sum(factors.values()) - ex.priority) < 1e-9
+    assert ex.to_dict()["priority"] == {"total": ex.priority, "factors": factors}
+    admitted = explain_job(engine, 3 - pending)
+    assert admitted is not None and admitted.priority_factors is None

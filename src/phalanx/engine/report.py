@@ -20,7 +20,6 @@ epoch seconds.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -359,13 +358,8 @@ def explain_job(engine: Engine, job_id: int) -> Explanation | None:
 
 
 def _factors(engine: Engine, job_id: int) -> dict[str, float] | None:
-    # The ordering policy's breakdown of the priority, where the engine offers one.
-    query: Callable[[int], dict[str, float] | None] | None = getattr(
-        engine, "priority_factors", None
-    )
-    if query is None:
-        return None
-    factors = query(job_id)
+    """The preset's breakdown of a pending job's priority (None for an admitted job)."""
+    factors = engine.priority_factors(job_id)
     return dict(factors) if factors else None
 
 
