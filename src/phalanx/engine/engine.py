@@ -19,6 +19,7 @@ everything that fits, not one job per queue.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -32,7 +33,7 @@ from phalanx.engine.assigner import (
     FlavorAssigner,
     Oracle,
 )
-from phalanx.engine.backfill import Reservation
+from phalanx.engine.backfill import Holds, Reservation, plan_start
 from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
 from phalanx.engine.capacity import NodeSlot
 from phalanx.engine.config import EngineConfig, Policies, PreemptionConfig
@@ -187,6 +188,10 @@ class Engine:
         """The same, held while a blocked StrictFIFO head stays blocked: Kueue
         re-nominates that head every cycle, so its reservation never lapses."""
         self._reservations: dict[int, Reservation] = {}
+        self._holds = Holds()
+        """Whole nodes held for reservations (see engine/backfill.py)."""
+        self._bf_budget = 0
+        """Backfill tests (plans and tries on held nodes) left in this cycle."""
         self._victim_cache: dict[str, tuple[ClusterQueue, PreemptionConfig]] = {}
         """Per ClusterQueue: its model and the preemption settings of its jobs."""
         self._protection_ends: set[float] = set()
@@ -241,6 +246,8 @@ class Engine:
 
     def _upsert(self, obj: Any) -> None:
         cache, queues = self.cache, self.queues
+        if self._reservations and isinstance(obj, (Node, ResourceFlavor, Cohort, ClusterQueue)):
+            self._drop_reservations()
         if isinstance(obj, Node):
             self._objects[("Node", obj.name)] = obj
             cache.upsert_node(obj)
@@ -299,6 +306,8 @@ class Engine:
 
     def _delete(self, kind: str, name: str) -> None:
         cache = self.cache
+        if self._reservations and kind in ("Node", "ResourceFlavor", "Cohort", "ClusterQueue"):
+            self._drop_reservations()
         self._objects.pop((kind, name), None)
         if kind == "Node":
             cache.delete_node(name)
@@ -532,6 +541,9 @@ class Engine:
         self._resolve_waiting()
 
     def _forget_pending(self, rec: JobRecord) -> None:
+        if rec.id in self._reservations:
+            self._drop_reservation(rec.id)
+        self._estimates.pop(rec.id, None)
         self.queues.remove(rec)
         self._waiting.pop(rec.id, None)
         self._backoff.pop(rec.id, None)
@@ -662,8 +674,11 @@ class Engine:
             top = node.top or node
             levels = {fr: top.subtree.get(fr, 0) - top.usage.get(fr, 0) for fr in admission.usage}
         nodes = self.cache.nodes
+        holds = self._holds
         for slot, amounts, exclusive in admission.allocations:
             slot.give_back(rec.id, amounts, exclusive)
+            if slot in holds.owner:
+                holds.absorb(slot)
             if nodes.get(slot.name) is slot:
                 self.cache.reindex(slot)
                 keys.extend("flavor:" + index.name for index in slot.flavors)
@@ -672,6 +687,8 @@ class Engine:
         self.queues.release(
             root, admission.usage if root else {}, levels, list(dict.fromkeys(keys))
         )
+        if self._reservations:
+            self._wake_holders(root, (slot for slot, _, _ in admission.allocations))
         if self._held and root:
             # A held reservation hides what this release freed from the blocked head's
             # wake condition: any release in its tree re-nominates it.
@@ -793,6 +810,10 @@ class Engine:
         claimed: set[int] = set()
         rounds = 0
         blocked = False
+        backfill = self.config.backfill is not None
+        if backfill:
+            assert self.config.backfill is not None
+            self._bf_budget = self.config.backfill.max_job_test
         while not blocked and (limit is None or rounds < limit):
             heads = queues.heads()
             if not heads:
@@ -805,6 +826,9 @@ class Engine:
             entries: list[Entry] = []
             for rec, sq, cqq in heads:
                 info = cache.cluster_queues[cqq.name]
+                if rec.id in self._reservations:
+                    # Tried again: its nodes and quota are its own to assign.
+                    self._drop_reservation(rec.id)
                 if self.limits.active and self._limit_held(rec, out):
                     continue
                 oracle = self._oracle(rec, info) if info.preempts else None
@@ -832,6 +856,18 @@ class Engine:
                     self._emit_reason(rec, _pods_ready_block(), out)
                     blocked = True
                     continue
+                if (
+                    not assignment.ok
+                    and backfill
+                    and not info.preempts
+                    and rec.shape.partial is None
+                ):
+                    admitted = self._backfill(rec, sq, info)
+                    if admitted is not None:
+                        out.append(admitted)
+                        if probe is not None:
+                            probe("decided", rec.id)
+                        continue
                 if assignment.ok:
                     out.append(self._admit(rec, info, assignment))
                 elif plain and not info.preempts and rec.shape.partial is None:
@@ -843,6 +879,221 @@ class Engine:
             # A reservation holds for the rest of the round (Kueue: of its one-round cycle).
             self._unreserve()
         return out
+
+    # ------------------------------------------------------------------ backfill
+
+    def _backfill(self, rec: JobRecord, sq: ShapeQueue, info: ClusterQueueInfo) -> Admit | None:
+        """A head that does not fit: start it on nodes held for reservations it cannot
+        delay, or plan when it fits (its estimated start) and reserve for it; then plan
+        the jobs of the same shape behind it, each after the ones before."""
+        bf = self.config.backfill
+        assert bf is not None
+        # Reservations of lower jobs yield to this one: they are planned again behind it.
+        lower = [r.job_id for r in self._reservations.values() if self.jobs[r.job_id].key > rec.key]
+        for job_id in lower:
+            self._drop_reservation(job_id)
+        if lower:
+            trial = self.assigner.assign_fresh(rec.shape, info)
+            if trial.ok and not self._admission_blocked():
+                return self._admit(rec, info, trial)
+        if self._bf_budget <= 0:
+            return None
+        self._bf_budget -= 1
+        admitted = self._onto_held_nodes(rec, info)
+        if admitted is not None:
+            return admitted
+        # Jobs of the same shape behind the head cannot fit before it: plan them in order,
+        # each with the ones before it holding their nodes; holds beyond the queue's
+        # reservations are given back afterwards.
+        tentative: list[int] = []
+        behind = heapq.nsmallest(
+            min(self._bf_budget, len(sq.members) - 1),
+            (r for r in sq.members.values() if r is not rec),
+            key=lambda r: r.key,
+        )
+        for i, job in enumerate([rec, *behind]):
+            if i:
+                if self._bf_budget <= 0:
+                    break
+                self._bf_budget -= 1
+            planned = plan_start(
+                job.shape,
+                info,
+                self._running_ends(),
+                self._now,
+                bf.window_s,
+                bf.resolution_s,
+                self.assigner,
+                lambda job_id: self._lift(self.jobs[job_id]),
+                lambda job_id: self._put_back(self.jobs[job_id]),
+            )
+            if planned is None:
+                self._estimates.pop(job.id, None)
+                break
+            start, trial, ended = planned
+            self._estimates[job.id] = start
+            held = sum(1 for r in self._reservations.values() if r.cluster_queue == info.name)
+            self._reserve_for(job, info, start, trial, ended)
+            if (bf.reservations_per_queue and held >= bf.reservations_per_queue) or (
+                i == 0 and self._outranked(job, sq)
+            ):
+                tentative.append(job.id)
+        for job_id in tentative:
+            self._drop_reservation(job_id, wake=False)
+        return None
+
+    def _outranked(self, rec: JobRecord, sq: ShapeQueue) -> bool:
+        """Whether a higher job of the same ClusterQueue waits without a reservation (it
+        is parked, so not tried now): ``rec`` may not take the queue's reservation."""
+        for other in sq.cq.shapes.values():
+            if other is sq:
+                continue
+            head = other.peek()
+            if head is not None and head.key < rec.key and head.id not in self._reservations:
+                return True
+        return False
+
+    def _running_ends(self) -> list[tuple[float, int]]:
+        """Admitted jobs with a time limit as ``(planned end, id)``, soonest first; a job
+        being evicted ends now."""
+        ends: list[tuple[float, int]] = []
+        now = self._now
+        for jobs in self._admitted_by_cq.values():
+            for rec in jobs.values():
+                adm = rec.admission
+                assert adm is not None
+                if adm.evicting:
+                    ends.append((now, rec.id))
+                elif rec.job.time_limit is not None:
+                    ends.append((max(now, adm.admitted_at + rec.job.time_limit), rec.id))
+        ends.sort()
+        return ends
+
+    def _onto_held_nodes(self, rec: JobRecord, info: ClusterQueueInfo) -> Admit | None:
+        """Backfill: admit ``rec`` on held nodes of reservations that start after it ends."""
+        limit = rec.job.time_limit
+        if limit is None or not self._reservations:
+            return None
+        end = self._now + limit
+        holds, nodes = self._holds, self.cache.nodes
+        opened: list[tuple[NodeSlot, int]] = []
+        lifted: list[Reservation] = []
+        for r in self._reservations.values():
+            if end > r.start:
+                continue
+            if r.quota:
+                self._hold_quota(r, -1)
+                lifted.append(r)
+            for name in r.nodes:
+                slot = nodes.get(name)
+                if slot is not None and holds.owner.get(slot) == r.job_id:
+                    holds.unhold(slot)
+                    self.cache.reindex(slot)
+                    opened.append((slot, r.job_id))
+        if not opened and not lifted:
+            return None
+        self.assigner.generation += 1
+        trial = self.assigner.assign_fresh(rec.shape, info)
+        decision = None
+        if trial.ok and not self._admission_blocked():
+            decision = self._admit(rec, info, trial)
+        for slot, owner in opened:
+            holds.hold(slot, owner)
+            self.cache.reindex(slot)
+        for r in lifted:
+            self._hold_quota(r, 1)
+        self.assigner.generation += 1
+        return decision
+
+    def _hold_quota(self, r: Reservation, sign: int) -> None:
+        info = self.cache.cluster_queues.get(r.cluster_queue)
+        if info is not None:
+            for fr, amount in r.quota:
+                if sign > 0:
+                    info.node.add_usage(fr, amount)
+                else:
+                    info.node.remove_usage(fr, amount)
+
+    def _wake_holders(self, root: str, slots: Iterable[NodeSlot]) -> None:
+        """A release in a reserved job's quota tree or on its held nodes: try it again.
+        Its own holds hide what was freed from the conditions it parked on."""
+        owners = {self._holds.owner.get(slot) for slot in slots}
+        items: list[Any] = []
+        for r in self._reservations.values():
+            holder = self.jobs[r.job_id]
+            sq = holder.queue
+            if sq is None:
+                continue
+            info = self.cache.cluster_queues.get(r.cluster_queue)
+            if r.job_id in owners or (info is not None and root and info.root_key == root):
+                items.append(sq.cq if sq.cq.strict else sq)
+        if items:
+            self.queues.wake(items)
+
+    def _reserve_for(
+        self,
+        rec: JobRecord,
+        info: ClusterQueueInfo,
+        start: float,
+        trial: Assignment,
+        ended: list[int],
+    ) -> None:
+        """Hold the planned nodes, and the quota the job needs beyond what the jobs of
+        its ClusterQueue that end before ``start`` give back (so jobs that outlive the
+        reservation cannot take it)."""
+        holds = self._holds
+        names: list[str] = []
+        for result in trial.pod_sets:
+            for slot, _ in result.nodes:
+                if slot not in holds.owner:
+                    holds.hold(slot, rec.id)
+                    self.cache.reindex(slot)
+                    names.append(slot.name)
+        freed: dict[FlavorResource, int] = {}
+        for job_id in ended:
+            adm = self.jobs[job_id].admission
+            if adm is not None and adm.cluster_queue == info.name:
+                for fr, amount in adm.usage.items():
+                    freed[fr] = freed.get(fr, 0) + amount
+        quota = tuple(
+            (fr, amount - freed.get(fr, 0))
+            for fr, amount in sorted(trial.usage.items())
+            if amount > freed.get(fr, 0)
+        )
+        for fr, amount in quota:
+            info.node.add_usage(fr, amount)
+        self._reservations[rec.id] = Reservation(rec.id, info.name, start, tuple(names), quota)
+        self.assigner.generation += 1
+
+    def _drop_reservation(self, job_id: int, wake: bool = True) -> None:
+        """Give back what a reservation holds and (``wake``) wake what waits for it."""
+        res = self._reservations.pop(job_id)
+        holds, nodes = self._holds, self.cache.nodes
+        keys: list[str] = []
+        for name in res.nodes:
+            slot = nodes.get(name)
+            if slot is not None and holds.owner.get(slot) == job_id:
+                holds.unhold(slot)
+                self.cache.reindex(slot)
+                keys.extend("flavor:" + index.name for index in slot.flavors)
+        info = self.cache.cluster_queues.get(res.cluster_queue)
+        root = ""
+        usage: dict[FlavorResource, int] = {}
+        levels: dict[FlavorResource, int] = {}
+        if info is not None and res.quota:
+            for fr, amount in res.quota:
+                info.node.remove_usage(fr, amount)
+            root, usage = info.root_key, dict(res.quota)
+            top = info.node.top or info.node
+            levels = {fr: top.subtree.get(fr, 0) - top.usage.get(fr, 0) for fr in usage}
+        self.assigner.generation += 1
+        if wake:
+            self.queues.release(root, usage, levels, list(dict.fromkeys(keys)))
+
+    def _drop_reservations(self) -> None:
+        """Before the nodes or quotas change: every reservation is planned again."""
+        for job_id in list(self._reservations):
+            self._drop_reservation(job_id)
 
     def next_wakeup(self) -> float | None:
         """When the next cycle has something to do without any new event.
@@ -1124,17 +1375,22 @@ class Engine:
         self._lift_quota(rec)
         adm = rec.admission
         assert adm is not None
+        held = self._holds.owner
         for slot, amounts, exclusive in adm.allocations:
-            slot.give_back(rec.id, amounts, exclusive)
-            self.cache.reindex(slot)
+            # A held node stays closed: what a job there frees belongs to the reservation.
+            if slot not in held:
+                slot.give_back(rec.id, amounts, exclusive)
+                self.cache.reindex(slot)
 
     def _put_back(self, rec: JobRecord) -> None:
         self._put_back_quota(rec)
         adm = rec.admission
         assert adm is not None
+        held = self._holds.owner
         for slot, amounts, exclusive in adm.allocations:
-            slot.take(rec.id, amounts, exclusive)
-            self.cache.reindex(slot)
+            if slot not in held:
+                slot.take(rec.id, amounts, exclusive)
+                self.cache.reindex(slot)
 
     def _reserve(
         self, rec: JobRecord, info: ClusterQueueInfo, frs: dict[FlavorResource, int]

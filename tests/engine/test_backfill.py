@@ -1,0 +1,239 @@
+"""Backfill: reservations for blocked gangs, and lower jobs only where they cannot delay them."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from phalanx.engine import Admit, Engine, EngineConfig, Finish, Submit, Upsert
+from phalanx.engine.config import BackfillConfig
+from phalanx.model import Job, PodSet
+from tests.engine.helpers import GPU, cluster_queue, flavor, node
+from tests.engine.timeline import drive
+
+
+def _job(id: int, nodes: int, limit: float | None, priority: int = 0, submit: float = 0.0) -> Job:
+    return Job(
+        id=id,
+        cluster_queue="cq",
+        priority=priority,
+        submit_time=submit,
+        time_limit=limit,
+        pod_sets=[PodSet(count=nodes, tasks_per_node=1, requests={GPU: 8})],
+    )
+
+
+_BACKFILL = BackfillConfig()
+
+
+def _engine(nodes: int = 4, backfill: BackfillConfig | None = _BACKFILL) -> Engine:
+    engine = Engine(EngineConfig(preset="kueue", backfill=backfill))
+    engine.apply(Upsert(flavor("f")))
+    for i in range(1, nodes + 1):
+        engine.apply(Upsert(node(f"n{i}")))
+    engine.apply(Upsert(cluster_queue("cq", {"f": 8 * nodes})))
+    return engine
+
+
+def _admitted(decisions: list[object]) -> dict[int, list[str]]:
+    return {
+        d.job_id: sorted(n.node for p in d.pod_sets for n in p.nodes)
+        for d in decisions
+        if isinstance(d, Admit)
+    }
+
+
+def _start_running(engine: Engine) -> None:
+    # n1, n2 busy until 100; n3 busy until 1000; n4 idle.
+    engine.apply(Submit(_job(1, 2, 100, priority=10)))
+    engine.apply(Submit(_job(2, 1, 1000, priority=10)))
+    assert set(_admitted(engine.cycle(0.0))) == {1, 2}
+
+
+def test_a_blocked_gang_gets_a_reservation_at_the_earliest_time_it_fits() -> None:
+    engine = _engine()
+    _start_running(engine)
+    engine.apply(Submit(_job(3, 3, None, priority=5)))
+    assert _admitted(engine.cycle(1.0)) == {}
+    [reservation] = engine.reservations()
+    assert reservation.job_id == 3
+    assert reservation.start == 120.0  # 100 rounded up to bf_resolution (60 s)
+    assert sorted(reservation.nodes) == ["n1", "n2", "n4"]
+    assert engine.estimated_start(3) == 120.0
+
+
+def test_a_lower_job_that_would_delay_the_reservation_waits() -> None:
+    engine = _engine()
+    _start_running(engine)
+    engine.apply(Submit(_job(3, 3, None, priority=5)))
+    engine.cycle(1.0)
+    # Without backfill this job would take n4 until t=201 and push job 3 back.
+    engine.apply(Submit(_job(4, 1, 200, priority=1)))
+    assert _admitted(engine.cycle(2.0)) == {}
+    assert engine.estimated_start(4) is not None
+
+
+def test_a_lower_job_that_ends_before_the_reservation_is_backfilled() -> None:
+    engine = _engine()
+    _start_running(engine)
+    engine.apply(Submit(_job(3, 3, None, priority=5)))
+    engine.cycle(1.0)
+    engine.apply(Submit(_job(4, 1, 60, priority=1)))
+    assert _admitted(engine.cycle(2.0)) == {4: ["n4"]}
+    assert engine.reservation(3) is not None
+
+
+def test_a_job_without_a_time_limit_never_backfills_onto_held_nodes() -> None:
+    engine = _engine()
+    _start_running(engine)
+    engine.apply(Submit(_job(3, 3, None, priority=5)))
+    engine.cycle(1.0)
+    engine.apply(Submit(_job(4, 1, None, priority=1)))
+    assert _admitted(engine.cycle(2.0)) == {}
+
+
+def test_without_backfill_the_lower_job_takes_the_free_node() -> None:
+    engine = _engine(backfill=None)
+    _start_running(engine)
+    engine.apply(Submit(_job(3, 3, None, priority=5)))
+    engine.cycle(1.0)
+    engine.apply(Submit(_job(4, 1, 200, priority=1)))
+    assert _admitted(engine.cycle(2.0)) == {4: ["n4"]}
+    assert engine.reservations() == []
+
+
+def test_the_reserved_job_starts_when_its_nodes_free_up() -> None:
+    engine = _engine()
+    _start_running(engine)
+    engine.apply(Submit(_job(3, 3, None, priority=5)))
+    engine.cycle(1.0)
+    engine.apply(Submit(_job(4, 1, 60, priority=1)))
+    engine.cycle(2.0)
+    engine.apply(Finish(4))
+    assert _admitted(engine.cycle(62.0)) == {}
+    engine.apply(Finish(1))
+    assert _admitted(engine.cycle(100.0)) == {3: ["n1", "n2", "n4"]}
+    assert engine.reservations() == []
+    assert engine.estimated_start(3) is None
+
+
+def test_a_higher_job_takes_over_the_reservation() -> None:
+    engine = _engine()
+    _start_running(engine)
+    engine.apply(Submit(_job(3, 3, None, priority=5)))
+    engine.cycle(1.0)
+    engine.apply(Submit(_job(5, 4, None, priority=8)))
+    engine.cycle(2.0)
+    # One reservation per ClusterQueue (bf_job_part_count_reserve=1): the top job's.
+    assert [r.job_id for r in engine.reservations()] == [5]
+    assert engine.reservation(5).start == 1020.0  # type: ignore[union-attr]
+    assert engine.estimated_start(3) is not None
+
+
+def test_every_blocked_job_can_get_a_reservation() -> None:
+    engine = _engine(nodes=6, backfill=BackfillConfig(reservations_per_queue=0))
+    engine.apply(Submit(_job(1, 2, 100, priority=10)))
+    engine.apply(Submit(_job(2, 2, 300, priority=10)))
+    engine.apply(Submit(_job(6, 2, 500, priority=10)))
+    engine.cycle(0.0)
+    engine.apply(Submit(_job(3, 2, 1000, priority=5)))
+    engine.apply(Submit(_job(4, 2, 1000, priority=4)))
+    engine.cycle(1.0)
+    planned = {r.job_id: (r.start, sorted(r.nodes)) for r in engine.reservations()}
+    assert planned[3][0] == 120.0
+    assert planned[4][0] == 300.0
+    assert not set(planned[3][1]) & set(planned[4][1])
+
+
+def test_a_gang_waiting_behind_unlimited_jobs_has_no_estimate() -> None:
+    engine = _engine(nodes=2)
+    engine.apply(Submit(_job(1, 2, None, priority=10)))
+    engine.cycle(0.0)
+    engine.apply(Submit(_job(2, 2, None)))
+    engine.cycle(1.0)
+    assert engine.reservations() == []
+    assert engine.estimated_start(2) is None
+
+
+def test_the_reservation_is_honoured_over_a_busy_timeline() -> None:
+    engine = _engine()
+    jobs = [
+        (_job(1, 2, 100, priority=10), 100.0),
+        (_job(2, 1, 1000, priority=10), 1000.0),
+        (_job(3, 3, 500, priority=5, submit=1), 500.0),
+    ]
+    jobs += [(_job(10 + i, 1, 50 + 30 * i, priority=1, submit=2 + i), 40.0) for i in range(8)]
+    run = drive(engine, jobs)
+    assert run.start[3] <= run.planned[3]
+    # Short jobs went into the hole before the gang.
+    assert any(run.start[j] < run.start[3] for j in range(10, 18))
+
+
+# --------------------------------------------------------------------------- properties
+
+_LIMITS = (10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+@st.composite
+def _workload(draw: st.DrawFn, exact: bool) -> tuple[int, list[tuple[Job, float]]]:
+    """2-5 nodes of 8 GPUs and 3-14 jobs in one ClusterQueue, in submission order (which
+    is their priority order): whole-node gangs or loose tasks of 1, 2 or 4 GPUs, each
+    with a time limit; runtimes equal the limits (``exact``) or are at most the limit."""
+    nodes = draw(st.integers(2, 5))
+    jobs: list[tuple[Job, float]] = []
+    t = 0.0
+    for i in range(draw(st.integers(3, 14))):
+        t += draw(st.sampled_from((0.0, 0.0, 1.0, 5.0, 20.0)))
+        limit = draw(st.sampled_from(_LIMITS))
+        runtime = limit if exact else float(draw(st.integers(1, int(limit))))
+        if draw(st.booleans()):
+            pod_set = PodSet(count=draw(st.integers(1, nodes)), tasks_per_node=1, requests={GPU: 8})
+        else:
+            gpus = draw(st.sampled_from((1, 2, 4)))
+            pod_set = PodSet(count=draw(st.integers(1, nodes * (8 // gpus))), requests={GPU: gpus})
+        job = Job(id=i + 1, cluster_queue="cq", submit_time=t, time_limit=limit, pod_sets=[pod_set])
+        jobs.append((job, runtime))
+    return nodes, jobs
+
+
+def _run(nodes: int, jobs: list[tuple[Job, float]], backfill: bool):
+    """Backfill on (BestEffortFIFO + reservations) or off (strict priority order: a blocked
+    job holds back every job behind it, as Slurm's main scheduler alone does)."""
+    engine = Engine(
+        EngineConfig(
+            preset="kueue", backfill=BackfillConfig(resolution_s=1.0) if backfill else None
+        )
+    )
+    engine.apply(Upsert(flavor("f")))
+    for i in range(nodes):
+        engine.apply(Upsert(node(f"n{i}")))
+    strategy = "BestEffortFIFO" if backfill else "StrictFIFO"
+    engine.apply(Upsert(cluster_queue("cq", {"f": 8 * nodes}, strategy=strategy)))
+    run = drive(engine, jobs)
+    assert set(run.start) == {j.id for j, _ in jobs}, "every job runs"
+    return run
+
+
+@settings(max_examples=60, deadline=None)
+@given(_workload(exact=False))
+def test_no_reservation_is_ever_delayed(workload: tuple[int, list[tuple[Job, float]]]) -> None:
+    nodes, jobs = workload
+    run = _run(nodes, jobs, backfill=True)
+    for job_id, planned in run.planned.items():
+        assert run.start[job_id] <= planned
+
+
+@settings(max_examples=60, deadline=None)
+@given(_workload(exact=True))
+def test_backfill_never_lowers_utilisation_nor_delays_the_first_reservation(
+    workload: tuple[int, list[tuple[Job, float]]],
+) -> None:
+    nodes, jobs = workload
+    off = _run(nodes, jobs, backfill=False)
+    on = _run(nodes, jobs, backfill=True)
+    makespan = max(off.end.values())
+    assert max(on.end.values()) <= makespan
+    assert on.busy_gpu_seconds(makespan) >= off.busy_gpu_seconds(makespan) - 1e-6
+    if on.planned:
+        first = min(on.planned, key=lambda j: (on.planned[j], j))
+        assert on.start[first] <= off.start[first]
