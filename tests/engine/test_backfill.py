@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phalanx.engine import Admit, Engine, EngineConfig, Finish, Submit, Upsert
 from phalanx.engine.config import BackfillConfig
+from phalanx.engine.snapshot import export_state, load_state
 from phalanx.model import Job, PodSet
 from tests.engine.helpers import GPU, cluster_queue, flavor, node
 from tests.engine.timeline import drive
@@ -237,3 +240,21 @@ def test_backfill_never_lowers_utilisation_nor_delays_the_first_reservation(
     if on.planned:
         first = min(on.planned, key=lambda j: (on.planned[j], j))
         assert on.start[first] <= off.start[first]
+
+
+def test_reservations_survive_an_export_and_load() -> None:
+    engine = _engine()
+    _start_running(engine)
+    engine.apply(Submit(_job(3, 3, None, priority=5)))
+    engine.cycle(1.0)
+    data = json.loads(json.dumps(export_state(engine)))
+    copy = load_state(data)
+    assert copy.reservations() == engine.reservations()
+    assert copy.estimated_start(3) == engine.estimated_start(3)
+    for e in (engine, copy):
+        e.apply(Submit(_job(4, 1, 200, priority=1)))
+        e.apply(Submit(_job(5, 1, 60, priority=1)))
+    assert engine.cycle(2.0) == copy.cycle(2.0)
+    for e in (engine, copy):
+        e.apply(Finish(1))
+    assert engine.cycle(100.0) == copy.cycle(100.0)

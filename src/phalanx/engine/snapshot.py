@@ -11,10 +11,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from phalanx.engine.backfill import Reservation
 from phalanx.engine.config import (
+    BackfillConfig,
     EngineConfig,
     FairSharingConfig,
     PreemptionConfig,
+    UsageConfig,
     WaitForPodsReadyConfig,
 )
 from phalanx.engine.decisions import Admit, decision_from_dict
@@ -134,6 +137,8 @@ def export_state(engine: Engine) -> dict[str, Any]:
                 dataclasses.asdict(cfg.wait_for_pods_ready) if cfg.wait_for_pods_ready else None
             ),
             "preemption": dataclasses.asdict(cfg.preemption),
+            "backfill": dataclasses.asdict(cfg.backfill) if cfg.backfill else None,
+            "usage": dataclasses.asdict(cfg.usage),
         },
         "objects": [{"kind": k, "object": o.to_dict()} for (k, _), o in engine._objects.items()],
         "shares": {t: [s.usage, s.allocation, s.billing] for t, s in engine._shares.items()},
@@ -160,6 +165,11 @@ def export_state(engine: Engine) -> dict[str, Any]:
         "pinned": {name: cqq.pinned.id for name, cqq in engine.queues.queues.items() if cqq.pinned},
         "unready": [[j, t] for j, t in engine._unready.items()],
         "backoff": list(engine._backoff),
+        "reservations": [
+            [r.job_id, r.cluster_queue, r.start, list(r.nodes), [[*fr, v] for fr, v in r.quota]]
+            for r in engine._reservations.values()
+        ],
+        "estimates": [[j, t] for j, t in engine._estimates.items()],
         "limit_held": [[j, *key] for j, key in engine.limits.held()],
         "protection_ends": sorted(engine._protection_ends),
     }
@@ -182,6 +192,8 @@ def load_state(data: dict[str, Any]) -> Engine:
             fair_sharing=FairSharingConfig(tuple(fair)) if fair is not None else None,
             wait_for_pods_ready=WaitForPodsReadyConfig(**ready) if ready is not None else None,
             preemption=PreemptionConfig(**c.get("preemption", {})),
+            backfill=BackfillConfig(**c["backfill"]) if c.get("backfill") else None,
+            usage=UsageConfig(**c.get("usage", {})),
         )
     )
     from phalanx.engine.events import Upsert
@@ -277,6 +289,16 @@ def load_state(data: dict[str, Any]) -> Engine:
             cqq.blocked_by = head
             cqq.sticky = bool(entry.get("sticky", False))
             engine.queues.parked.park(cqq, reason, keys, conditions)
+    for job_id, cq_name, start, names, quota in data.get("reservations", []):
+        # The capacity buckets below are restored as exported, holds included.
+        res = Reservation(
+            job_id, cq_name, start, tuple(names), tuple(((f, r), v) for f, r, v in quota)
+        )
+        for name in res.nodes:
+            engine._holds.hold(cache.nodes[name], job_id)
+        engine._hold_quota(res, 1)
+        engine._reservations[job_id] = res
+    engine._estimates = {int(j): float(t) for j, t in data.get("estimates", [])}
     for name, layout in data["buckets"].items():
         index = cache.flavor_nodes[name]
         index.members = {cache.nodes[n]: None for n in layout["members"]}
