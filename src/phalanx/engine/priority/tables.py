@@ -14,9 +14,11 @@ few look-ups, even with 100k pending jobs:
 * Slurm's fair-share factor of every tenant, Fair Tree or classic
   (``NO_FAIR_TREE``), over the tenant tree with ``allocation`` as raw shares
   and ``TenantUsage.billing`` as raw usage. A tenant's users share its factor,
-  as Slurm users with ``Fairshare=parent`` do: in Fair Tree each tenant gets one
-  user association with level fair-share ``+inf`` (so it ranks where its tenant
-  ranks), in classic the user takes its tenant's shares and effective usage;
+  as Slurm users with ``Fairshare=parent`` do: in Fair Tree each leaf tenant
+  gets one user association with level fair-share ``+inf`` (so it ranks where
+  its tenant ranks) and a tenant with children gets the factor of its
+  best-ranked descendant (where a ``Fairshare=parent`` user of its own would
+  rank); in classic the user takes its tenant's shares and effective usage;
 * per ClusterQueue: the preset that orders its jobs, Slurm's partition factor
   (``slurm.phalanx.io/priority-job-factor`` over the largest) and the TRES totals
   of its nominal quota (``cpu``, ``mem`` in MB, ``gres/gpu``, ``node``).
@@ -85,7 +87,9 @@ def _parents(tenants: Mapping[str, Tenant]) -> dict[str, str | None]:
 
 
 def _tree(tenants: Mapping[str, Tenant], with_users: bool) -> AssociationTree:
+    """The tenant tree as Slurm accounts; ``with_users``: one user under each leaf."""
     parents = _parents(tenants)
+    has_children = {p for p in parents.values() if p is not None}
     assocs = [Association(_ROOT, None)]
     for name, tenant in tenants.items():
         parent = parents[name]
@@ -94,7 +98,7 @@ def _tree(tenants: Mapping[str, Tenant], with_users: bool) -> AssociationTree:
                 _account(name), _ROOT if parent is None else _account(parent), tenant.allocation
             )
         )
-        if with_users:
+        if with_users and name not in has_children:
             assocs.append(Association(_user(name), _account(name), 0.0, is_user=True))
     return AssociationTree(assocs)
 
@@ -135,8 +139,14 @@ def tenant_fairshare(
     usage[_ROOT] = sum(usage[_account(t)] for t, p in parents.items() if p is None)
     if fair_tree_algorithm:
         tree = _tree(tenants, with_users=True)
-        factors = fair_tree(tree, usage, {_user(t): math.inf for t in tenants})
-        return {t: factors[_user(t)] for t in tenants}
+        users = [name for name in tree.users()]
+        factors = fair_tree(tree, usage, dict.fromkeys(users, math.inf))
+        out: dict[str, float] = {}
+        for t in tenants:
+            account = _account(t)
+            below = [factors[u] for u in (*tree.descendants(account),) if u in factors]
+            out[t] = max(below, default=0.0)
+        return out
     tree = _tree(tenants, with_users=False)
     root = usage[_ROOT]
     usage_norm = {name: (value / root if root > 0 else 0.0) for name, value in usage.items()}
