@@ -224,9 +224,7 @@ def test_tenant_limits_charge_ancestors() -> None:
 
 def test_held_head_of_a_strict_fifo_queue_does_not_block_it() -> None:
     engine = cluster(pclass(maxJobsPerUser=1), strategy="StrictFIFO")
-    a1, a2, b1 = submit(
-        engine, qjob(1, submit=1), qjob(1, submit=2), qjob(1, user="bob", submit=3)
-    )
+    a1, a2, b1 = submit(engine, qjob(1, submit=1), qjob(1, submit=2), qjob(1, user="bob", submit=3))
     out = engine.cycle(10)
     assert admitted_ids(out) == [a1.id, b1.id]
     assert pendings(out)[a2.id].code is ReasonCode.QOS_MAX_JOBS_PER_USER
@@ -244,9 +242,7 @@ def test_the_same_round_counts_earlier_admissions() -> None:
 
 def test_kueue_preset_one_head_per_cycle() -> None:
     engine = cluster(pclass(maxJobsPerUser=1), preset="kueue")
-    a1, a2, b1 = submit(
-        engine, qjob(1, submit=1), qjob(1, submit=2), qjob(1, user="bob", submit=3)
-    )
+    a1, a2, b1 = submit(engine, qjob(1, submit=1), qjob(1, submit=2), qjob(1, user="bob", submit=3))
     admitted: list[int] = []
     for t in range(10, 15):
         admitted += admitted_ids(engine.cycle(t))
@@ -340,3 +336,12 @@ def test_partial_admission_charges_what_was_admitted() -> None:
     assert engine.limits.usage(("user", "normal", "alice")).tres[GPU] == 24
     engine.apply(Finish(job.id))
     assert engine.limits.usage(("user", "normal", "alice")).jobs == 0
+
+
+def test_squeue_shows_the_limit_codes_as_slurm_names_them() -> None:
+    from phalanx.dialects.slurm.reasons import slurm_reason
+
+    codes = [c for c in ReasonCode if c.value.startswith(("QOS", "Assoc"))]
+    assert len(codes) == 15
+    for code in codes:
+        assert slurm_reason("PENDING", code.value) == code.value

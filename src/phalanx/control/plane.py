@@ -30,6 +30,7 @@ from phalanx.control.kubejobs import (
     kube_launch,
     split_kube,
 )
+from phalanx.control.limits import SubmitCounts, store_counter, wall_default
 from phalanx.control.metrics import Metrics
 from phalanx.control.registry import KIND_ORDER, MODEL_BY_KIND, Registry, object_key
 from phalanx.control.slurmjobs import (
@@ -604,16 +605,19 @@ class ControlPlane:
     def _validate(self, commands: list[_Command], effects: _Effects) -> list[_Command]:
         """Reject bad commands before the transaction; the rest are applied together."""
         accepted: list[_Command] = []
+        submit_counts: SubmitCounts | None = None
         for cmd in commands:
             try:
                 if isinstance(cmd, _SubmitCmd):
                     jobs = resolve_submissions(cmd.principal, cmd.submissions, self.registry)
                     pairs = [
-                        self._partition_defaults(job, sub)
+                        self._partition_defaults(*wall_default(job, sub, self.registry))
                         for job, sub in zip(jobs, cmd.submissions, strict=True)
                     ]
                     cmd.jobs = [job for job, _ in pairs]
                     cmd.submissions = [sub for _, sub in pairs]
+                    submit_counts = submit_counts or SubmitCounts(store_counter(self.store))
+                    submit_counts.check(cmd.jobs, cmd.submissions, self.registry)
                 elif isinstance(cmd, _DeleteCmd):
                     self._check_delete(cmd.kind, cmd.name)
                 elif isinstance(cmd, _ApplyCmd):

@@ -4,7 +4,8 @@ A submission without a tenant goes to the caller's only tenant; without a
 user, to the caller; without a queue, to its tenant's LocalQueue ``default``
 (or its only LocalQueue). Unknown queues, ClusterQueues and priority classes
 are refused at submit time, naming the job and the field, rather than left
-pending forever.
+pending forever; so is a job that its PriorityClass's or tenant's limits would
+never let run (:mod:`phalanx.control.limits`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from phalanx.auth import Principal
+from phalanx.control.limits import job_limit_problem
 from phalanx.control.registry import Registry
 from phalanx.errors import Forbidden, Invalid
 from phalanx.model import Job, JobSubmission
@@ -105,22 +107,25 @@ def resolve_submissions(
         ):
             problems.append(f"{where}priorityClass: no PriorityClass named {sub.priority_class!r}")
             continue
-        jobs.append(
-            Job(
-                id=0,
-                name=sub.name,
-                tenant=tenant,
-                user=user,
-                queue=queue if cluster_queue is None else None,
-                cluster_queue=cluster_queue,
-                priority_class=sub.priority_class,
-                priority=sub.priority,
-                pod_sets=sub.pod_sets,
-                labels=sub.labels,
-                time_limit=sub.run.time_limit,
-                nice=sub.nice,
-            )
+        job = Job(
+            id=0,
+            name=sub.name,
+            tenant=tenant,
+            user=user,
+            queue=queue if cluster_queue is None else None,
+            cluster_queue=cluster_queue,
+            priority_class=sub.priority_class,
+            priority=sub.priority,
+            pod_sets=sub.pod_sets,
+            labels=sub.labels,
+            time_limit=sub.run.time_limit,
+            nice=sub.nice,
         )
+        policy_problem = job_limit_problem(job, registry)
+        if policy_problem:
+            problems.append(f"{where}{policy_problem}")
+            continue
+        jobs.append(job)
     if forbidden:
         raise Forbidden(_join(forbidden))
     if problems:

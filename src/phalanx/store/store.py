@@ -725,11 +725,21 @@ class Store:
         return [_job(row) for row in rows]
 
     def count_jobs(
-        self, *, states: Iterable[str] | None = None, tenants: Iterable[str] | None = None
+        self,
+        *,
+        states: Iterable[str] | None = None,
+        tenants: Iterable[str] | None = None,
+        users: Iterable[str] | None = None,
+        priority_classes: Iterable[str] | None = None,
     ) -> dict[str, int]:
         """Number of jobs per state (states with none are absent)."""
         stmt = select(jobs.c.state, func.count()).group_by(jobs.c.state)
-        for condition in (_in(jobs.c.state, states), _in(jobs.c.tenant, tenants)):
+        for condition in (
+            _in(jobs.c.state, states),
+            _in(jobs.c.tenant, tenants),
+            _in(jobs.c.user, users),
+            _in(jobs.c.priority_class, priority_classes),
+        ):
             if condition is not None:
                 stmt = stmt.where(condition)
         with self._read() as conn:
