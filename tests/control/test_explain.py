@@ -7,8 +7,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from phalanx.control.explain import explain_answer, explain_text
-from phalanx.engine import Submit
+from phalanx.engine import Engine, EngineConfig, Submit, Upsert
+from phalanx.engine.config import BackfillConfig
 from phalanx.engine.report import explain_job
+from phalanx.model import Job, PodSet
 from phalanx.store.records import JobEventRow, JobRow
 from tests.engine.helpers import cluster_queue, engine_with, flavor, job, node, step
 
@@ -218,3 +220,51 @@ def test_a_held_job() -> None:
         "Job 4 is pending and not yet eligible to be scheduled (JobHeldUser): "
         "held: scontrol release.\n"
     )
+
+
+def test_the_backfill_plan_in_plain_words() -> None:
+    engine = Engine(EngineConfig(preset="kueue", backfill=BackfillConfig()))
+    for obj in (flavor("f"), *[node(f"n{i}") for i in range(1, 5)], cluster_queue("cq", {"f": 32})):
+        engine.apply(Upsert(obj))
+
+    def limited(id: int, nodes: int, limit: float | None, priority: int) -> Job:
+        pod_set = PodSet(count=nodes, tasks_per_node=1, requests={"nvidia.com/gpu": 8})
+        return Job(
+            id=id, cluster_queue="cq", priority=priority, time_limit=limit, pod_sets=[pod_set]
+        )
+
+    step(engine, 0.0, Submit(limited(1, 2, 100, 10)), Submit(limited(2, 1, 1000, 10)))
+    step(engine, 1.0, Submit(limited(3, 3, None, 5)))
+    step(engine, 2.0, Submit(limited(4, 1, 200, 1)))
+    now = 2.0
+    held = explain_answer(row(3, submit_time=1.0), explain_job(engine, 3), None, [], now)
+    assert held["reservation"]["start"] == "1970-01-01T00:02:00Z"
+    assert "Nodes n[1-2,4] are reserved for it from 00:02 UTC." in held["text"]
+    assert "Expected to start at 1970-01-01T00:02:00Z (in 1 min)." in held["text"]
+    behind = explain_answer(row(4, submit_time=2.0), explain_job(engine, 4), None, [], now)
+    assert "Job 3 (priority 5) holds a reservation on n[1-2,4] from 00:02 UTC." in behind["text"]
+    assert (
+        "cq has 0 free of its nominal 32 (8 of it held for reservations): 8 short"
+        in (behind["text"])
+    )
+
+
+def test_a_preemptor_waits_for_its_victims() -> None:
+    engine = engine_with(
+        flavor("f"),
+        node("n0"),
+        cluster_queue("cq", {"f": 8}, preemption={"withinClusterQueue": "LowerPriority"}),
+        jobs=(job("cq", gpus=8, id=1, priority=1),),
+    )
+    step(engine, 1.0)
+    step(engine, 2.0, Submit(job("cq", gpus=8, id=2, priority=10, submit=2.0)))
+    answer = explain_answer(row(2), explain_job(engine, 2), None, [], NOW)
+    assert answer["reason"]["code"] == "PendingPreemption"
+    assert answer["reason"]["details"]["victims"] == [1]
+    assert (
+        "It has preempted job(s) 1 and starts once they have given back the quota and nodes "
+        "it needs." in answer["text"]
+    )
+    victim = explain_answer(row(1, "RUNNING"), explain_job(engine, 1), None, [], NOW)
+    assert victim["admission"]["evicting"] is True
+    assert "It is being evicted (Preempted)." in victim["text"]

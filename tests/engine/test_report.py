@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
-from phalanx.engine import Finish, ReasonCode, Submit, Upsert
+from phalanx.engine import Engine, EngineConfig, Finish, ReasonCode, Submit, Upsert
+from phalanx.engine.config import BackfillConfig
 from phalanx.engine.report import Position, explain_job
+from phalanx.model import Job, PodSet
 from tests.engine.helpers import (
     GPU,
     cluster_queue,
@@ -238,3 +240,45 @@ def test_priority_factors_add_up_to_the_priority() -> None:
     assert ex.to_dict()["priority"] == {"total": ex.priority, "factors": factors}
     admitted = explain_job(engine, 3 - pending)
     assert admitted is not None and admitted.priority_factors is None
+
+
+def _limited(id: int, nodes: int, limit: float | None, priority: int) -> Job:
+    return Job(
+        id=id,
+        cluster_queue="cq",
+        priority=priority,
+        time_limit=limit,
+        pod_sets=[PodSet(count=nodes, tasks_per_node=1, requests={GPU: 8})],
+    )
+
+
+def test_reservations_and_estimates_from_the_backfill_plan() -> None:
+    engine = Engine(EngineConfig(preset="kueue", backfill=BackfillConfig()))
+    for obj in (flavor("f"), *[node(f"n{i}") for i in range(1, 5)], cluster_queue("cq", {"f": 32})):
+        engine.apply(Upsert(obj))
+    # n1, n2 busy until 100; n3 until 1000; n4 idle.
+    step(engine, 0.0, Submit(_limited(1, 2, 100, 10)), Submit(_limited(2, 1, 1000, 10)))
+    step(engine, 1.0, Submit(_limited(3, 3, None, 5)))
+    step(engine, 2.0, Submit(_limited(4, 1, 200, 1)))
+    assert all(engine.jobs[j].admission is None for j in (3, 4))
+
+    held = explain_job(engine, 3)
+    assert held is not None and held.reservation is not None
+    assert held.reservation.job_id == 3 and held.reservation.start == 120.0
+    assert sorted(held.reservation.nodes) == ["n1", "n2", "n4"]
+    assert held.estimated_start == 120.0
+    assert held.reservation_ahead is None  # nothing ahead of it
+    # The quota held for its own reservation is its own: 24 used by 1 and 2, 8 free.
+    [line] = held.quota
+    assert (line.usage, line.free, line.reserved, line.short_by) == (24, 8, 0, 16)
+
+    behind = explain_job(engine, 4)
+    assert behind is not None
+    ahead = behind.reservation_ahead
+    assert ahead is not None
+    assert (ahead.job_id, ahead.priority, ahead.start, ahead.ahead) == (3, 5.0, 120.0, True)
+    assert behind.estimated_start == engine.estimated_start(4) is not None
+    assert behind.reservation is None
+    # Job 3's reservation holds 8 more than jobs ending before it give back.
+    [line] = behind.quota
+    assert (line.usage, line.reserved, line.free, line.short_by) == (32, 8, 0, 8)

@@ -27,7 +27,7 @@ they are, ``cpu`` in millicores, ``memory`` in bytes):
     per flavor and resource of its ClusterQueue: ``requested``, ``nominal``,
     ``usage``, ``borrowed``, ``borrowing_limit``, ``lending_limit``, ``free``,
     ``available``, ``cohort``, ``cohort_available``, ``from_cohort``,
-    ``potential``, ``short_by``, ``short_in``, ``limit``, ``never_fits``;
+    ``potential``, ``reserved``, ``short_by``, ``short_in``, ``limit``, ``never_fits``;
 ``gang``
     for a gang whose quota fits but whose nodes don't: ``tasks_needed``,
     ``tasks_fit``, ``per_task``, ``nodes``, ``schedulable``, ``idle``, ``free``, ...;
@@ -324,6 +324,8 @@ def _quota_sentence(line: Mapping[str, Any], cluster_queue: str) -> str:
         )
     free, nominal = _amount(line["free"], resource), _amount(line["nominal"], resource)
     text = f"It needs {need}; ClusterQueue {cluster_queue} has {free} free of its nominal {nominal}"
+    if line.get("reserved"):
+        text += f" ({_amount(line['reserved'], resource)} of it held for reservations)"
     if line.get("borrowed"):
         text += f" (it already borrows {_amount(line['borrowed'], resource)})"
     cohort = line.get("cohort")
@@ -398,8 +400,15 @@ def _pending_lines(answer: Mapping[str, Any], now: float) -> list[str]:
             + (reason.get("message") or "")
         )
         lines[-1] = _sentence(lines[-1])
-    elif code == "Priority" and answer.get("ahead"):
-        pass  # the jobs ahead say it below
+    elif code == "PendingPreemption" and details.get("victims"):
+        victims = ", ".join(str(v) for v in details["victims"])
+        lines.append(
+            f"It has preempted job(s) {victims} and starts once they have given back "
+            "the quota and nodes it needs."
+        )
+    elif code == "Priority":
+        if not answer.get("ahead"):
+            lines.append("It is next in line: the next scheduling cycle tries it.")
     elif reason:
         message = reason.get("message") or ""
         lines.append(_sentence(f"{code}: {message}" if message else code))
@@ -445,6 +454,7 @@ _KNOWN_DETAILS = frozenset(
         "maxTasks",
         "blockedBy",
         "localQueue",
+        "victims",
     }
 )
 

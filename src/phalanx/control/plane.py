@@ -38,6 +38,7 @@ from phalanx.control.slurmjobs import (
     expand_output,
     gated,
     requeues,
+    requeues_after_preemption,
     slurm_launch,
 )
 from phalanx.control.submissions import DEF_MEM_PER_CPU, DEFAULT_TIME, resolve_submissions
@@ -63,7 +64,7 @@ from phalanx.errors import Conflict, Forbidden, Invalid, NotFound, PhalanxError,
 from phalanx.model import CPU, GPU, MEMORY, Job, JobState, JobSubmission
 from phalanx.runtime.base import Runtime
 from phalanx.runtime.spec import AlreadyLaunched, Exited, LaunchSpec, Started, TaskSpec
-from phalanx.store import JobRow, NewJob, Store, TokenRow, Tx
+from phalanx.store import JobEventRow, JobRow, NewJob, Store, TokenRow, Tx
 
 __all__ = ["ControlPlane"]
 
@@ -143,6 +144,8 @@ class _Effects:
 
     launches: list[LaunchSpec] = field(default_factory=list)
     cancels: list[int] = field(default_factory=list)
+    preemptions: list[tuple[int, float]] = field(default_factory=list)
+    """(job, grace seconds): preempted jobs to stop (SIGTERM now, SIGKILL after the grace)."""
     signals: list[tuple[int, int, bool]] = field(default_factory=list)
     limits: list[tuple[int, float | None]] = field(default_factory=list)
     answers: list[tuple[Future[Any], Any]] = field(default_factory=list)
@@ -196,6 +199,8 @@ class ControlPlane:
         """Active jobs whose start is recorded (a re-attached supervisor reports it again)."""
         self._evicting: dict[int, str] = {}
         self._deactivating: dict[int, tuple[str, str]] = {}
+        self._preempting: dict[int, Evict] = {}
+        """Jobs being preempted: the engine's Evict (preemptor, mode), until they stop."""
         """Jobs the engine deactivated while they ran: (reason, message) once they stop."""
         self.gate = Gate()
         self._nodes_changed = False
@@ -595,6 +600,8 @@ class ControlPlane:
             self._launch(spec)
         for job_id in effects.cancels:
             self.runtime.cancel(job_id)
+        for job_id, grace in effects.preemptions:
+            self.runtime.cancel(job_id, preempt_grace_s=grace)
         for job_id, signum, batch_only in effects.signals:
             self.runtime.signal(job_id, signum, batch_only=batch_only)
         for job_id, limit in effects.limits:
@@ -1017,6 +1024,17 @@ class ControlPlane:
         self._dirty = True
         evict_reason = self._evicting.pop(event.job_id, None)
         deactivated = self._deactivating.pop(event.job_id, None)
+        preempted = self._preempting.pop(event.job_id, None)
+        ends_preempted = False
+        if (
+            preempted is not None
+            and row is not None
+            and deactivated is None
+            and not row.cancel_requested
+            and not self._preempted(tx, row, preempted, event)
+        ):
+            # Not requeued (CANCEL mode, or a Slurm job without --requeue): PREEMPTED.
+            evict_reason, ends_preempted = None, True
         if requeue and evict_reason is None:
             evict_reason = "NodeFail"
         if (
@@ -1034,12 +1052,17 @@ class ControlPlane:
                 nodes=[],
                 start_time=None,
             )
-            tx.add_event(event.job_id, "Requeued", now, reason=evict_reason)
+            tx.add_event(
+                event.job_id, "Requeued", now, reason=evict_reason, data=_attempt_data(event, row)
+            )
             return
         state = JobState(event.state) if deactivated is None else JobState.FAILED
+        if ends_preempted:
+            # Even if it ended by itself during its grace time (as in Slurm).
+            state = JobState.PREEMPTED
         exit_code, signum = event.exit_code, event.signal
         if (
-            state in (JobState.CANCELLED, JobState.TIMEOUT)
+            state in (JobState.CANCELLED, JobState.TIMEOUT, JobState.PREEMPTED)
             and row is not None
             and (row.submission.get("run") or {}).get("script") is not None
         ):
@@ -1069,6 +1092,27 @@ class ControlPlane:
         )
         self.metrics.finished_total.labels(state=state.value).inc()
 
+    def _preempted(self, tx: Tx, row: JobRow, evict: Evict, event: Exited) -> bool:
+        """Record a preempted attempt with its preemptor; whether the job is requeued
+        (``REQUEUE`` mode and a job that may be requeued) rather than ending PREEMPTED."""
+        requeue = evict.mode == "REQUEUE" and requeues_after_preemption(row)
+        data: dict[str, Any] = {
+            **_attempt_data(event, row),
+            "preemptor": evict.preemptor,
+            "mode": evict.mode,
+            "grace_period_s": evict.grace_period_s,
+            "requeued": requeue,
+        }
+        tx.add_event(
+            row.id,
+            "Preempted",
+            event.end_time,
+            reason=evict.preemption_reason or "",
+            message=evict.message,
+            data=data,
+        )
+        return requeue
+
     # ------------------------------------------------------------------ decisions
 
     def _record_decisions(
@@ -1090,6 +1134,8 @@ class ControlPlane:
                 data: dict[str, Any] = {}
                 if decision.preemptor is not None:
                     data["preemptor"] = decision.preemptor
+                    data["mode"] = decision.mode
+                    data["grace_period_s"] = decision.grace_period_s
                 if decision.preemption_reason is not None:
                     data["preemption_reason"] = decision.preemption_reason
                 tx.add_event(
@@ -1100,7 +1146,12 @@ class ControlPlane:
                     message=decision.message,
                     data=data or None,
                 )
-                effects.cancels.append(decision.job_id)
+                if decision.preemptor is not None:
+                    # SIGTERM now (the job may checkpoint), SIGKILL after its grace time.
+                    self._preempting[decision.job_id] = decision
+                    effects.preemptions.append((decision.job_id, decision.grace_period_s))
+                else:
+                    effects.cancels.append(decision.job_id)
             elif isinstance(decision, Deactivate):
                 self._deactivate(tx, decision, now, effects)
         if pending_updates:
@@ -1299,6 +1350,7 @@ class ControlPlane:
                 launches.append(self._launch_spec(row, submission, tasks, row.attempt))
             else:
                 lost.append(row)
+        self._resume_evictions(list(self._active))
         if lost:
             with self.store.begin() as tx:
                 for row in lost:
@@ -1318,6 +1370,31 @@ class ControlPlane:
                     )
         self._dirty = True
         return launches
+
+    def _resume_evictions(self, job_ids: list[int]) -> None:
+        """Evictions under way before a restart (an ``Evicting`` event after the last
+        admission): the stopping jobs are still handled as their eviction says."""
+        for job_id, events in self.store.events_of(job_ids).items():
+            last: JobEventRow | None = None
+            for event in events:
+                if event.kind == "Admitted":
+                    last = None
+                elif event.kind == "Evicting":
+                    last = event
+            if last is None:
+                continue
+            self._evicting[job_id] = last.reason
+            preemptor = last.data.get("preemptor")
+            if preemptor is not None:
+                self._preempting[job_id] = Evict(
+                    job_id,
+                    last.reason,
+                    last.message,
+                    int(preemptor),
+                    last.data.get("preemption_reason"),
+                    str(last.data.get("mode", "REQUEUE")),
+                    float(last.data.get("grace_period_s", 0.0)),
+                )
 
     def _rebuild(self) -> None:
         try:
@@ -1390,6 +1467,18 @@ def _new_job(
         array_start=array_start,
         hold=submission.hold,
     )
+
+
+def _attempt_data(event: Exited, row: JobRow | None) -> dict[str, Any]:
+    """An attempt that ended, as the Requeued and Preempted events keep it (``sacct -D``)."""
+    start = row.start_time if row is not None and row.start_time is not None else None
+    return {
+        "attempt": event.attempt,
+        "start_time": start if start is not None else event.start_time,
+        "end_time": event.end_time,
+        "exit_code": event.exit_code,
+        "signal": event.signal,
+    }
 
 
 def _job_from_row(row: JobRow, submission: JobSubmission) -> Job:

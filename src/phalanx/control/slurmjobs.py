@@ -26,6 +26,7 @@ __all__ = [
     "expand_output",
     "gated",
     "requeues",
+    "requeues_after_preemption",
     "slurm_launch",
 ]
 
@@ -51,6 +52,14 @@ def gated(job: Job, sub: JobSubmission, array_job_id: int | None, task: int | No
 def requeues(row: JobRow, state: str) -> bool:
     """Whether a job that ended in ``state`` goes back to the queue (``--requeue``)."""
     return state == JobState.NODE_FAIL.value and bool(row.submission.get("requeue"))
+
+
+def requeues_after_preemption(row: JobRow) -> bool:
+    """Whether a job preempted in ``REQUEUE`` mode goes back to the queue: a Slurm
+    batch job only with ``--requeue`` (Slurm cancels the others, which end
+    PREEMPTED), any other job always (Kueue requeues every evicted workload)."""
+    sub = row.submission
+    return sub.get("slurm") is None or bool(sub.get("requeue"))
 
 
 # ---------------------------------------------------------------------- dependencies

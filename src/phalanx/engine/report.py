@@ -23,7 +23,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from phalanx.engine.quota import available, binding_limit, potential_available
+from phalanx.engine.quota import FlavorResource, available, binding_limit, potential_available
 
 if TYPE_CHECKING:
     from phalanx.engine.backfill import Reservation
@@ -103,6 +103,8 @@ class QuotaLine:
     """The part of ``available`` that would be borrowed from the cohort."""
     potential: int
     """The most the ClusterQueue could ever use, on an idle cluster."""
+    reserved: int
+    """Of ``usage``, what backfill reservations of other jobs hold."""
     short_by: int
     """``requested - available`` when positive, else 0."""
     short_in: str | None
@@ -130,6 +132,7 @@ class QuotaLine:
             "cohort_available": self.cohort_available,
             "from_cohort": self.from_cohort,
             "potential": self.potential,
+            "reserved": self.reserved,
             "short_by": self.short_by,
             "short_in": self.short_in,
             "limit": self.limit,
@@ -325,7 +328,7 @@ def explain_job(engine: Engine, job_id: int) -> Explanation | None:
     quota: tuple[QuotaLine, ...] = ()
     gang = None
     if info is not None and sq is not None:
-        quota = _quota_lines(rec, info, details)
+        quota = _quota_lines(engine, rec, info, details)
         gang = _gang(engine, rec, details)
     blocked_by = None
     blocker = details.get("blockedBy")
@@ -418,11 +421,27 @@ def _requested(rec: JobRecord) -> dict[str, int]:
     return totals
 
 
+def _held_quota(
+    engine: Engine, rec: JobRecord, cluster_queue: str
+) -> tuple[dict[FlavorResource, int], dict[FlavorResource, int]]:
+    """Quota of ``cluster_queue`` held by backfill reservations: the job's own, the others'."""
+    own: dict[FlavorResource, int] = {}
+    others: dict[FlavorResource, int] = {}
+    for res in engine.reservations():
+        if res.cluster_queue != cluster_queue:
+            continue
+        target = own if res.job_id == rec.id else others
+        for fr, amount in res.quota:
+            target[fr] = target.get(fr, 0) + amount
+    return own, others
+
+
 def _quota_lines(
-    rec: JobRecord, info: ClusterQueueInfo, details: dict[str, Any]
+    engine: Engine, rec: JobRecord, info: ClusterQueueInfo, details: dict[str, Any]
 ) -> tuple[QuotaLine, ...]:
     node = info.node
     parent = node.parent
+    own, others = _held_quota(engine, rec, info.name)
     lines: list[QuotaLine] = []
     for resource, requested in _requested(rec).items():
         group = info.group_for.get(resource)
@@ -430,10 +449,13 @@ def _quota_lines(
             continue
         for flavor in group.flavors:
             fr = (flavor, resource)
+            # Quota held for the job's own reservation is the job's: count it as available.
+            mine = own.get(fr, 0)
             nominal = node.nominal.get(fr, 0)
-            usage = node.usage.get(fr, 0)
+            usage = node.usage.get(fr, 0) - mine
             free = max(0, nominal - usage)
-            can_use = max(0, available(node, fr))
+            potential = potential_available(node, fr)
+            can_use = min(potential, max(0, available(node, fr)) + mine)
             short = max(0, requested - can_use)
             short_in = limit = None
             if short:
@@ -452,9 +474,10 @@ def _quota_lines(
                     free=free,
                     available=can_use,
                     cohort=parent.name if parent is not None else None,
-                    cohort_available=max(0, available(parent, fr)) if parent else None,
+                    cohort_available=max(0, available(parent, fr)) + mine if parent else None,
                     from_cohort=max(0, can_use - free) if parent is not None else 0,
-                    potential=potential_available(node, fr),
+                    potential=potential,
+                    reserved=others.get(fr, 0),
                     short_by=short,
                     short_in=short_in,
                     limit=limit,

@@ -295,14 +295,23 @@ class LocalRuntime:
             self._forkserver = None
         return False
 
-    def cancel(self, job_id: int) -> None:
-        """Cancel the current attempt of ``job_id`` (marker file first, then SIGTERM)."""
+    def cancel(self, job_id: int, *, preempt_grace_s: float | None = None) -> None:
+        """Cancel the current attempt of ``job_id`` (marker file first, then SIGTERM).
+
+        ``preempt_grace_s`` (not None) makes it a preemption: the job ends PREEMPTED,
+        and its tasks get that many seconds between SIGTERM and SIGKILL (0: the
+        job's kill wait).
+        """
         attempt = self._current_attempt(job_id)
         if attempt is None:
             return
         path = self.attempt_dir(job_id, attempt)
         with contextlib.suppress(FileNotFoundError):
-            (path / "cancel").touch()
+            if preempt_grace_s is None:
+                (path / "cancel").touch()
+            else:
+                # Complete before it exists: the supervisor reads it as soon as it sees it.
+                _write_json(path / "cancel", {"reason": "PREEMPTED", "grace_s": preempt_grace_s})
         pid = _read_pid(path)
         if pid is not None and _supervisor_alive(path):
             with contextlib.suppress(ProcessLookupError, PermissionError):

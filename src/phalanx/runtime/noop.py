@@ -3,7 +3,7 @@
 It exists to measure the scheduler and the control plane alone, the way Kueue's
 scheduler-performance harness does: a launched attempt is Started at once and
 Exited COMPLETED after its *runtime*; a cancelled (or evicted) one is Exited
-CANCELLED at once.
+CANCELLED (a preempted one PREEMPTED) at once.
 
 An attempt's runtime is, in this order:
 
@@ -108,6 +108,7 @@ class _Timer:
     """When the attempt completes by itself."""
     limit_s: float | None
     cancelled_at: float | None = None
+    preempted: bool = False
     exited: bool = False
 
     @property
@@ -121,7 +122,7 @@ class _Timer:
     @property
     def state(self) -> str:
         if self.cancelled_at is not None:
-            return JobState.CANCELLED.value
+            return JobState.PREEMPTED.value if self.preempted else JobState.CANCELLED.value
         if self.limit_s is not None and self.start_time + self.limit_s < self.natural_end:
             return JobState.TIMEOUT.value
         return JobState.COMPLETED.value
@@ -164,12 +165,14 @@ class NoopRuntime:
     def set_node_names(self, names: Iterable[str]) -> None:
         """Nothing runs, so nothing needs to resolve node names."""
 
-    def cancel(self, job_id: int) -> None:
-        """End the current attempt now, as CANCELLED (evictions finish immediately)."""
+    def cancel(self, job_id: int, *, preempt_grace_s: float | None = None) -> None:
+        """End the current attempt now, as CANCELLED, or PREEMPTED for a preemption
+        (evictions finish immediately: no process needs a grace period)."""
         timer = self._timer(job_id)
         if timer is None or timer.exited or timer.cancelled_at is not None:
             return
         timer.cancelled_at = max(self.clock(), timer.start_time)
+        timer.preempted = preempt_grace_s is not None
         heapq.heappush(self._heap, (timer.due, timer.job_id, timer.attempt))
 
     def signal(self, job_id: int, signum: int, *, batch_only: bool = False) -> None:

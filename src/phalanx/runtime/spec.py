@@ -67,7 +67,8 @@ class Exited:
     job_id: int
     attempt: int
     state: str
-    """COMPLETED, FAILED, CANCELLED, TIMEOUT or NODE_FAIL (a :class:`~phalanx.model.JobState`)."""
+    """COMPLETED, FAILED, CANCELLED, PREEMPTED, TIMEOUT or NODE_FAIL (a
+    :class:`~phalanx.model.JobState`)."""
     exit_code: int | None
     signal: int | None
     start_time: float | None

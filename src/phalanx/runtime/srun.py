@@ -544,7 +544,7 @@ class Step:
                 reason = fh.read().strip()
         except OSError:
             reason = ""
-        tail = " DUE TO TIME LIMIT" if reason == "TIMEOUT" else ""
+        tail = {"TIMEOUT": " DUE TO TIME LIMIT", "PREEMPTED": " DUE TO PREEMPTION"}.get(reason, "")
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         node = self.tasks[0].node if self.tasks else "localhost"
         job = self.ctx["jobId"]

@@ -16,7 +16,7 @@ Files in ``JOBDIR``:
     Written here, atomically (temporary file + ``os.replace``)::
 
         {"state": "starting|running|exited", "pid", "tasks": [pids],
-         "start_time", "end_time", "job_state": "COMPLETED|FAILED|CANCELLED|TIMEOUT",
+         "start_time", "end_time", "job_state": "COMPLETED|FAILED|CANCELLED|PREEMPTED|TIMEOUT",
          "exit_code", "signal", "message"}
 
 ``supervisor.lock``
@@ -28,7 +28,9 @@ Files in ``JOBDIR``:
     A marker the control plane creates to cancel; checked before the tasks
     start and every :data:`TICK_S` seconds, so a cancel is never lost even when
     it comes before the supervisor is up. SIGTERM to the supervisor means the
-    same thing, immediately.
+    same thing, immediately. A preemption writes ``{"reason": "PREEMPTED",
+    "grace_s": S}`` into it: the job ends PREEMPTED, and with ``S > 0`` its tasks
+    get ``S`` seconds between SIGTERM and SIGKILL instead of ``kill_wait_s``.
 
 Each task runs in its own process group and session with ``cwd=working_dir``
 and an environment built from scratch: ``PATH``, ``HOME`` and ``LANG`` of the
@@ -39,8 +41,9 @@ when the task has GPUs (as Slurm does), ``CUDA_VISIBLE_DEVICES``.
 Job states follow Slurm: COMPLETED when every task exits 0; FAILED otherwise,
 with ``exit_code`` the largest exit code and ``signal`` the first terminating
 signal (Slurm's derived exit code ``code:signal``); TIMEOUT when
-``time_limit_s`` passes and CANCELLED on cancel, both after SIGTERM to every
-task's process group, ``kill_wait_s`` seconds, then SIGKILL. A missing working
+``time_limit_s`` passes, CANCELLED on cancel and PREEMPTED on a preemption, all
+after SIGTERM to every task's process group, ``kill_wait_s`` seconds (a
+preemption's grace time), then SIGKILL. A missing working
 directory fails the job with exit code 1 and a command that cannot be executed
 with exit code 2; either way a ``slurmstepd: error:`` line goes to the output
 file and into ``message``.
@@ -127,10 +130,14 @@ class Supervisor:
         self.returncodes: dict[int, int] = {}
         self.start_time: float | None = None
         self.reason: str | None = None
-        """CANCELLED or TIMEOUT once termination began."""
+        """CANCELLED, PREEMPTED or TIMEOUT once termination began."""
         self.kill_deadline: float | None = None
         self.killed = False
         self.cancel_requested = False
+        self.cancel_reason = "CANCELLED"
+        """CANCELLED, or PREEMPTED when the cancel marker says so."""
+        self.cancel_grace: float | None = None
+        self.marker_read = False
         self.signal_sent = False
         self.limit_mtime: int | None = None
         self.status: dict[str, Any] = {
@@ -182,9 +189,27 @@ class Supervisor:
         return rfd
 
     def cancelled(self) -> bool:
-        if not self.cancel_requested and os.path.exists(self.cancel_path):
+        if not self.marker_read and os.path.exists(self.cancel_path):
             self.cancel_requested = True
+            self.marker_read = True
+            self.read_marker()
         return self.cancel_requested
+
+    def read_marker(self) -> None:
+        """What the cancel marker says beyond "cancel": a preemption and its grace time."""
+        try:
+            with open(self.cancel_path, encoding="utf-8") as fh:
+                text = fh.read(4096).strip()
+            data = json.loads(text) if text else {}
+        except (OSError, ValueError):
+            return
+        if not isinstance(data, dict):
+            return
+        if data.get("reason") == "PREEMPTED":
+            self.cancel_reason = "PREEMPTED"
+        grace = data.get("grace_s")
+        if isinstance(grace, (int, float)) and grace > 0:
+            self.cancel_grace = float(grace)
 
     # -- tasks ----------------------------------------------------------------
 
@@ -370,7 +395,7 @@ class Supervisor:
             return
         tasks = self.spec.get("tasks") or [{}]
         node = tasks[0].get("node") or "localhost"
-        tail = " DUE TO TIME LIMIT" if reason == "TIMEOUT" else ""
+        tail = {"TIMEOUT": " DUE TO TIME LIMIT", "PREEMPTED": " DUE TO PREEMPTION"}.get(reason, "")
         job = ctx.get("jobId", self.spec["job_id"])
         stamp = _slurm_time()
         line = f"slurmstepd: error: *** JOB {job} ON {node} CANCELLED AT {stamp}{tail} ***\n"
@@ -400,7 +425,10 @@ class Supervisor:
         self.slurm_notice(reason)
         self.signal_groups(signal.SIGCONT)
         self.signal_groups(signal.SIGTERM)
-        self.kill_deadline = time.monotonic() + float(self.spec.get("kill_wait_s", 30.0))
+        wait = float(self.spec.get("kill_wait_s", 30.0))
+        if reason == "PREEMPTED" and self.cancel_grace is not None:
+            wait = self.cancel_grace
+        self.kill_deadline = time.monotonic() + wait
 
     # -- main loop ------------------------------------------------------------
 
@@ -408,7 +436,7 @@ class Supervisor:
         wakeup = self.install_signals()
         self.write_status()
         if self.cancelled():
-            self.finish("CANCELLED", None, None, "cancelled before start")
+            self.finish(self.cancel_reason, None, None, "cancelled before start")
             return
         self.start_time = time.time()
         started = time.monotonic()
@@ -451,7 +479,7 @@ class Supervisor:
             now = time.monotonic()
             if self.reason is None:
                 if self.cancelled():
-                    self.begin_termination("CANCELLED")
+                    self.begin_termination(self.cancel_reason)
                 elif deadline is not None and now >= deadline:
                     self.begin_termination("TIMEOUT")
                 elif signal_at is not None and not self.signal_sent and now >= signal_at:
@@ -486,7 +514,9 @@ class Supervisor:
         exit_code = max((c for c in codes if c >= 0), default=0)
         sig = next((-c for c in codes if c < 0), None)
         if self.reason is not None:
-            message = "cancelled" if self.reason == "CANCELLED" else "time limit reached"
+            message = {"CANCELLED": "cancelled", "PREEMPTED": "preempted"}.get(
+                self.reason, "time limit reached"
+            )
             self.finish(self.reason, exit_code, sig, message)
         elif exit_code == 0 and sig is None:
             self.finish("COMPLETED", 0, None)

@@ -134,6 +134,7 @@ def sinfo(**opts: Any) -> int:
 @click.option("--partition", "-r", "partitions", multiple=True, help="partitions")
 @click.option("--name", "names", multiple=True, help="job names")
 @click.option("--json", "as_json", is_flag=True, help="job views as JSON")
+@click.option("--duplicates", "-D", is_flag=True, help="earlier runs of requeued jobs too")
 def sacct(**opts: Any) -> int:
     """Accounting data of jobs (Slurm's sacct)."""
     from phalanx.cli.slurm import sacct as tool
@@ -154,6 +155,7 @@ def sacct(**opts: Any) -> int:
         partitions=_split(opts["partitions"]),
         names=_split(opts["names"]),
         as_json=opts["as_json"],
+        duplicates=opts["duplicates"],
     )
 
 

@@ -6,13 +6,16 @@ row; ``-P`` joins with ``|`` (no trailing one), ``-p`` ends every line with
 ``|``. Values longer than their field end in ``+`` as sacct truncates them.
 phalanx keeps no job steps in accounting yet, so every line is an allocation
 line (``-X`` changes nothing): there are no ``.batch``/``.extern``/``.0`` rows.
+``-D/--duplicates`` adds a job's earlier runs, oldest first, before its current
+one: a run that was preempted and requeued shows as PREEMPTED, one lost with its
+node as NODE_FAIL, one requeued by hand as REQUEUED.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from phalanx.cli.slurm.common import (
@@ -25,7 +28,7 @@ from phalanx.cli.slurm.common import (
     slurm_time,
 )
 
-__all__ = ["DEFAULT_FIELDS", "format_jobs", "parse_fields"]
+__all__ = ["DEFAULT_FIELDS", "earlier_runs", "format_jobs", "parse_fields"]
 
 DEFAULT_FIELDS = "jobid,jobname,partition,account,alloccpus,state,exitcode"
 BRIEF_FIELDS = "jobid,state,exitcode"
@@ -85,6 +88,49 @@ def _tres(job: dict[str, Any], alloc: bool) -> str:
 
 def _state(job: dict[str, Any]) -> str:
     return slurm_state(job)
+
+
+_REQUEUED_AS = {"Preempted": "PREEMPTED", "NodeFail": "NODE_FAIL"}
+"""The state of an earlier run, by the reason it was requeued for (else REQUEUED)."""
+
+
+def _rfc3339(t: Any) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(float(t), UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def earlier_runs(job: dict[str, Any], events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The job's runs before its current one, oldest first, from its ``Requeued`` events
+    (each keeps the attempt that ended: its start, end and exit status)."""
+    runs: list[dict[str, Any]] = []
+    for event in events:
+        data = event.get("data") or {}
+        if event.get("kind") != "Requeued" or "attempt" not in data:
+            continue
+        state = _REQUEUED_AS.get(str(event.get("reason")), "REQUEUED")
+        code, sig = data.get("exit_code"), data.get("signal")
+        if job.get("batch") and state != "NODE_FAIL":
+            # As for a cancelled batch job, Slurm records the kill on the batch step.
+            code, sig = 0, None
+        runs.append(
+            {
+                **job,
+                "state": state,
+                "start_time": _rfc3339(data.get("start_time")),
+                "end_time": _rfc3339(data.get("end_time")),
+                "exit_code": code,
+                "signal": sig,
+                "attempt": data["attempt"],
+            }
+        )
+    return runs
+
+
+def _restarted(job: dict[str, Any]) -> bool:
+    """Whether the job may have earlier runs (it was requeued at least once)."""
+    attempt = int(job.get("attempt") or 0)
+    return attempt > 1 or (attempt == 1 and job.get("state") == "PENDING")
 
 
 FIELDS: dict[str, tuple[str, int, Getter]] = {
@@ -267,6 +313,7 @@ def run(
     partitions: list[str] | None,
     names: list[str] | None,
     as_json: bool,
+    duplicates: bool = False,
 ) -> int:
     """The sacct command; returns the exit status."""
     import os
@@ -304,17 +351,23 @@ def run(
                 if not me.get("admin"):
                     users = [str(me["user"])]
             listed = list(client.jobs(user=users, tenant=accounts, name=names))
+            chosen_jobs = [
+                j
+                for j in listed
+                if (not refs or _matches_refs(j, refs))
+                and (not partitions or (j.get("partition") or j.get("cluster_queue")) in partitions)
+                and (not names or j.get("name") in names)
+            ]
+            runs: list[dict[str, Any]] = []
+            for j in chosen_jobs:
+                if duplicates and _restarted(j):
+                    runs += earlier_runs(j, client.events(int(j["id"])))
+                runs.append(j)
     except PhalanxError as exc:
         tool_error("sacct", exc.detail)
         return 1
     shown = [
-        j
-        for j in listed
-        if (not refs or _matches_refs(j, refs))
-        and (wanted is None or slurm_state(j) in wanted)
-        and (not partitions or (j.get("partition") or j.get("cluster_queue")) in partitions)
-        and (not names or j.get("name") in names)
-        and in_window(j, start, end)
+        j for j in runs if (wanted is None or slurm_state(j) in wanted) and in_window(j, start, end)
     ]
     if as_json:
         import json
