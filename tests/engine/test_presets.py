@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from phalanx.dialects.kueue import load_text
 from phalanx.engine import (
     Engine,
     EngineConfig,
@@ -28,6 +29,7 @@ from phalanx.engine import (
     Upsert,
 )
 from phalanx.engine.config import SlurmPriorityConfig, UsageConfig
+from phalanx.errors import Invalid
 from phalanx.model import Job, PodSet, PriorityClass, Tenant
 from tests.engine.helpers import (
     GPU,
@@ -431,3 +433,30 @@ def test_slurm_queue_in_a_kueue_cluster() -> None:
     engine.apply(Submit(job("batch", gpus=1, id=3, submit=604800.0)))
     engine.cycle(604800.0 + 302400.0)
     assert _factor(engine, 3, "age") == pytest.approx(500.0)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("phalanx.io/preset", "fifo"),
+        ("slurm.phalanx.io/priority-job-factor", "high"),
+        ("slurm.phalanx.io/priority-job-factor", "70000"),
+        ("slurm.phalanx.io/tres-billing-weights", "CPU=lots"),
+    ],
+)
+def test_bad_ordering_annotations_are_refused_naming_the_field(key: str, value: str) -> None:
+    with pytest.raises(ValueError, match=rf"metadata\.annotations\[{key}\]"):
+        _cq(**{key: value})
+
+
+def test_unknown_preset_in_a_manifest_names_file_and_field() -> None:
+    text = (
+        "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\n"
+        "metadata:\n  name: q\n  annotations: {phalanx.io/preset: fifo}\nspec: {}\n"
+    )
+    with pytest.raises(Invalid) as info:
+        load_text(text, "q.yaml")
+    assert info.value.detail.startswith("q.yaml:")
+    assert "metadata.annotations[phalanx.io/preset]: expected one of phalanx, kueue, slurm" in (
+        info.value.detail
+    )

@@ -48,6 +48,7 @@ from phalanx.engine.priority.multifactor import (
     tres_factors,
 )
 from phalanx.model import Job
+from phalanx.model.priorityannotations import PRESET_ANNOTATION
 from phalanx.model.quantity import CPU, MEMORY
 
 if TYPE_CHECKING:
@@ -69,11 +70,6 @@ __all__ = [
     "TenantShare",
     "job_facts",
 ]
-
-
-PRESET_ANNOTATION = "phalanx.io/preset"
-"""A ClusterQueue annotation naming the preset (``phalanx``, ``kueue``, ``slurm``) that
-orders its jobs; the cluster-wide preset otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from phalanx.model.base import PhalanxModel
 from phalanx.model.preemptmode import preemption_overrides
+from phalanx.model.priorityannotations import check_priority_annotations
 from phalanx.model.resources import ResourceGroup
 
 __all__ = [
@@ -179,6 +180,7 @@ class ClusterQueue(PhalanxModel):
             self.resource_groups, bool(self.cohort_name), "cohortName", lending_within_nominal=True
         )
         preemption_overrides(self.annotations)
+        check_priority_annotations(self.annotations)
         return self
 
     def flavor_names(self) -> list[str]:

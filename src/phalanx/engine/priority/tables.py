@@ -32,7 +32,7 @@ import math
 from collections.abc import Mapping
 
 from phalanx.engine.cache import ClusterCache
-from phalanx.engine.ordering import PRESET_ANNOTATION, PriorityTables, QueueFacts, TenantShare
+from phalanx.engine.ordering import PriorityTables, QueueFacts, TenantShare
 from phalanx.engine.priority.fairshare import (
     classic_effective_usage,
     classic_factor,
@@ -41,6 +41,7 @@ from phalanx.engine.priority.fairshare import (
 )
 from phalanx.engine.priority.tree import Association, AssociationTree
 from phalanx.model import Tenant
+from phalanx.model.priorityannotations import PARTITION_FACTOR_ANNOTATION, PRESET_ANNOTATION
 from phalanx.model.quantity import CPU, GPU, MEMORY
 
 __all__ = [
@@ -53,7 +54,6 @@ __all__ = [
     "tenant_fairshare",
 ]
 
-PARTITION_FACTOR_ANNOTATION = "slurm.phalanx.io/priority-job-factor"
 ADMISSION_SCOPE_ANNOTATION = "phalanx.io/kueue-admission-scope"
 """Where a ClusterQueue keeps Kueue's ``admissionScope`` (as JSON)."""
 
