@@ -69,7 +69,10 @@ def _objects(annotations: dict[str, str]) -> list[object]:
 def _plane(tmp_path: Path, annotations: dict[str, str]) -> Iterator[ControlPlane]:
     state = tmp_path / "state"
     plane = ControlPlane(
-        Store.open(None, state_dir=state), LocalRuntime(state), state_dir=state, poll_interval_s=0.01
+        Store.open(None, state_dir=state),
+        LocalRuntime(state),
+        state_dir=state,
+        poll_interval_s=0.01,
     )
     plane.start()
     plane.apply(ADMIN, _objects(annotations))
