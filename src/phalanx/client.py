@@ -353,6 +353,23 @@ class Client:
         """Tenant manifests (Slurm's accounts)."""
         return self.get_objects("tenants")
 
+    def usage(self) -> dict[str, Any]:
+        """The fair-share tree from the usage ledger (``sshare``): ``associations`` in
+        sshare's order, each with shares, decayed usage and fair-share factor."""
+        result: dict[str, Any] = self._json("GET", "/api/v1/usage")
+        return result
+
+    def job_charges(self, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+        """What the usage ledger charged each job (by id; jobs never charged are absent)."""
+        wanted = [str(int(i)) for i in ids]
+        out: dict[int, dict[str, Any]] = {}
+        for start in range(0, len(wanted), 500):
+            chunk = ",".join(wanted[start : start + 500])
+            page = self._json("GET", "/api/v1/usage/jobs", params=[("id", chunk)])
+            for item in page["items"]:
+                out[int(item["job_id"])] = item
+        return out
+
     def estimate(self, submission: Any) -> dict[str, Any] | None:
         """The server's start estimate for a submission, without submitting it.
 

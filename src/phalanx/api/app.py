@@ -12,7 +12,7 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 
 from phalanx import __version__
-from phalanx.api import jobs, kube, objects
+from phalanx.api import jobs, kube, objects, usage
 from phalanx.api.deps import Plane
 from phalanx.api.errors import install_error_handlers
 from phalanx.api.plane import ControlPlane
@@ -47,6 +47,7 @@ def create_app(plane: ControlPlane) -> FastAPI:
         return Response(plane.render_metrics(), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(jobs.router)
+    app.include_router(usage.router)
     # Before the objects' catch-all /{plural}: workloads and Kubernetes job kinds.
     app.include_router(kube.router)
     app.include_router(objects.router)

@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from phalanx.auth import Principal
-from phalanx.store.records import JobEventRow, JobRow, ObjectRow, TokenRow
+from phalanx.store.records import (
+    JobChargeRow,
+    JobEventRow,
+    JobRow,
+    ObjectRow,
+    TokenRow,
+    UsageRow,
+)
 
 __all__ = ["ControlPlane", "StoreReader"]
 
@@ -39,6 +46,10 @@ class StoreReader(Protocol):
     def get_object(self, kind: str, name: str) -> ObjectRow | None: ...
 
     def tokens(self) -> list[TokenRow]: ...
+
+    def usage(self) -> list[UsageRow]: ...
+
+    def job_charges(self, ids: Any = None, *, running: bool = False) -> list[JobChargeRow]: ...
 
 
 class ControlPlane(Protocol):
@@ -89,8 +100,12 @@ class ControlPlane(Protocol):
 
     def output_paths(self, job: JobRow) -> tuple[Path, Path | None]: ...
 
+    def estimated_start(self, job_id: int) -> float | None: ...
+
     def cluster_queue_status(self) -> dict[str, dict[str, Any]]: ...
 
     def node_status(self) -> dict[str, dict[str, Any]]: ...
 
     def render_metrics(self) -> bytes: ...
+
+    def usage_report(self) -> dict[str, Any]: ...

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from phalanx.control.slurmjobs import (
     slurm_launch,
 )
 from phalanx.control.submissions import DEF_MEM_PER_CPU, DEFAULT_TIME, resolve_submissions
+from phalanx.control.usage import UsageLedger
 from phalanx.engine import (
     Admit,
     Adopt,
@@ -203,6 +204,7 @@ class ControlPlane:
         """Jobs being preempted: the engine's Evict (preemptor, mode), until they stop."""
         """Jobs the engine deactivated while they ran: (reason, message) once they stop."""
         self.gate = Gate()
+        self.usage = UsageLedger(self.config)
         self._nodes_changed = False
         self._dirty = True
         self._last_cycle = 0.0
@@ -389,6 +391,10 @@ class ControlPlane:
         self._call(_UpdateCmd(principal, job_id, dict(changes)))
         return self.job(principal, job_id)
 
+    def estimated_start(self, job_id: int) -> float | None:
+        """A pending job's planned start from the engine's last backfill pass."""
+        return self.engine.estimated_start(job_id)
+
     def output_paths(self, job: JobRow) -> tuple[Path, Path | None]:
         """Where the job's standard output and standard error go (error None: merged)."""
         run = job.submission.get("run", {})
@@ -448,6 +454,27 @@ class ControlPlane:
                     "jobs": sorted(slot.jobs),
                 }
             return status
+
+    def usage_report(self) -> dict[str, Any]:
+        """The tenant tree with shares, decayed usage and fair-share factors (``sshare``)."""
+        from phalanx.control.shares import share_report
+
+        priority = getattr(self.config, "slurm_priority", None)
+        fair_tree = self.config.usage.fair_tree and getattr(priority, "fair_tree", True)
+        with self._lock:
+            usage = self.usage.usage()
+            tenants = dict(self.registry.all("Tenant"))
+        rows = share_report(
+            tenants,
+            usage,
+            fair_tree_mode=fair_tree,
+            dampening=float(getattr(priority, "fairshare_dampening", 1.0)),
+        )
+        return {
+            "fair_tree": fair_tree,
+            "half_life_s": self.config.usage.half_life_s,
+            "associations": rows,
+        }
 
     def render_metrics(self) -> bytes:
         from prometheus_client import generate_latest
@@ -562,6 +589,7 @@ class ControlPlane:
             and not due
             and now - self._last_cycle < _IDLE_CYCLE_S
             and not (self.gate.jobs and now - self._last_gate >= _GATE_PERIOD_S)
+            and not self.usage.due(now)
         ):
             return
         effects = _Effects()
@@ -571,6 +599,7 @@ class ControlPlane:
                 self._apply_commands(tx, accepted, now, effects)
                 for event in events:
                     self._on_runtime_event(tx, event, now)
+                self._charge_usage(tx, now)
                 if self.gate.jobs and (self._dirty or now - self._last_gate >= _GATE_PERIOD_S):
                     self._open_gate(tx, now)
                 if self._dirty or due or now - self._last_cycle >= _IDLE_CYCLE_S:
@@ -1008,6 +1037,7 @@ class ControlPlane:
                 return
             self._running.add(event.job_id)
             tx.update_job(event.job_id, state=JobState.RUNNING.value, start_time=event.time)
+            self._start_charging(tx, event.job_id, event.time)
             tx.add_event(event.job_id, "Started", event.time, data={"attempt": event.attempt})
             # Every task of the gang starts together: its pods are all running
             # (the Workload's PodsReady condition is read from the Started event).
@@ -1016,6 +1046,7 @@ class ControlPlane:
             return
         del self._active[event.job_id]
         self._running.discard(event.job_id)
+        self.usage.stop(event.job_id, event.end_time)
         row = tx.get_job(event.job_id)
         requeue = row is not None and requeues(row, event.state)
         nodes = row.nodes if row is not None else []
@@ -1315,6 +1346,7 @@ class ControlPlane:
         launches: list[LaunchSpec] = []
         lost: list[JobRow] = []
         now = self.clock()
+        self._load_usage(now)
         for row in self.store.unfinished_jobs():
             submission = JobSubmission.model_validate(row.submission)
             job = _job_from_row(row, submission)
@@ -1368,8 +1400,42 @@ class ControlPlane:
                         ),
                         now,
                     )
+                self._charge_usage(tx, now)
         self._dirty = True
         return launches
+
+    # ------------------------------------------------------------------ usage ledger
+
+    def _load_usage(self, now: float) -> None:
+        """Reload the ledger; charge running jobs from where the store says it left off."""
+        running = {r.id: r for r in self.store.list_jobs(states=[JobState.RUNNING.value])}
+        charges = self.store.job_charges(running=True)
+        self.usage.load(self.store.usage(), [c for c in charges if c.job_id in running], now)
+        stale = [c for c in charges if c.job_id not in running]
+        missing = [r for r in running.values() if r.id not in self.usage.running()]
+        if stale or missing:
+            with self.store.begin() as tx:
+                tx.put_job_charges([replace(c, charged_until=None) for c in stale], new=False)
+                for row in missing:
+                    self._start_charging(tx, row.id, row.start_time or now, row)
+        for event in self.usage.events():
+            self.engine.apply(event)
+
+    def _start_charging(self, tx: Tx, job_id: int, since: float, row: JobRow | None = None) -> None:
+        row = row or tx.get_job(job_id)
+        if row is not None:
+            cq = self.registry.get("ClusterQueue", row.cluster_queue or "")
+            self.usage.start_job(tx, row, cq, since)
+
+    def _charge_usage(self, tx: Tx, now: float) -> None:
+        """Decay and charge usage when a calc period passed or a job stopped."""
+        if not self.usage.due(now):
+            return
+        events = self.usage.tick(tx, now, self.registry.all("Tenant"))
+        for event in events:
+            self.engine.apply(event)
+        if events:
+            self._dirty = True
 
     def _resume_evictions(self, job_ids: list[int]) -> None:
         """Evictions under way before a restart (an ``Evicting`` event after the last

@@ -39,6 +39,7 @@ from phalanx.engine.priority import (
     usage_reset_due,
 )
 from phalanx.model import CPU, GPU, MEMORY, ClusterQueue, JobSubmission, Tenant
+from phalanx.model.priorityannotations import TRES_BILLING_ANNOTATION
 from phalanx.store import JobChargeRow, JobRow, Tx, UsageRow
 
 __all__ = [
@@ -48,12 +49,11 @@ __all__ = [
     "UsageLedger",
     "allocated_tres",
     "billing_weights",
-    "check_billing_weights",
     "tenant_path",
 ]
 
-BILLING_WEIGHTS_ANNOTATION = "slurm.phalanx.io/tres-billing-weights"
-"""A ClusterQueue's (partition's) ``TRESBillingWeights``, in Slurm's syntax."""
+BILLING_WEIGHTS_ANNOTATION = TRES_BILLING_ANNOTATION
+"""A ClusterQueue's (partition's) ``TRESBillingWeights``, in Slurm's syntax (checked on apply)."""
 
 Key = tuple[str, str]
 """An association: ``(tenant, user)``; ``(tenant, "")`` is the tenant, ``("", "")`` the root."""
@@ -66,25 +66,6 @@ def billing_weights(spec: str) -> dict[str, float]:
     """``TRESBillingWeights`` parsed; an empty spec bills CPUs, as Slurm does."""
     weights = parse_billing_weights(spec)
     return weights or {"cpu": 1.0}
-
-
-def check_billing_weights(objects: Iterable[object]) -> None:
-    """Refuse a ClusterQueue whose billing-weights annotation does not parse."""
-    from phalanx.errors import Invalid
-
-    for obj in objects:
-        if not isinstance(obj, ClusterQueue):
-            continue
-        spec = obj.annotations.get(BILLING_WEIGHTS_ANNOTATION)
-        if spec is None:
-            continue
-        try:
-            parse_billing_weights(spec)
-        except ValueError as exc:
-            raise Invalid(
-                f"ClusterQueue/{obj.name}: metadata.annotations[{BILLING_WEIGHTS_ANNOTATION}]: "
-                f"{exc} (expected TRESBillingWeights syntax, e.g. CPU=1.0,Mem=0.25G,GRES/gpu=2)"
-            ) from None
 
 
 def allocated_tres(submission: JobSubmission, tasks: Iterable[Mapping[str, Any]]) -> dict[str, int]:

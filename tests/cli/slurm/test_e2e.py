@@ -105,6 +105,35 @@ def test_scancel_and_sacct(as_admin: Cluster, capsys: pytest.CaptureFixture[str]
     assert out.splitlines()[1].startswith("------------ ---------- ")
 
 
+def test_sacct_and_sshare_read_the_usage_ledger(
+    as_admin: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with as_admin.admin as client:
+        job_id = client.submit(
+            job(
+                ["sleep", "1"],
+                tenant="team-a",
+                requests={"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "1"},
+            )
+        )
+        client.wait(job_id, timeout=30)
+    code, out, err = run(
+        capsys, "sacct", "-n", "-P", "-j", str(job_id), "-o", "JobID,AllocTRES,Charged,GPUHours"
+    )
+    assert code == 0, err
+    jid, tres, charged, gpu_hours = out.strip().split("|")
+    # No TRESBillingWeights: billing is the CPUs; charged for about one second.
+    assert (jid, tres) == (str(job_id), "billing=2,cpu=2,gres/gpu=1,mem=1G,node=1")
+    assert 2 <= int(charged) <= 10 and gpu_hours == "0.00"
+    code, out, err = run(capsys, "sshare", "-a", "-P", "-A", "team-a")
+    assert code == 0, err
+    lines = [line.split("|") for line in out.splitlines()[1:]]
+    assert {f[0].strip() for f in lines} == {"team-a"}  # the account's rows only
+    [user_row] = [f for f in lines if f[1] == as_admin.admin.whoami()["user"]]
+    assert int(user_row[4]) >= 2  # RawUsage: decayed billing-seconds
+    assert float(user_row[6]) > 0  # a user's FairShare
+
+
 def _exit_of(cluster: Cluster, job_id: int) -> str:
     with cluster.admin as client:
         view = client.get(job_id)
@@ -158,7 +187,8 @@ def test_sshare_and_sprio(as_admin: Cluster, capsys: pytest.CaptureFixture[str])
         "EffectvUsage",
         "FairShare",
     ]
-    assert any(line.startswith("team-a ") for line in out.splitlines())
+    assert out.splitlines()[2].startswith("root ")
+    assert any(line.startswith(" team-a ") for line in out.splitlines())
     code, out, err = run(capsys, "sprio")
     assert code == 0, err
     assert out.split()[:3] == ["JOBID", "PARTITION", "PRIORITY"]

@@ -183,13 +183,33 @@ def sprio(jobs: tuple[str, ...], users: tuple[str, ...], noheader: bool) -> int:
 
 @click.command(context_settings=_SLURM)
 @click.option("--noheader", "-n", is_flag=True, help="no header lines")
-@click.option("--parsable", "-p", is_flag=True, help="'|'-separated")
+@click.option("--parsable", "-p", is_flag=True, help="'|' after every field")
+@click.option("--parsable2", "-P", is_flag=True, help="'|' between fields")
 @click.option("--accounts", "-A", "accounts", multiple=True, help="accounts")
-def sshare(noheader: bool, parsable: bool, accounts: tuple[str, ...]) -> int:
-    """Fair-share tree of tenants (Slurm's sshare; usage not exposed yet)."""
+@click.option("--users", "-u", "users", multiple=True, help="users")
+@click.option("--all", "-a", "all_users", is_flag=True, help="every user's rows")
+@click.option("--long", "-l", "long", is_flag=True, help="NormUsage, LevelFS, ...")
+def sshare(
+    noheader: bool,
+    parsable: bool,
+    parsable2: bool,
+    accounts: tuple[str, ...],
+    users: tuple[str, ...],
+    all_users: bool,
+    long: bool,
+) -> int:
+    """Fair-share tree of tenants and users with their decayed usage (Slurm's sshare)."""
     from phalanx.cli.slurm import sshare as tool
 
-    return tool.run(noheader=noheader, parsable=parsable, accounts=_split(accounts))
+    return tool.run(
+        noheader=noheader,
+        parsable=parsable,
+        parsable2=parsable2,
+        accounts=_split(accounts),
+        users=_split(users),
+        all_users=all_users,
+        long=long,
+    )
 
 
 @click.command(

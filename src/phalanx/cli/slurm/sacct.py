@@ -90,6 +90,45 @@ def _state(job: dict[str, Any]) -> str:
     return slurm_state(job)
 
 
+CHARGE_KEY = "usage_charge"
+"""Where :func:`run` puts the usage ledger's charges of a job (``/api/v1/usage/jobs``)."""
+LEDGER_FIELDS = frozenset({"alloctres", "charged", "gpuhours"})
+"""Fields read from the usage ledger."""
+
+
+def _megabytes(mb: int) -> str:
+    """Memory as Slurm's TRES strings write it: the largest unit that divides it."""
+    for unit, size in (("T", 1 << 20), ("G", 1 << 10)):
+        if mb and mb % size == 0:
+            return f"{mb // size}{unit}"
+    return f"{mb}M"
+
+
+def _alloc_tres(job: dict[str, Any]) -> str:
+    """``billing=N,cpu=N,gres/gpu=N,mem=N[MGT],node=N``: the ledger's allocation, billed
+    with its ClusterQueue's weights."""
+    charge = job.get(CHARGE_KEY)
+    if not charge:
+        return _tres(job, True)
+    alloc = dict(charge.get("alloc_tres") or {})
+    alloc["billing"] = int(float(charge.get("billing") or 0))
+    parts = []
+    for name in sorted(alloc):
+        value = int(alloc[name])
+        parts.append(f"mem={_megabytes(value)}" if name == "mem" else f"{name}={value}")
+    return ",".join(parts)
+
+
+def _charged(job: dict[str, Any]) -> str:
+    charge = job.get(CHARGE_KEY)
+    return str(int(float(charge.get("billing_seconds") or 0))) if charge else "0"
+
+
+def _gpu_hours(job: dict[str, Any]) -> str:
+    charge = job.get(CHARGE_KEY)
+    return f"{float(charge.get('gpu_seconds') or 0) / 3600:.2f}" if charge else "0.00"
+
+
 _REQUEUED_AS = {"Preempted": "PREEMPTED", "NodeFail": "NODE_FAIL"}
 """The state of an earlier run, by the reason it was requeued for (else REQUEUED)."""
 
@@ -137,12 +176,14 @@ FIELDS: dict[str, tuple[str, int, Getter]] = {
     "account": ("Account", 10, lambda j, n: str(j.get("account") or j.get("tenant") or "")),
     "alloccpus": ("AllocCPUS", 10, lambda j, n: _alloc_cpus(j)),
     "allocnodes": ("AllocNodes", 10, lambda j, n: _nnodes(j) if _started(j) else "0"),
-    "alloctres": ("AllocTRES", 10, lambda j, n: _tres(j, True)),
+    "alloctres": ("AllocTRES", 10, lambda j, n: _alloc_tres(j)),
+    "charged": ("Charged", 12, lambda j, n: _charged(j)),
     "comment": ("Comment", 15, lambda j, n: str(j.get("comment") or "")),
     "elapsed": ("Elapsed", 10, lambda j, n: secs2time(elapsed(j, n))),
     "elapsedraw": ("ElapsedRaw", 10, lambda j, n: str(elapsed(j, n))),
     "end": ("End", 19, lambda j, n: slurm_time(j.get("end_time"), "Unknown")),
     "exitcode": ("ExitCode", 8, lambda j, n: _exit(j)),
+    "gpuhours": ("GPUHours", 10, lambda j, n: _gpu_hours(j)),
     "jobid": ("JobID", -12, lambda j, n: job_display_id(j)),
     "jobidraw": ("JobIDRaw", -12, lambda j, n: str(j["id"])),
     "jobname": ("JobName", 10, lambda j, n: str(j.get("name") or "")),
@@ -369,6 +410,14 @@ def run(
     shown = [
         j for j in runs if (wanted is None or slurm_state(j) in wanted) and in_window(j, start, end)
     ]
+    if any(f[0].lower() in LEDGER_FIELDS for f in parsed) and shown:
+        try:
+            with Client() as client:
+                charges = client.job_charges(int(j["id"]) for j in shown)
+        except PhalanxError as exc:
+            tool_error("sacct", exc.detail)
+            return 1
+        shown = [{**j, CHARGE_KEY: charges.get(int(j["id"]))} for j in shown]
     if as_json:
         import json
 

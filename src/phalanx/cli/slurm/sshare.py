@@ -1,27 +1,87 @@
-"""``phalanx sshare``: the tenant (account) tree with its shares, in sshare's layout.
+"""``phalanx sshare``: the fair-share tree from the usage ledger, in sshare's layout.
 
-RawShares is a tenant's ``allocation``; NormShares its fraction of its
-siblings' total. phalanx's usage ledger is not exposed yet, so RawUsage,
-EffectvUsage and FairShare are printed blank rather than invented.
+One row per association, in Slurm's order: ``root``, then each tenant (Slurm
+account), its users and then its child tenants, the Account column indented
+one space per level. RawShares is a tenant's ``allocation`` (users have 1);
+RawUsage the decayed billable TRES-seconds; EffectvUsage and FairShare come
+from Fair Tree (Slurm's default: accounts have no FairShare) or from the
+classic ``2^(-UE/S)`` under ``NO_FAIR_TREE``. As in Slurm, user rows are
+shown for the calling user only, unless ``-a`` (all users) or ``-u USERS``;
+``-A ACCOUNTS`` keeps those accounts' rows. ``-l`` adds NormUsage, LevelFS and
+the GrpTRESMins and TRESRunMins columns (printed empty). ``-p`` ends every
+field with ``|``, ``-P`` separates them with it; ``-n`` drops the header.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["COLUMNS", "format_tenants", "run"]
+__all__ = ["COLUMNS", "LONG_COLUMNS", "format_usage", "select_rows"]
 
-COLUMNS: list[tuple[str, int]] = [
-    ("Account", -20),
-    ("User", 10),
-    ("RawShares", 10),
-    ("NormShares", 11),
-    ("RawUsage", 11),
-    ("EffectvUsage", 13),
-    ("FairShare", 10),
+Getter = Callable[[dict[str, Any]], str]
+
+
+def _fixed(value: Any) -> str:
+    return "" if value is None else f"{float(value):.6f}"
+
+
+def _account(row: dict[str, Any]) -> str:
+    # A user row shows its account one level deeper than the account's own row.
+    return " " * int(row.get("depth") or 0) + str(row["account"])
+
+
+def _raw_shares(row: dict[str, Any]) -> str:
+    shares = row.get("raw_shares")
+    if shares is None:
+        return ""
+    return str(int(shares)) if float(shares).is_integer() else f"{float(shares):g}"
+
+
+def _level_fs(row: dict[str, Any]) -> str:
+    value = row.get("level_fs")
+    if value is None:
+        return ""
+    return "inf" if value == "inf" else f"{float(value):.6f}"
+
+
+_FIELDS: dict[str, tuple[int, Getter]] = {
+    "Account": (-20, _account),
+    "User": (10, lambda r: str(r.get("user") or "")),
+    "RawShares": (10, _raw_shares),
+    "NormShares": (11, lambda r: _fixed(r.get("norm_shares"))),
+    "RawUsage": (11, lambda r: str(int(float(r.get("raw_usage") or 0)))),
+    "NormUsage": (11, lambda r: _fixed(r.get("norm_usage"))),
+    "EffectvUsage": (13, lambda r: _fixed(r.get("effective_usage"))),
+    "FairShare": (10, lambda r: _fixed(r.get("fair_share"))),
+    "LevelFS": (10, _level_fs),
+    "GrpTRESMins": (30, lambda r: ""),
+    "TRESRunMins": (30, lambda r: ""),
+}
+"""sshare fields: width (negative: left-justified) and value."""
+
+COLUMNS: list[str] = [
+    "Account",
+    "User",
+    "RawShares",
+    "NormShares",
+    "RawUsage",
+    "EffectvUsage",
+    "FairShare",
 ]
-"""Header and width (negative: left-justified), each field followed by a space."""
+LONG_COLUMNS: list[str] = [
+    "Account",
+    "User",
+    "RawShares",
+    "NormShares",
+    "RawUsage",
+    "NormUsage",
+    "EffectvUsage",
+    "FairShare",
+    "LevelFS",
+    "GrpTRESMins",
+    "TRESRunMins",
+]
 
 
 def _cell(text: str, size: int) -> str:
@@ -29,57 +89,65 @@ def _cell(text: str, size: int) -> str:
     return text.ljust(-size) if size < 0 else text.rjust(size)
 
 
-def _shares(tenant: dict[str, Any]) -> float:
-    value = (tenant.get("spec") or {}).get("allocation", 1)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return 1.0
+def select_rows(
+    rows: Sequence[dict[str, Any]],
+    *,
+    accounts: Sequence[str] | None = None,
+    users: Sequence[str] | None = None,
+    all_users: bool = False,
+    me: str | None = None,
+) -> list[dict[str, Any]]:
+    """The rows sshare shows: every account row (those of ``accounts`` if given) and
+    the user rows of ``users``, of everyone with ``all_users``, else of ``me``."""
+    out = []
+    for row in rows:
+        if accounts and row.get("account") not in accounts:
+            continue
+        user = row.get("user")
+        if user and not all_users and user not in (users or ([me] if me else [])):
+            continue
+        out.append(row)
+    return out
 
 
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
-
-def format_tenants(
-    tenants: Sequence[dict[str, Any]], *, header: bool = True, parsable: bool = False
+def format_usage(
+    rows: Sequence[dict[str, Any]],
+    *,
+    long: bool = False,
+    header: bool = True,
+    parsable: str | None = None,
 ) -> str:
-    """The tree: parents before children, children indented one space per level."""
-    by_parent: dict[str | None, list[dict[str, Any]]] = {}
-    names = {t["metadata"]["name"] for t in tenants}
-    for tenant in sorted(tenants, key=lambda t: t["metadata"]["name"]):
-        parent = (tenant.get("spec") or {}).get("parent")
-        by_parent.setdefault(parent if parent in names else None, []).append(tenant)
-    rows: list[list[str]] = []
-
-    def walk(parent: str | None, depth: int) -> None:
-        siblings = by_parent.get(parent, [])
-        total = sum(_shares(t) for t in siblings) or 1.0
-        for tenant in siblings:
-            name = tenant["metadata"]["name"]
-            shares = _shares(tenant)
-            rows.append(
-                [" " * depth + name, "", _number(shares), f"{shares / total:.6f}", "", "", ""]
-            )
-            walk(name, depth + 1)
-
-    walk(None, 0)
-    lines = []
-    if parsable:
+    """sshare text; ``parsable``: ``"trailing"`` (``-p``) or ``"plain"`` (``-P``)."""
+    names = LONG_COLUMNS if long else COLUMNS
+    fields = [(name, *_FIELDS[name]) for name in names]
+    values = [[get(row) for _, _, get in fields] for row in rows]
+    lines: list[str] = []
+    if parsable is not None:
+        end = "|" if parsable == "trailing" else ""
         if header:
-            lines.append("|".join(c[0] for c in COLUMNS) + "|")
-        lines += ["|".join(r) + "|" for r in rows]
+            lines.append("|".join(names) + end)
+        lines += ["|".join(v) + end for v in values]
     else:
         if header:
-            lines.append("".join(_cell(c[0], c[1]) + " " for c in COLUMNS))
-            lines.append("".join("-" * abs(c[1]) + " " for c in COLUMNS))
+            lines.append("".join(_cell(name, size) + " " for name, size, _ in fields))
+            lines.append("".join("-" * abs(size) + " " for _, size, _ in fields))
         lines += [
-            "".join(_cell(v, c[1]) + " " for v, c in zip(r, COLUMNS, strict=True)) for r in rows
+            "".join(_cell(v, f[1]) + " " for v, f in zip(vals, fields, strict=True))
+            for vals in values
         ]
     return "".join(line + "\n" for line in lines)
 
 
-def run(*, noheader: bool, parsable: bool, accounts: list[str] | None) -> int:
+def run(
+    *,
+    noheader: bool,
+    parsable: bool,
+    parsable2: bool = False,
+    accounts: list[str] | None = None,
+    users: list[str] | None = None,
+    all_users: bool = False,
+    long: bool = False,
+) -> int:
     import sys
 
     from phalanx.cli.slurm.common import tool_error
@@ -88,11 +156,18 @@ def run(*, noheader: bool, parsable: bool, accounts: list[str] | None) -> int:
 
     try:
         with Client() as client:
-            tenants = client.tenants()
+            report = client.usage()
+            me = None if all_users or users else str(client.whoami().get("user") or "")
     except PhalanxError as exc:
         tool_error("sshare", exc.detail)
         return 1
-    if accounts:
-        tenants = [t for t in tenants if t["metadata"]["name"] in accounts]
-    sys.stdout.write(format_tenants(tenants, header=not noheader, parsable=parsable))
+    rows = select_rows(
+        report.get("associations") or [],
+        accounts=accounts,
+        users=users,
+        all_users=all_users,
+        me=me,
+    )
+    mode = "plain" if parsable2 else "trailing" if parsable else None
+    sys.stdout.write(format_usage(rows, long=long, header=not noheader, parsable=mode))
     return 0
