@@ -22,6 +22,16 @@ The result, in order:
   ``slurm.phalanx.io/default-time`` / ``max-time`` (seconds; absent when
   unlimited) and ``slurm.phalanx.io/state`` (``UP``, ``DOWN``, ``DRAIN``,
   ``INACTIVE``); ``DOWN`` and ``INACTIVE`` partitions are ``stopPolicy: Hold``.
+
+Preemption (:func:`_preemption`): ``PreemptType=preempt/qos`` lets a job of a
+higher QOS (PriorityClass) priority preempt lower ones in its partition
+(``withinClusterQueue: LowerPriority``); ``preempt/none`` (Slurm's default) and
+``preempt/partition_prio`` do not (partitions are separate ClusterQueues, and jobs
+of one partition share its tier). ``PreemptMode`` (cluster-wide, or per partition)
+becomes ``slurm.phalanx.io/preempt-mode`` (``OFF``, ``CANCEL``, ``REQUEUE``;
+``GANG`` alone is ``OFF``; ``SUSPEND`` is refused: a suspended job keeps its
+GPUs), partition ``GraceTime`` ``slurm.phalanx.io/grace-time`` and
+``PreemptExemptTime`` ``phalanx.io/min-runtime`` on every partition.
 """
 
 from __future__ import annotations
@@ -35,10 +45,15 @@ from phalanx.dialects.slurm.sbatch import FEATURE_LABEL, GPU_TYPE_LABEL, HOSTNAM
 from phalanx.errors import Invalid
 from phalanx.model.flavor import ResourceFlavor
 from phalanx.model.node import AdminState, Node
+from phalanx.model.preemptmode import (
+    GRACE_TIME_ANNOTATION,
+    MIN_RUNTIME_ANNOTATION,
+    PREEMPT_MODE_ANNOTATION,
+)
 from phalanx.model.quantity import CPU, GPU, MEMORY, format_quantity
-from phalanx.model.queue import ClusterQueue, QueueingStrategy, StopPolicy
+from phalanx.model.queue import ClusterQueue, ClusterQueuePreemption, QueueingStrategy, StopPolicy
 from phalanx.model.resources import FlavorQuotas, ResourceGroup, ResourceQuota
-from phalanx.timefmt import parse_time_limit
+from phalanx.timefmt import parse_duration_seconds, parse_time_limit
 
 __all__ = ["PARTITION_LABEL", "read_slurm_conf"]
 
@@ -128,6 +143,64 @@ def _time(source: str, number: int, key: str, value: str) -> int | None:
         raise Invalid(f"{source}:{number}: {key}={value}: {exc.detail}") from None
 
 
+PREEMPTION_KEYS = ("preempttype", "preemptmode", "preemptexempttime")
+"""Cluster-wide preemption keys, read by :func:`_preemption`."""
+
+_PREEMPT_TYPES = ("preempt/none", "preempt/qos", "preempt/partition_prio")
+
+
+def _preempt_mode(source: str, number: int, value: str) -> str:
+    words = [w.strip().upper() for w in value.split(",") if w.strip()]
+    if "SUSPEND" in words:
+        raise Invalid(
+            f"{source}:{number}: PreemptMode={value}: SUSPEND is not supported (a suspended "
+            "job keeps its GPUs); use REQUEUE or CANCEL"
+        )
+    for word in words:
+        if word in ("OFF", "CANCEL", "REQUEUE"):
+            return word
+    if words and all(w in ("GANG", "WITHIN", "PRIORITY") for w in words):
+        return "OFF"
+    raise Invalid(f"{source}:{number}: PreemptMode={value}: expected OFF, CANCEL or REQUEUE")
+
+
+def _preemption(
+    source: str, cluster: dict[str, tuple[int, str]], number: int, attrs: dict[str, str]
+) -> tuple[dict[str, str], ClusterQueuePreemption]:
+    """A partition's preemption annotations and policy, from the cluster-wide keys
+    (``(line, value)`` each) and its own ``PreemptMode`` and ``GraceTime``."""
+    annotations: dict[str, str] = {}
+    type_line, preempt_type = cluster.get("preempttype", (0, "preempt/none"))
+    if preempt_type.lower() not in _PREEMPT_TYPES:
+        raise Invalid(
+            f"{source}:{type_line}: PreemptType={preempt_type}: expected one of "
+            f"{', '.join(_PREEMPT_TYPES)}"
+        )
+    mode_at = (
+        (number, attrs["preemptmode"]) if "preemptmode" in attrs else cluster.get("preemptmode")
+    )
+    mode = None
+    if mode_at is not None:
+        mode = _preempt_mode(source, mode_at[0], mode_at[1])
+        annotations[PREEMPT_MODE_ANNOTATION] = mode
+    if "gracetime" in attrs:
+        annotations[GRACE_TIME_ANNOTATION] = str(
+            _int(source, number, "GraceTime", attrs["gracetime"])
+        )
+    if "preemptexempttime" in cluster:
+        exempt_line, exempt = cluster["preemptexempttime"]
+        try:
+            seconds = parse_duration_seconds(exempt)
+        except Invalid as exc:
+            raise Invalid(
+                f"{source}:{exempt_line}: PreemptExemptTime={exempt}: {exc.detail}"
+            ) from None
+        if seconds:
+            annotations[MIN_RUNTIME_ANNOTATION] = str(seconds)
+    within = "LowerPriority" if preempt_type.lower() == "preempt/qos" and mode != "OFF" else "Never"
+    return annotations, ClusterQueuePreemption(within_cluster_queue=within)
+
+
 def read_slurm_conf(
     text: str, source: str = "slurm.conf"
 ) -> list[Node | ResourceFlavor | ClusterQueue]:
@@ -138,6 +211,7 @@ def read_slurm_conf(
     node_lines: dict[str, int] = {}
     partitions: dict[str, tuple[int, dict[str, str]]] = {}
     cluster_defaults: dict[str, str] = {}
+    preemption: dict[str, tuple[int, str]] = {}
     for number, line in _logical_lines(text):
         first = line.split(None, 1)[0]
         if first.lower() in ("include",) or first.lower().startswith("include "):
@@ -152,6 +226,9 @@ def read_slurm_conf(
         attrs = dict(pairs[1:])
         if key == "defmempercpu" and value.isdigit():
             cluster_defaults["defmempercpu"] = value
+            continue
+        if key in PREEMPTION_KEYS:
+            preemption[key] = (number, value)
             continue
         if key == "nodename":
             if value.upper() == "DEFAULT":
@@ -254,6 +331,8 @@ def read_slurm_conf(
             annotations[DEF_MEM_PER_CPU] = mem_per_cpu
         part_state = attrs.get("state", "UP").upper()
         annotations[STATE] = part_state
+        preempt_annotations, policy = _preemption(source, preemption, number, attrs)
+        annotations.update(preempt_annotations)
         queues.append(
             ClusterQueue(
                 name=name,
@@ -267,6 +346,7 @@ def read_slurm_conf(
                 stop_policy=StopPolicy.HOLD
                 if part_state in ("DOWN", "INACTIVE")
                 else StopPolicy.NONE,
+                preemption=policy,
                 annotations=annotations,
             )
         )
