@@ -16,6 +16,7 @@ from phalanx.control.shares import share_report
 from phalanx.control.usage import ROOT, UsageLedger, allocated_tres
 from phalanx.engine import EngineConfig, TenantUsage
 from phalanx.engine.config import UsageConfig
+from phalanx.engine.snapshot import export_state
 from phalanx.model import ClusterQueue, JobSubmission, PodSet, RunSpec, Tenant
 from phalanx.runtime.local import LocalRuntime
 from phalanx.store import NewJob, Store
@@ -329,6 +330,9 @@ def test_restart_keeps_the_ledger_and_charges_nothing_twice(tmp_path: Path) -> N
     try:
         assert second.usage.running() == {job_id}
         assert second.usage.usage()[("team-a", "")][0] == pytest.approx(charged)
+        # The rebuilt engine has the tenant's figures: GPU-hours and billing-seconds.
+        usage, _allocation, billing = export_state(second.engine)["shares"]["team-a"]
+        assert usage == pytest.approx(charged / HOUR) and billing == pytest.approx(charged / 2)
         clock.offset += 600
         total = _wait_charged(second, job_id, charged + 2 * 600 - 2 * 5)
         # One more period charged, not the stretch before the restart again.
@@ -342,7 +346,6 @@ def test_restart_keeps_the_ledger_and_charges_nothing_twice(tmp_path: Path) -> N
         while second.store.job_charges(running=True) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert second.store.job_charges(running=True) == []
-        # The engine got the tenant's figures: GPU-hours including descendants.
         report = {(r["account"], r["user"]): r for r in second.usage_report()["associations"]}
         assert report[("team-a", "alice")]["gpu_hours"] == pytest.approx(
             _charged(second, job_id) / HOUR
@@ -351,3 +354,16 @@ def test_restart_keeps_the_ledger_and_charges_nothing_twice(tmp_path: Path) -> N
         second.stop()
         second.runtime.close()
         second.store.close()
+
+
+def test_a_job_that_stops_and_starts_again_before_a_tick_loses_no_stretch(store: Store) -> None:
+    ledger = _ledger(half_life_s=0)
+    [job_id] = _jobs(store, 1)
+    _tick(ledger, store, 0.0)
+    _start(ledger, store, job_id, gpus=1, since=0.0)
+    ledger.stop(job_id, 100.0)  # requeued ...
+    _start(ledger, store, job_id, gpus=1, since=120.0)  # ... and running again
+    _tick(ledger, store, 300.0)
+    assert ledger.usage()[ROOT][0] == 100.0 + 180.0
+    [charge] = store.job_charges([job_id])
+    assert (charge.gpu_seconds, charge.charged_until) == (280.0, 300.0)

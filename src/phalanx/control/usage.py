@@ -134,6 +134,8 @@ class UsageLedger:
         self._last_period: float | None = None
         self._last_reset: float | None = None
         self._jobs: dict[int, _Job] = {}
+        self._stopped: set[int] = set()
+        """Jobs that stopped since the last tick (charged by the next one)."""
         self._emitted: dict[str, tuple[float, float]] = {}
 
     # ------------------------------------------------------------------ state
@@ -214,10 +216,12 @@ class UsageLedger:
             max_tres_gres=self.max_tres_gres,
         )
         previous = self._jobs.pop(job_id, None)
+        self._stopped.discard(job_id)
         if previous is not None and previous.ended is not None:
             # It stopped and starts again before a tick charged its last stretch.
             old = previous.row
-            run = max(0.0, previous.ended - (old.charged_until or previous.ended))
+            since_charged = previous.ended if old.charged_until is None else old.charged_until
+            run = max(0.0, previous.ended - since_charged)
             self._owed.append(
                 (
                     (old.tenant, old.user),
@@ -250,12 +254,13 @@ class UsageLedger:
         job = self._jobs.get(job_id)
         if job is not None and job.ended is None:
             job.ended = end
+            self._stopped.add(job_id)
 
     def due(self, now: float) -> bool:
         """Whether :meth:`tick` has work: a calc period passed, or a job stopped."""
         if self._last_period is None or now - self._last_period >= self.period_s:
             return True
-        return bool(self._owed) or any(job.ended is not None for job in self._jobs.values())
+        return bool(self._owed or self._stopped)
 
     # ------------------------------------------------------------------ ticks
 
@@ -280,9 +285,10 @@ class UsageLedger:
             gpu_new[key] = gpu_new.get(key, 0.0) + gpu
             billing_new[key] = billing_new.get(key, 0.0) + billing
         self._owed = []
-        for job_id, job in list(self._jobs.items()):
-            if job.ended is None and not periodic:
-                continue
+        ids = list(self._jobs) if periodic else sorted(self._stopped)
+        self._stopped = set()
+        for job_id in ids:
+            job = self._jobs[job_id]
             row = job.row
             until = now if job.ended is None else min(job.ended, now)
             start = row.charged_until if row.charged_until is not None else until
