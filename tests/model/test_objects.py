@@ -36,6 +36,7 @@ from phalanx.model import (
     Node,
     PodSet,
     PriorityClass,
+    PriorityClassLimits,
     QueueingStrategy,
     ResourceFlavor,
     ResourceGroup,
@@ -45,6 +46,7 @@ from phalanx.model import (
     StopPolicy,
     Taint,
     Tenant,
+    TenantLimits,
     Toleration,
     Topology,
     TopologyLevel,
@@ -772,6 +774,17 @@ ROUND_TRIP: list[PhalanxModel] = [
     ),
     Tenant(name="team-a", parent="org", allocation=2.5, users=["alice", "bob"]),
     PriorityClass(name="high", value=1000, description="production"),
+    PriorityClassLimits.model_validate(
+        {
+            "maxTRESPerUser": {GPU: 16, "memory": "1Ti"},
+            "maxTRESPerJob": {"cpu": "500m"},
+            "maxJobsPerUser": 4,
+            "maxSubmitJobsPerUser": 10,
+            "maxWall": "1-00:00:00",
+            "grpTRES": {GPU: 64},
+        }
+    ),
+    TenantLimits.model_validate({"grpTRES": {GPU: 8}, "maxJobs": 2, "maxSubmitJobs": 0}),
     POD_SET,
     Job(
         id=42,

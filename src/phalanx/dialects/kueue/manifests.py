@@ -766,6 +766,13 @@ def _load_docs(docs: Iterable[_Doc]) -> tuple[list[Manifest], list[_Problem]]:
                 )
                 problems.append(problem(("kind",), message, subject))
             continue
+        if kind == "PriorityClass" and api_version != PHALANX_V1 and "limits" in data:
+            message = (
+                "not a Kueue field: QOS limits need apiVersion phalanx.io/v1, "
+                "kind PriorityClass, with spec.value and spec.limits"
+            )
+            problems.append(problem(("limits",), message, subject))
+            continue
         if api_version.startswith("kueue.x-k8s.io/"):
             data, invalid = validate(kind, api_version, data)
             if invalid:
