@@ -389,6 +389,16 @@ class Client:
         result: dict[str, Any] = self._json("GET", f"/api/v1/jobs/{int(job_id)}/explain")
         return result
 
+    def priority(
+        self, ids: list[int] | None = None, users: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Pending jobs' priority factors and the ordering weights (``GET /api/v1/priority``)."""
+        params = ["id=" + ",".join(str(int(i)) for i in ids)] if ids else []
+        params += ["user=" + quote(",".join(users))] if users else []
+        path = "/api/v1/priority" + ("?" + "&".join(params) if params else "")
+        result: dict[str, Any] = self._json("GET", path)
+        return result
+
     def events(self, job_id: int) -> list[dict[str, Any]]:
         result = self._json("GET", f"/api/v1/jobs/{int(job_id)}/events")
         return list(result["items"])

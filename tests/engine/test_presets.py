@@ -252,6 +252,7 @@ def test_slurm_factors_are_the_weighted_terms() -> None:
             "partition": 1000.0,
             "qos": 200.0,
             "tres": 120.0,
+            "tres:gres/gpu": 120.0,
             "nice": 0.0,
         }
     )

@@ -12,7 +12,7 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 
 from phalanx import __version__
-from phalanx.api import jobs, kube, objects, usage
+from phalanx.api import jobs, kube, objects, priority, usage
 from phalanx.api.deps import Plane
 from phalanx.api.errors import install_error_handlers
 from phalanx.api.plane import ControlPlane
@@ -48,6 +48,7 @@ def create_app(plane: ControlPlane) -> FastAPI:
 
     app.include_router(jobs.router)
     app.include_router(usage.router)
+    app.include_router(priority.router)
     # Before the objects' catch-all /{plural}: workloads and Kubernetes job kinds.
     app.include_router(kube.router)
     app.include_router(objects.router)

@@ -315,6 +315,16 @@ class ControlPlane:
             row = self.job(principal, job_id)
         return explain_answer(row, explanation, gate, self.store.job_events(job_id), self.clock())
 
+    def priority_factors(
+        self, principal: Principal, job_ids: Sequence[int] | None, users: Sequence[str] | None
+    ) -> dict[str, Any]:
+        """The ordering weights and every visible pending job's priority factors
+        (``sprio``); ``job_ids`` and ``users`` narrow the jobs."""
+        from phalanx.control.priority import priority_answer
+
+        with self._lock:
+            return priority_answer(self.engine, principal, job_ids, users)
+
     def apply(self, principal: Principal, manifests: Sequence[Any]) -> list[tuple[str, str, str]]:
         """Create or update configuration objects (all of them or none)."""
         if not principal.admin:

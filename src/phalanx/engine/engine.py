@@ -1652,8 +1652,8 @@ class Engine:
     def priority_factors(self, job_id: int) -> dict[str, float] | None:
         """A pending job's priority broken into its preset's terms, as of the last
         recalculation: ``slurm``: the weighted ``site``, ``age``, ``assoc``,
-        ``fairshare``, ``jobsize``, ``partition``, ``qos``, ``tres`` and the ``nice``
-        value; ``phalanx``: ``age``, ``share``, ``qos``, ``size`` (they add up to the
+        ``fairshare``, ``jobsize``, ``partition``, ``qos``, ``tres`` (and each weighted
+        TRES factor as ``tres:<name>``) and the ``nice`` value; ``phalanx``: ``age``, ``share``, ``qos``, ``size`` (they add up to the
         priority); ``kueue``: ``priority`` and, under Admission Fair Sharing,
         ``lq_score``. None for a job that is not pending."""
         rec = self.jobs.get(job_id)

@@ -310,11 +310,14 @@ class SlurmOrdering:
         )
 
     def factors(self, job: JobFacts, ctx: PriorityContext) -> dict[str, float]:
-        """sprio's columns: each factor times its weight, the nice value and the site factor."""
+        """sprio's columns: each factor times its weight, the nice value and the site factor;
+        ``tres`` is the sum of the weighted TRES factors, ``tres:<name>`` each of them."""
         if self._basic:
             return {}
         f, w = self._factors(job, ctx), self.weights
+        per_tres = {f"tres:{name}": weight * f.tres.get(name, 0.0) for name, weight in w.tres.items()}
         return {
+            **per_tres,
             "site": 0.0,
             "age": w.age * f.age,
             "assoc": w.assoc * f.assoc,

@@ -174,11 +174,171 @@ def scontrol(args: tuple[str, ...], oneliner: bool, details: bool) -> int:
 @click.option("--jobs", "-j", "jobs", multiple=True, help="job ids")
 @click.option("--user", "-u", "users", multiple=True, help="users")
 @click.option("--noheader", "-h", is_flag=True, help="no header line")
-def sprio(jobs: tuple[str, ...], users: tuple[str, ...], noheader: bool) -> int:
-    """Priorities of pending jobs (Slurm's sprio; factors not exposed yet)."""
+@click.option("--long", "-l", "long", is_flag=True, help="long format")
+@click.option("--start", is_flag=True, help="expected start times of pending jobs")
+@click.option("--array", "-r", is_flag=True, help="one line per array element")
+@click.option("--me", is_flag=True, help="only my jobs")
+@click.option("--all", "-a", "all_", is_flag=True, help="every partition (the default here)")
+@click.option("--iterate", "-i", type=float, help="repeat every SECONDS")
+@click.option("--json", "as_json", is_flag=True, help="job views as JSON")
+def squeue(**opts: Any) -> int:
+    """View the job queue (Slurm's squeue)."""
+    from phalanx.cli.slurm import squeue as tool
+
+    return tool.run(
+        fmt=opts["fmt"],
+        long_fmt=opts["long_fmt"],
+        users=_split(opts["users"]),
+        jobs=_split(opts["jobs"]),
+        partitions=_split(opts["partitions"]),
+        states=list(opts["states"]),
+        accounts=_split(opts["accounts"]),
+        names=_split(opts["names"]),
+        noheader=opts["noheader"],
+        long=opts["long"],
+        start=opts["start"],
+        array=opts["array"],
+        me=opts["me"],
+        iterate=opts["iterate"],
+        as_json=opts["as_json"],
+    )
+
+
+@click.command(context_settings=_SLURM)
+@click.argument("ids", nargs=-1)
+@click.option("--user", "-u", "users", multiple=True, help="users")
+@click.option("--name", "-n", "names", multiple=True, help="job names")
+@click.option("--state", "-t", "states", multiple=True, help="PENDING, RUNNING, SUSPENDED")
+@click.option("--partition", "-p", "partitions", multiple=True, help="partitions")
+@click.option("--account", "-A", "accounts", multiple=True, help="accounts")
+@click.option("--signal", "-s", help="send this signal instead of cancelling")
+@click.option("--batch", "-b", is_flag=True, help="signal only the batch shell")
+@click.option("--full", "-f", is_flag=True, help="signal the batch shell, its children and steps")
+@click.option("--me", is_flag=True, help="only my jobs")
+@click.option("--quiet", "-Q", is_flag=True, help="no error for finished jobs")
+@click.option("--verbose", "-v", is_flag=True, help="say what is done")
+def scancel(ids: tuple[str, ...], **opts: Any) -> int:
+    """Cancel or signal jobs (Slurm's scancel)."""
+    from phalanx.cli.slurm import scancel as tool
+
+    return tool.run(
+        list(ids),
+        users=_split(opts["users"]),
+        names=_split(opts["names"]),
+        states=list(opts["states"]) or None,
+        partitions=_split(opts["partitions"]),
+        accounts=_split(opts["accounts"]),
+        signal=opts["signal"],
+        batch=opts["batch"],
+        full=opts["full"],
+        me=opts["me"],
+        quiet=opts["quiet"],
+        verbose=opts["verbose"],
+    )
+
+
+@click.command(context_settings=_SLURM)
+@click.option("--format", "-o", "fmt", help="output format (%P %a %l %D %t %N ...)")
+@click.option("--Node", "-N", "node_oriented", is_flag=True, help="one line per node")
+@click.option("--partition", "-p", "partitions", multiple=True, help="partitions")
+@click.option("--noheader", "-h", is_flag=True, help="no header line")
+@click.option("--long", "-l", "long", is_flag=True, help="long format")
+@click.option("--summarize", "-s", is_flag=True, help="node counts per partition")
+@click.option("--states", "-t", "states", multiple=True, help="node states")
+def sinfo(**opts: Any) -> int:
+    """View partitions and nodes (Slurm's sinfo)."""
+    from phalanx.cli.slurm import sinfo as tool
+
+    return tool.run(
+        fmt=opts["fmt"],
+        node_oriented=opts["node_oriented"],
+        partitions=_split(opts["partitions"]),
+        noheader=opts["noheader"],
+        long=opts["long"],
+        summarize=opts["summarize"],
+        states=list(opts["states"]) or None,
+    )
+
+
+@click.command(context_settings=_SLURM)
+@click.option("--jobs", "-j", "jobs", multiple=True, help="job ids")
+@click.option("--format", "-o", "fields", help="fields (JobID,JobName%30,...)")
+@click.option("--brief", "-b", is_flag=True, help="JobID, State, ExitCode")
+@click.option("--allocations", "-X", is_flag=True, help="allocations only (always, in phalanx)")
+@click.option("--noheader", "-n", is_flag=True, help="no header lines")
+@click.option("--parsable", "-p", is_flag=True, help="'|'-separated, trailing '|'")
+@click.option("--parsable2", "-P", is_flag=True, help="'|'-separated")
+@click.option("--starttime", "-S", help="jobs since this time")
+@click.option("--endtime", "-E", help="jobs until this time")
+@click.option("--state", "-s", "states", multiple=True, help="states")
+@click.option("--user", "-u", "users", multiple=True, help="users")
+@click.option("--allusers", "-a", is_flag=True, help="every user")
+@click.option("--account", "-A", "accounts", multiple=True, help="accounts")
+@click.option("--partition", "-r", "partitions", multiple=True, help="partitions")
+@click.option("--name", "names", multiple=True, help="job names")
+@click.option("--json", "as_json", is_flag=True, help="job views as JSON")
+@click.option("--duplicates", "-D", is_flag=True, help="earlier runs of requeued jobs too")
+def sacct(**opts: Any) -> int:
+    """Accounting data of jobs (Slurm's sacct)."""
+    from phalanx.cli.slurm import sacct as tool
+
+    return tool.run(
+        jobs=_split(opts["jobs"]),
+        fields=opts["fields"],
+        brief=opts["brief"],
+        noheader=opts["noheader"],
+        parsable=opts["parsable"],
+        parsable2=opts["parsable2"],
+        starttime=opts["starttime"],
+        endtime=opts["endtime"],
+        states=list(opts["states"]) or None,
+        users=_split(opts["users"]),
+        allusers=opts["allusers"],
+        accounts=_split(opts["accounts"]),
+        partitions=_split(opts["partitions"]),
+        names=_split(opts["names"]),
+        as_json=opts["as_json"],
+        duplicates=opts["duplicates"],
+    )
+
+
+@click.command(context_settings=_SLURM)
+@click.argument("args", nargs=-1)
+@click.option("--oneliner", "-o", is_flag=True, help="one line per record")
+@click.option("--details", "-d", is_flag=True, help="more details")
+def scontrol(args: tuple[str, ...], oneliner: bool, details: bool) -> int:
+    """show job|node|partition|hostnames|hostlist, hold, release, requeue, update."""
+    from phalanx.cli.slurm import scontrol as tool
+
+    return tool.run(list(args), oneliner=oneliner, details=details)
+
+
+@click.command(context_settings=_SLURM)
+@click.option("--jobs", "-j", "jobs", multiple=True, help="job ids")
+@click.option("--user", "-u", "users", multiple=True, help="users")
+@click.option("--noheader", "-h", is_flag=True, help="no header line")
+@click.option("--long", "-l", "long", is_flag=True, help="USER and NICE too")
+@click.option("--norm", "-n", "norm", is_flag=True, help="factors before their weights")
+@click.option("--weights", "-w", "weights", is_flag=True, help="print the weights")
+def sprio(
+    jobs: tuple[str, ...],
+    users: tuple[str, ...],
+    noheader: bool,
+    long: bool,
+    norm: bool,
+    weights: bool,
+) -> int:
+    """Priorities of pending jobs and their factors (Slurm's sprio)."""
     from phalanx.cli.slurm import sprio as tool
 
-    return tool.run(jobs=list(jobs) or None, users=_split(users), noheader=noheader)
+    return tool.run(
+        jobs=list(jobs) or None,
+        users=_split(users),
+        noheader=noheader,
+        long=long,
+        norm=norm,
+        weights=weights,
+    )
 
 
 @click.command(context_settings=_SLURM)
