@@ -218,3 +218,55 @@ def test_min_runtime_delays_the_preemption(tmp_path: Path) -> None:
         assert evicting.time - admitted.time >= 2
         wait_for(plane, high, "COMPLETED")
         wait_for(plane, low, "COMPLETED")
+
+
+SLOW_CHECKPOINT = (
+    "if [ -f ckpt-$PHALANX_JOB_ID ]; then echo resumed; exit 0; fi; "
+    'trap "sleep 1.5; echo step-7 > ckpt-$PHALANX_JOB_ID; exit 0" TERM; '
+    "echo started; sleep 30 & wait"
+)
+"""A job whose checkpoint takes 1.5 s after SIGTERM."""
+
+
+def test_a_preemption_under_way_survives_a_control_plane_restart(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+
+    def start() -> ControlPlane:
+        plane = ControlPlane(
+            Store.open(None, state_dir=state),
+            LocalRuntime(state),
+            state_dir=state,
+            poll_interval_s=0.01,
+        )
+        plane.start()
+        return plane
+
+    first = start()
+    first.apply(ADMIN, _objects({"slurm.phalanx.io/grace-time": "10"}))
+    [low] = first.submit(ALICE, [_job(SLOW_CHECKPOINT, tmp_path, "low")])
+    wait_for(first, low, "RUNNING")
+    _wait_output(tmp_path / f"out-{low}.log", "started")
+    [high] = first.submit(ALICE, [_job("sleep 0.2", tmp_path, "high")])
+    deadline = time.monotonic() + 10
+    while not _events(first, low, "Evicting"):
+        assert time.monotonic() < deadline, "never evicted"
+        time.sleep(0.02)
+    # The preemptor leaves, and the control plane goes while the victim checkpoints
+    # (its supervisor runs on): only the recorded eviction says what to do with it.
+    first.cancel(ADMIN, high)
+    first.stop()
+    first.runtime.close()
+    first.store.close()
+    second = start()
+    try:
+        assert wait_for(second, high, "CANCELLED").start_time is None
+        row = wait_for(second, low, "COMPLETED")
+        assert row.attempt == 2
+        assert (tmp_path / f"ckpt-{low}").read_text() == "step-7\n"
+        preempted = _events(second, low, "Preempted")
+        assert preempted and preempted[-1].data["requeued"] is True
+        assert preempted[-1].data["preemptor"] == high
+    finally:
+        second.stop()
+        second.runtime.close()
+        second.store.close()
