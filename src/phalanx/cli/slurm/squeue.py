@@ -311,6 +311,7 @@ _STATE_NAMES = {
     "ST": "STOPPED",
     "BF": "BOOT_FAIL",
     "DL": "DEADLINE",
+    "RQ": "REQUEUED",
 }
 DEFAULT_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING"})
 
