@@ -345,3 +345,54 @@ def test_squeue_shows_the_limit_codes_as_slurm_names_them() -> None:
     assert len(codes) == 15
     for code in codes:
         assert slurm_reason("PENDING", code.value) == code.value
+
+
+def test_a_held_job_gets_no_backfill_reservation() -> None:
+    from phalanx.engine.config import BackfillConfig
+
+    engine = Engine(EngineConfig(preset="kueue", backfill=BackfillConfig()))
+    for obj in (
+        flavor("f"),
+        *(node(f"n{i}") for i in range(1, 5)),
+        cluster_queue("cq", {"f": 32}),
+        pclass(maxJobsPerUser=1),
+    ):
+        engine.apply(Upsert(obj))
+
+    def gang(nodes: int, user: str, limit: float, submit: float) -> Job:
+        return Job(
+            id=next(_ids),
+            user=user,
+            cluster_queue="cq",
+            priority_class="normal",
+            submit_time=submit,
+            time_limit=limit,
+            pod_sets=[PodSet(count=nodes, tasks_per_node=1, requests={GPU: 8})],
+        )
+
+    running, held, short = (
+        gang(2, "alice", 100, 1),
+        gang(3, "alice", 600, 2),
+        gang(1, "bob", 200, 3),
+    )
+    submit(engine, running, held)
+    assert admitted_ids(engine.cycle(0.0)) == [running.id]
+    assert engine.reservation(held.id) is None and engine.estimated_start(held.id) is None
+    # Nothing is reserved for the held gang, so bob's job takes a free node at once.
+    submit(engine, short)
+    assert admitted_ids(engine.cycle(1.0)) == [short.id]
+    engine.apply(Finish(running.id))
+    engine.apply(Finish(short.id))
+    assert admitted_ids(engine.cycle(2.0)) == [held.id]
+
+
+def test_a_release_under_a_job_count_limit_starts_one_of_many_held_jobs() -> None:
+    engine = cluster(pclass(maxJobsPerUser=2))
+    jobs = submit(engine, *(qjob(1, submit=float(i)) for i in range(40)))
+    assert admitted_ids(engine.cycle(10)) == [jobs[0].id, jobs[1].id]
+    assert len(engine.limits.held()) == 38
+    engine.apply(Finish(jobs[0].id))
+    assert admitted_ids(engine.cycle(11)) == [jobs[2].id]
+    assert len(engine.limits.held()) == 37
+    for j in jobs[3:]:
+        assert engine.explain(j.id).code is ReasonCode.QOS_MAX_JOBS_PER_USER  # type: ignore[union-attr]

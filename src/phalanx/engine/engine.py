@@ -636,21 +636,21 @@ class Engine:
         self.limits.hold(rec, key)
         self._emit_reason(rec, reason, out)
 
-    def _recheck_held(self, recs: list[JobRecord]) -> None:
-        """Held jobs whose limit's key changed: queue those no limit holds now."""
-        for rec in recs:
-            found = self.limits.check(rec, self.cache.tenants)
-            if found is None:
-                rec.waiting = None
-                self._enqueue(rec)
-            else:
-                self._hold_for_limit(rec, found[0], found[1], self._outbox)
+    def _recheck_held(self, keys: Iterable[Key]) -> None:
+        """The jobs held under ``keys`` (whose usage or limits changed): queue those no
+        limit holds now."""
+        free, held = self.limits.recheck(keys, self.cache.tenants)
+        for rec in free:
+            rec.waiting = None
+            self._enqueue(rec)
+        for rec, key, reason in held:
+            self._hold_for_limit(rec, key, reason, self._outbox)
 
     def _limits_changed(self, keys: list[Key]) -> None:
         """A limit changed: held jobs it concerns are checked again, and parked queues
         are woken so that queued jobs now over a lowered limit are held at nomination.
         Running jobs are never stopped."""
-        self._recheck_held(self.limits.take(keys))
+        self._recheck_held(keys)
         self.queues.wake_all()
 
     def _release(self, rec: JobRecord) -> None:
@@ -661,7 +661,7 @@ class Engine:
         self._admitted_by_cq.get(admission.cluster_queue, {}).pop(rec.id, None)
         charged = self.limits.release(rec.id)
         if charged:
-            self._recheck_held(self.limits.take(charged))
+            self._recheck_held(charged)
         info = self.cache.cluster_queues.get(admission.cluster_queue)
         keys: list[str] = []
         root = ""

@@ -86,6 +86,10 @@ _ASSOC_GRP = {CPU: ReasonCode.ASSOC_GRP_CPU, MEMORY: ReasonCode.ASSOC_GRP_MEMORY
 GPUs and every other resource are GRES."""
 
 
+_COUNT_CODES = frozenset({ReasonCode.QOS_MAX_JOBS_PER_USER, ReasonCode.ASSOC_GRP_JOBS})
+"""Limits on a number of running jobs: the same answer for every job under the key."""
+
+
 def _amount(resource: str, amount: int) -> str:
     return f"{format_quantity(amount, resource)} {resource}"
 
@@ -347,17 +351,45 @@ class Limits:
         if not bucket:
             del self._held[key]
 
-    def take(self, keys: Iterable[Key]) -> list[JobRecord]:
-        """Un-hold and return the jobs held under any of ``keys``, in queue order."""
-        taken: list[JobRecord] = []
+    def take(self, keys: Iterable[Key]) -> list[tuple[JobRecord, Key]]:
+        """Un-hold and return the jobs held under any of ``keys`` with their key, in queue
+        order."""
+        taken: list[tuple[JobRecord, Key]] = []
         for key in keys:
             bucket = self._held.pop(key, None)
             if bucket:
                 for job_id in bucket:
                     del self._held_at[job_id]
-                taken.extend(bucket.values())
-        taken.sort(key=lambda rec: rec.key)
+                taken.extend((rec, key) for rec in bucket.values())
+        taken.sort(key=lambda item: item[0].key)
         return taken
+
+    def recheck(
+        self, keys: Iterable[Key], tenants: Mapping[str, Tenant]
+    ) -> tuple[list[JobRecord], list[tuple[JobRecord, Key, Reason]]]:
+        """Take the jobs held under ``keys`` and check them again: those free to queue,
+        and those still held with their key and reason.
+
+        A job count limit holds every job under its key alike: once the first job
+        (in queue order) is held by one again, the others under that key keep their
+        reason unchecked, so a release costs one check, not one per held job.
+        """
+        free: list[JobRecord] = []
+        held: list[tuple[JobRecord, Key, Reason]] = []
+        stuck: set[Key] = set()
+        for rec, old in self.take(keys):
+            if old in stuck and rec.waiting is not None:
+                held.append((rec, old, rec.waiting))
+                continue
+            found = self.check(rec, tenants)
+            if found is None:
+                free.append(rec)
+                continue
+            key, reason = found
+            if key == old and reason.code in _COUNT_CODES:
+                stuck.add(key)
+            held.append((rec, key, reason))
+        return free, held
 
     def keys_of_class(self, name: str) -> list[Key]:
         """The held keys a change of class ``name``'s limits concerns."""
