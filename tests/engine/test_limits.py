@@ -39,9 +39,11 @@ def qjob(
     cq: str = "cq",
     submit: float = 0.0,
     count: int = 1,
-    **requests: Any,
+    time: float | None = None,
+    extra: dict[str, str] | None = None,
+    **requests: str,
 ) -> Job:
-    wanted: dict[str, Any] = {GPU: gpus, **{k: v for k, v in requests.items() if k != "time"}}
+    wanted: dict[str, Any] = {GPU: gpus, **requests, **(extra or {})}
     return Job(
         id=next(_ids),
         tenant=tenant,
@@ -49,7 +51,7 @@ def qjob(
         cluster_queue=cq,
         priority_class=pc,
         submit_time=submit,
-        time_limit=requests.get("time"),
+        time_limit=time,
         pod_sets=[PodSet(count=count, requests=wanted)],
     )
 
@@ -133,7 +135,7 @@ def test_cpu_and_memory_per_user_have_their_own_codes(
 ) -> None:
     engine = cluster(pclass(maxTRESPerUser={resource: limit}))
     first, second = submit(
-        engine, qjob(submit=1, **{resource: each}), qjob(submit=2, **{resource: each})
+        engine, qjob(submit=1, extra={resource: each}), qjob(submit=2, extra={resource: each})
     )
     out = engine.cycle(10)
     assert admitted_ids(out) == [first.id]
@@ -351,12 +353,13 @@ def test_a_held_job_gets_no_backfill_reservation() -> None:
     from phalanx.engine.config import BackfillConfig
 
     engine = Engine(EngineConfig(preset="kueue", backfill=BackfillConfig()))
-    for obj in (
+    objects: list[Any] = [
         flavor("f"),
         *(node(f"n{i}") for i in range(1, 5)),
         cluster_queue("cq", {"f": 32}),
         pclass(maxJobsPerUser=1),
-    ):
+    ]
+    for obj in objects:
         engine.apply(Upsert(obj))
 
     def gang(nodes: int, user: str, limit: float, submit: float) -> Job:
