@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 from phalanx.engine import (
+    Admit,
+    Adopt,
     Engine,
     EngineConfig,
     Evict,
@@ -165,6 +167,20 @@ def test_settings_and_protections_survive_a_state_round_trip() -> None:
     assert copy.next_wakeup() == engine.next_wakeup() == 70.0
     evict = _evicts(copy.cycle(70.0))[1]
     assert (evict.mode, evict.grace_period_s) == ("CANCEL", 2.0)
+
+
+def test_an_adopted_job_is_protected_from_its_admission_time() -> None:
+    objects = (node("n0"), flavor("f"), _within({"phalanx.io/min-runtime": "60"}))
+    low = job("cq", gpus=8, id=1, priority=0, submit=0.0)
+    before = _engine(*objects)
+    before.apply(Submit(low))
+    [admit] = [d for d in before.cycle(100.0) if isinstance(d, Admit)]
+    # A restarted engine adopts the job: its protection counts from its admission.
+    engine = _engine(*objects)
+    engine.apply(Adopt(low, admit, admitted_at=100.0))
+    engine.apply(Submit(job("cq", gpus=8, id=2, priority=10, submit=120.0)))
+    assert not _evicts(engine.cycle(120.0))
+    assert sorted(_evicts(engine.cycle(160.0))) == [1]
 
 
 @pytest.mark.parametrize(

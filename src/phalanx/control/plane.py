@@ -1368,7 +1368,7 @@ class ControlPlane:
             self.gate.entered_engine(row.id, row.array_job_id)
             admission = decision_from_dict(row.assignment["admit"])
             assert isinstance(admission, Admit)
-            self.engine.apply(Adopt(job, admission))
+            self.engine.apply(Adopt(job, admission, admitted_at=row.start_time))
             for node, indices in row.assignment.get("gpus", {}).items():
                 self.gpus.hold(node, list(indices), row.id)
             self._active[row.id] = row.attempt

@@ -234,7 +234,7 @@ class Engine:
         elif isinstance(event, Upsert):
             self._upsert(event.obj)
         elif isinstance(event, Adopt):
-            self._adopt(event.job, event.admission)
+            self._adopt(event.job, event.admission, event.admitted_at)
         elif isinstance(event, Delete):
             self._delete(event.kind, event.name)
         else:  # pragma: no cover - exhaustive over Event
@@ -448,7 +448,7 @@ class Engine:
         self._set_priority(rec, self._context(job.submit_time))
         self._enqueue(rec)
 
-    def _adopt(self, job: Job, decision: Admit) -> None:
+    def _adopt(self, job: Job, decision: Admit, admitted_at: float | None = None) -> None:
         self._submit(job)
         rec = self.jobs[job.id]
         self._forget_pending(rec)
@@ -481,8 +481,9 @@ class Engine:
         else:
             node = QuotaNode(decision.cluster_queue, True)
         self.assigner.generation += 1
+        since = job.submit_time if admitted_at is None else admitted_at
         rec.admission = Admission(
-            decision.cluster_queue, node, usage, allocations, decision, admitted_at=job.submit_time
+            decision.cluster_queue, node, usage, allocations, decision, admitted_at=since
         )
         self._admitted_by_cq.setdefault(decision.cluster_queue, {})[rec.id] = rec
         self.limits.charge(rec, self.cache.tenants, {p.name: p.count for p in decision.pod_sets})

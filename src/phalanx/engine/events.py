@@ -128,6 +128,9 @@ class Adopt:
 
     job: Job
     admission: Admit
+    admitted_at: float | None = None
+    """When it was admitted (its minimum runtime and planned end count from then);
+    None: its submit time."""
 
 
 Event = Upsert | Delete | Submit | Cancel | Finish | Requeue | TenantUsage | Adopt | PodsReady
