@@ -187,9 +187,21 @@ def object_table(kind: str, items: Sequence[dict[str, Any]]) -> tuple[list[str],
             spec = m.get("spec") or {}
             rows.append([meta.get("namespace", ""), meta["name"], spec.get("clusterQueue", "")])
     elif kind == "PriorityClass":
-        header = ["NAME", "VALUE", "DESCRIPTION"]
+        header = ["NAME", "VALUE", "DESCRIPTION", "LIMITS"]
         for m in items:
-            rows.append([m["metadata"]["name"], str(m.get("value", "")), m.get("description", "")])
+            # A Kueue WorkloadPriorityClass has no spec; a phalanx.io/v1 one (with limits) has.
+            body = m.get("spec") or m
+            limits = ",".join(
+                f"{name}={_limit(value)}" for name, value in (body.get("limits") or {}).items()
+            )
+            rows.append(
+                [
+                    m["metadata"]["name"],
+                    str(body.get("value", "")),
+                    body.get("description", ""),
+                    limits,
+                ]
+            )
     elif kind == "Workload":
         header = ["NAME", "QUEUE", "RESERVED IN", "ADMITTED", "FINISHED", "AGE"]
         for m in items:
@@ -223,6 +235,13 @@ def object_table(kind: str, items: Sequence[dict[str, Any]]) -> tuple[list[str],
         header = ["NAME"]
         rows = [[m["metadata"]["name"]] for m in items]
     return header, rows
+
+
+def _limit(value: Any) -> str:
+    """A limit as one table cell: ``gpu=16+cpu=64`` for a resource list."""
+    if isinstance(value, dict):
+        return "+".join(f"{r.removeprefix('nvidia.com/')}={q}" for r, q in value.items())
+    return str(value)
 
 
 def _conditions(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:

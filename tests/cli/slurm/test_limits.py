@@ -69,3 +69,18 @@ def test_sbatch_over_a_per_job_limit_is_refused(
     assert "Job violates accounting/QOS policy (job submit limit, user's size and/or time " in err
     assert "over PriorityClass single's maxTRESPerJob of 2" in err
     assert "Traceback" not in err
+
+
+def test_get_priority_classes_table_shows_value_and_limits() -> None:
+    from phalanx.cli.render import object_table
+    from phalanx.dialects.kueue.manifests import load_text, to_manifest
+
+    kueue = "apiVersion: kueue.x-k8s.io/v1beta2\nkind: WorkloadPriorityClass\n"
+    kueue += "metadata: {name: high}\nvalue: 1000\ndescription: Deadlines.\n"
+    items = [to_manifest(m.kind, m.obj) for m in load_text(QOS + "---\n" + kueue)]
+    header, rows = object_table("PriorityClass", items)
+    assert header == ["NAME", "VALUE", "DESCRIPTION", "LIMITS"]
+    assert rows == [
+        ["single", "10", "", "maxTRESPerJob=gpu=2,maxJobsPerUser=1"],
+        ["high", "1000", "Deadlines.", ""],
+    ]
