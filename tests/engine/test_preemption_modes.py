@@ -12,6 +12,7 @@ from phalanx.engine import (
     Engine,
     EngineConfig,
     Evict,
+    FairSharingConfig,
     PreemptionConfig,
     Requeue,
     Submit,
@@ -116,6 +117,26 @@ def test_mode_off_applies_to_the_victims_queue_not_the_preemptors() -> None:
     engine.cycle(2.0)
     engine.apply(Submit(job("prod", gpus=4, id=3, priority=0, submit=3.0)))
     assert sorted(_evicts(engine.cycle(3.0))) == [1]
+
+
+@pytest.mark.parametrize("annotations", [{"slurm.phalanx.io/preempt-mode": "OFF"}, {}])
+def test_fair_sharing_reclaim_spares_an_off_queue(annotations: dict[str, str]) -> None:
+    engine = Engine(
+        EngineConfig.for_preset("kueue", fair_sharing=FairSharingConfig(), wait_for_pods_ready=None)
+    )
+    policy = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
+    for obj in (
+        node("n0", gpus=16),
+        flavor("f"),
+        cohort("co"),
+        _cq("a", 8, "co", **policy),
+        _cq("b", 8, "co", annotations=annotations),
+    ):
+        engine.apply(Upsert(obj))
+    engine.apply(Submit(job("b", gpus=8, count=2, id=1)))
+    engine.cycle(1.0)
+    engine.apply(Submit(job("a", gpus=4, id=2, submit=2.0)))
+    assert sorted(_evicts(engine.cycle(3.0))) == ([] if annotations else [1])
 
 
 # --------------------------------------------------------------------------- minimum runtime
