@@ -64,6 +64,7 @@ _HISTORY = frozenset(
         "Admitted",
         "Started",
         "Evicting",
+        "Preempted",
         "Requeued",
         "RequeueRequested",
         "Deactivated",
