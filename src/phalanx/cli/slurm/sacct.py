@@ -6,6 +6,8 @@ row; ``-P`` joins with ``|`` (no trailing one), ``-p`` ends every line with
 ``|``. Values longer than their field end in ``+`` as sacct truncates them.
 phalanx keeps no job steps in accounting yet, so every line is an allocation
 line (``-X`` changes nothing): there are no ``.batch``/``.extern``/``.0`` rows.
+``AllocTRES`` and the phalanx fields ``Charged`` (billable TRES-seconds charged,
+undecayed) and ``GPUHours`` read the control plane's usage ledger.
 ``-D/--duplicates`` adds a job's earlier runs, oldest first, before its current
 one: a run that was preempted and requeued shows as PREEMPTED, one lost with its
 node as NODE_FAIL, one requeued by hand as REQUEUED.
