@@ -172,8 +172,15 @@ def import_(path: Path, dry_run: bool) -> None:
     """Create Nodes, flavors and ClusterQueues from a Slurm slurm.conf."""
     from phalanx.dialects.kueue import KINDS, to_manifest
     from phalanx.dialects.slurm import read_slurm_conf
+    from phalanx.dialects.slurm.scheduling import read_scheduling
 
-    objects = read_slurm_conf(path.read_text(encoding="utf-8"), str(path))
+    text = path.read_text(encoding="utf-8")
+    objects = read_slurm_conf(text, str(path))
+    if read_scheduling(text, str(path)):
+        sys.stderr.write(
+            f"note: {path}'s scheduling keys (Priority*, SchedulerType, SchedulerParameters) "
+            f"are engine settings: they take effect with phalanx up --config {path}\n"
+        )
     manifests = [to_manifest(type(obj).__name__, obj) for obj in objects]
     manifests.sort(key=lambda m: KINDS.index(_kind_of(m)))
     if dry_run:

@@ -97,7 +97,7 @@ def start_server(
     overrides the preset's (``None``: rounds until nothing more fits, phalanx's cycle;
     ``1``: Kueue's one head per ClusterQueue per cycle).
     """
-    from phalanx.dialects.kueue import load_path
+    from phalanx.control.configs import read_configs
     from phalanx.runtime.base import Runtime
     from phalanx.runtime.local import LocalRuntime
     from phalanx.runtime.noop import NoopRuntime
@@ -108,13 +108,14 @@ def start_server(
         raise Invalid(f"--container-runtime: {container_runtime!r} is not known (known: host)")
     if runtime not in RUNTIMES:
         raise Invalid(f"--runtime: {runtime!r} is not known (known: {', '.join(RUNTIMES)})")
+    # Every configuration file is read and checked before anything starts; a
+    # slurm.conf's scheduling keys set the engine's configuration.
+    manifests, settings = read_configs(configs)
     try:
         overrides = {} if heads_per_cycle == "preset" else {"heads_per_cycle": heads_per_cycle}
-        config = EngineConfig.for_preset(preset, **overrides)
+        config = EngineConfig.for_preset(preset, **{**settings, **overrides})
     except ValueError as exc:
         raise Invalid(f"--preset/--heads-per-cycle: {exc}") from None
-    # Every configuration file is read and checked before anything starts.
-    manifests = [m for path in configs for m in load_path(Path(path))]
     detected = []
     if detect:
         from phalanx.runtime.detect import detect_gpus

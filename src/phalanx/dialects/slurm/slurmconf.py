@@ -50,6 +50,11 @@ from phalanx.model.preemptmode import (
     MIN_RUNTIME_ANNOTATION,
     PREEMPT_MODE_ANNOTATION,
 )
+from phalanx.model.priorityannotations import (
+    PARTITION_FACTOR_ANNOTATION,
+    TRES_BILLING_ANNOTATION,
+    check_priority_annotations,
+)
 from phalanx.model.quantity import CPU, GPU, MEMORY, format_quantity
 from phalanx.model.queue import ClusterQueue, ClusterQueuePreemption, QueueingStrategy, StopPolicy
 from phalanx.model.resources import FlavorQuotas, ResourceGroup, ResourceQuota
@@ -201,6 +206,23 @@ def _preemption(
     return annotations, ClusterQueuePreemption(within_cluster_queue=within)
 
 
+def _ordering(source: str, number: int, attrs: dict[str, str]) -> dict[str, str]:
+    """A partition's ``PriorityJobFactor`` and ``TRESBillingWeights`` as annotations."""
+    annotations: dict[str, str] = {}
+    if "priorityjobfactor" in attrs:
+        annotations[PARTITION_FACTOR_ANNOTATION] = attrs["priorityjobfactor"]
+    if "tresbillingweights" in attrs:
+        annotations[TRES_BILLING_ANNOTATION] = attrs["tresbillingweights"]
+    try:
+        check_priority_annotations(annotations)
+    except ValueError as exc:
+        factor = PARTITION_FACTOR_ANNOTATION in str(exc)
+        key = "PriorityJobFactor" if factor else "TRESBillingWeights"
+        detail = str(exc).split("]: ", 1)[-1]
+        raise Invalid(f"{source}:{number}: {key}: {detail}") from None
+    return annotations
+
+
 def read_slurm_conf(
     text: str, source: str = "slurm.conf"
 ) -> list[Node | ResourceFlavor | ClusterQueue]:
@@ -333,6 +355,7 @@ def read_slurm_conf(
         annotations[STATE] = part_state
         preempt_annotations, policy = _preemption(source, preemption, number, attrs)
         annotations.update(preempt_annotations)
+        annotations.update(_ordering(source, number, attrs))
         queues.append(
             ClusterQueue(
                 name=name,

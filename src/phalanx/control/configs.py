@@ -1,0 +1,39 @@
+"""``phalanx up --config``: the files read before the control plane starts.
+
+A ``*.conf`` file is a Slurm ``slurm.conf``: its nodes and partitions become
+objects (:func:`phalanx.dialects.slurm.read_slurm_conf`) and its scheduling keys
+engine settings (:func:`phalanx.dialects.slurm.scheduling.read_scheduling`);
+anything else is Kubernetes/Kueue manifests (a file or a directory).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from phalanx.errors import Invalid
+
+__all__ = ["read_configs"]
+
+
+def read_configs(paths: Sequence[Path | str]) -> tuple[list[Any], dict[str, object]]:
+    """The objects to apply and the ``EngineConfig.for_preset`` overrides the files set
+    (a later file's settings win)."""
+    from phalanx.dialects.kueue import load_path
+    from phalanx.dialects.slurm import read_slurm_conf
+    from phalanx.dialects.slurm.scheduling import is_slurm_conf, read_scheduling
+
+    manifests: list[Any] = []
+    settings: dict[str, object] = {}
+    for path in map(Path, paths):
+        if not is_slurm_conf(path):
+            manifests.extend(load_path(path))
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise Invalid(f"{path}: cannot read: {exc}") from None
+        manifests.extend(read_slurm_conf(text, str(path)))
+        settings.update(read_scheduling(text, str(path)))
+    return manifests, settings
