@@ -283,8 +283,8 @@ class _Clock:
         return time.time() + self.offset
 
 
-def _plane(state: Path, clock: _Clock) -> ControlPlane:
-    store = Store.open(None, state_dir=state)
+def _plane(state: Path, clock: _Clock, database: str | None) -> ControlPlane:
+    store = Store.open(database, state_dir=state)
     config = EngineConfig(usage=UsageConfig(half_life_s=0), priority_calc_period_s=300.0)
     return ControlPlane(
         store,
@@ -311,10 +311,13 @@ def _wait_charged(plane: ControlPlane, job_id: int, at_least: float) -> float:
     raise AssertionError(f"job {job_id} was not charged {at_least} GPU-seconds")
 
 
-def test_restart_keeps_the_ledger_and_charges_nothing_twice(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_restart_keeps_the_ledger_and_charges_nothing_twice(
+    tmp_path: Path, backend: str, database: str | None
+) -> None:
     state = tmp_path / "state"
     clock = _Clock()
-    first = _plane(state, clock)
+    first = _plane(state, clock, database)
     first.start()
     first.apply(ADMIN, [*cluster(), Tenant(name="team-a", allocation=2, users=["alice"])])
     [job_id] = first.submit(ALICE, [job(["sleep", "60"], gpus=2, tmp=tmp_path)])
@@ -325,7 +328,7 @@ def test_restart_keeps_the_ledger_and_charges_nothing_twice(tmp_path: Path) -> N
     # The plane goes away (the job keeps running) and comes back.
     first.stop()
     first.store.close()
-    second = _plane(state, clock)
+    second = _plane(state, clock, database)
     second.start()
     try:
         assert second.usage.running() == {job_id}
