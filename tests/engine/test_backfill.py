@@ -228,18 +228,54 @@ def test_no_reservation_is_ever_delayed(workload: tuple[int, list[tuple[Job, flo
 
 @settings(max_examples=60, deadline=None)
 @given(_workload(exact=True))
-def test_backfill_never_lowers_utilisation_nor_delays_the_first_reservation(
+def test_the_first_reservation_starts_no_later_than_without_backfill(
     workload: tuple[int, list[tuple[Job, float]]],
 ) -> None:
     nodes, jobs = workload
     off = _run(nodes, jobs, backfill=False)
     on = _run(nodes, jobs, backfill=True)
-    makespan = max(off.end.values())
-    assert max(on.end.values()) <= makespan
-    assert on.busy_gpu_seconds(makespan) >= off.busy_gpu_seconds(makespan) - 1e-6
     if on.planned:
         first = min(on.planned, key=lambda j: (on.planned[j], j))
         assert on.start[first] <= off.start[first]
+
+
+def test_backfill_raises_utilisation_over_random_workloads() -> None:
+    """EASY backfill (a reservation for the top job of each queue) can delay a job
+    that has none, so utilisation is not higher in every single workload (the
+    smallest counterexample: 2 nodes, a 12-GPU job, two 1-node jobs, a 1-GPU job
+    backfilled onto the second one's node, a 9-GPU job last: makespan 31 s instead
+    of 30 s). Over many workloads with exact time limits it is higher on average and
+    the makespan is almost never longer."""
+    import random
+
+    better = worse = 0
+    total_on = total_off = 0.0
+    for seed in range(150):
+        draw = random.Random(seed)
+        nodes = draw.randint(2, 5)
+        jobs: list[tuple[Job, float]] = []
+        t = 0.0
+        for i in range(draw.randint(3, 14)):
+            t += draw.choice((0.0, 0.0, 1.0, 5.0, 20.0))
+            limit = draw.choice(_LIMITS)
+            if draw.random() < 0.5:
+                pod_set = PodSet(count=draw.randint(1, nodes), tasks_per_node=1, requests={GPU: 8})
+            else:
+                gpus = draw.choice((1, 2, 4))
+                pod_set = PodSet(count=draw.randint(1, nodes * (8 // gpus)), requests={GPU: gpus})
+            job = Job(
+                id=i + 1, cluster_queue="cq", submit_time=t, time_limit=limit, pod_sets=[pod_set]
+            )
+            jobs.append((job, limit))
+        off, on = _run(nodes, jobs, backfill=False), _run(nodes, jobs, backfill=True)
+        work = off.busy_gpu_seconds(1e18)
+        span_off, span_on = max(off.end.values()), max(on.end.values())
+        total_off += work / (8 * nodes * span_off)
+        total_on += work / (8 * nodes * span_on)
+        better += span_on < span_off
+        worse += span_on > span_off
+    assert total_on > total_off
+    assert better > 10 * worse
 
 
 def test_reservations_survive_an_export_and_load() -> None:
@@ -258,3 +294,14 @@ def test_reservations_survive_an_export_and_load() -> None:
     for e in (engine, copy):
         e.apply(Finish(1))
     assert engine.cycle(100.0) == copy.cycle(100.0)
+
+
+def test_a_shorter_job_of_the_same_size_backfills_behind_a_longer_one() -> None:
+    engine = _engine()
+    _start_running(engine)
+    engine.apply(Submit(_job(3, 3, None, priority=5)))
+    engine.cycle(1.0)
+    engine.apply(Submit(_job(4, 1, 600, priority=2)))
+    assert _admitted(engine.cycle(2.0)) == {}
+    engine.apply(Submit(_job(5, 1, 60, priority=1)))
+    assert _admitted(engine.cycle(3.0)) == {5: ["n4"]}

@@ -114,7 +114,7 @@ def list_jobs(
     more = len(rows) > limit
     rows = rows[:limit]
     token = str(rows[-1].id) if more and rows else None
-    items = [job_view(r, plane.output_paths(r)) for r in rows]
+    items = [job_view(r, plane.output_paths(r), plane.estimated_start(r.id)) for r in rows]
     return JSONResponse({"items": items, "continue": token})
 
 
@@ -140,14 +140,14 @@ def submit_batch(plane: Plane, principal: Caller, batch: BatchRequest) -> dict[s
 @router.get("/jobs/{job_id}", responses={200: {"model": JobView}})
 def get_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
     row = plane.job(principal, job_id)
-    return JSONResponse(job_view(row, plane.output_paths(row)))
+    return JSONResponse(job_view(row, plane.output_paths(row), plane.estimated_start(row.id)))
 
 
 @router.delete("/jobs/{job_id}", responses={200: {"model": JobView}})
 def cancel_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
     """Cancel a job (pending: removed from its queue; running: SIGTERM, grace, SIGKILL)."""
     row = plane.cancel(principal, job_id)
-    return JSONResponse(job_view(row, plane.output_paths(row)))
+    return JSONResponse(job_view(row, plane.output_paths(row), plane.estimated_start(row.id)))
 
 
 class SignalRequest(BaseModel):
@@ -169,27 +169,27 @@ class JobUpdate(BaseModel):
 def hold_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
     """Keep a pending job from starting (Slurm's ``scontrol hold``)."""
     row = plane.hold(principal, job_id)
-    return JSONResponse(job_view(row, plane.output_paths(row)))
+    return JSONResponse(job_view(row, plane.output_paths(row), plane.estimated_start(row.id)))
 
 
 @router.post("/jobs/{job_id}/release", responses={200: {"model": JobView}})
 def release_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
     row = plane.release(principal, job_id)
-    return JSONResponse(job_view(row, plane.output_paths(row)))
+    return JSONResponse(job_view(row, plane.output_paths(row), plane.estimated_start(row.id)))
 
 
 @router.post("/jobs/{job_id}/requeue", responses={200: {"model": JobView}})
 def requeue_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
     """Stop a running job and queue it again (or queue a finished one again)."""
     row = plane.requeue(principal, job_id)
-    return JSONResponse(job_view(row, plane.output_paths(row)))
+    return JSONResponse(job_view(row, plane.output_paths(row), plane.estimated_start(row.id)))
 
 
 @router.post("/jobs/{job_id}/signal", responses={200: {"model": JobView}})
 def signal_job(plane: Plane, principal: Caller, job_id: JobId, body: SignalRequest) -> Response:
     """Send a signal to a running job's tasks, or only to its batch shell."""
     row = plane.signal(principal, job_id, body.signal, batch_only=body.batch_only)
-    return JSONResponse(job_view(row, plane.output_paths(row)))
+    return JSONResponse(job_view(row, plane.output_paths(row), plane.estimated_start(row.id)))
 
 
 @router.patch("/jobs/{job_id}", responses={200: {"model": JobView}})
@@ -199,7 +199,7 @@ def update_job(plane: Plane, principal: Caller, job_id: JobId, body: JobUpdate) 
     if not changes:
         raise Invalid("body: name at least one of time_limit, nice, comment, name")
     row = plane.update(principal, job_id, changes)
-    return JSONResponse(job_view(row, plane.output_paths(row)))
+    return JSONResponse(job_view(row, plane.output_paths(row), plane.estimated_start(row.id)))
 
 
 @router.get("/jobs/{job_id}/explain")

@@ -187,10 +187,15 @@ def _cpu_milli(value: Any) -> int:
         return 0
 
 
-def job_view(row: JobRow, paths: tuple[Any, Any] | None = None) -> dict[str, Any]:
+def job_view(
+    row: JobRow,
+    paths: tuple[Any, Any] | None = None,
+    estimated_start: float | None = None,
+) -> dict[str, Any]:
     """The DESIGN contract's job object (see :class:`JobView`).
 
-    ``paths`` are the job's output files as the control plane resolves them.
+    ``paths`` are the job's output files as the control plane resolves them;
+    ``estimated_start`` a pending job's planned start (epoch seconds) from the engine.
     """
     run = row.submission.get("run") or {}
     sub = row.submission
@@ -218,7 +223,7 @@ def job_view(row: JobRow, paths: tuple[Any, Any] | None = None) -> dict[str, Any
         "end_time": rfc3339(row.end_time),
         "exit_code": row.exit_code,
         "signal": row.signal,
-        "estimated_start": None,
+        "estimated_start": rfc3339(estimated_start) if row.state == "PENDING" else None,
         "command": list(run.get("command") or []),
         "working_dir": run.get("workingDir"),
         "time_limit": run.get("timeLimit"),

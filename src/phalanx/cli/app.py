@@ -120,6 +120,11 @@ def presets() -> None:
     default=None,
     help="jobs taken per ClusterQueue per cycle (all: until nothing fits); default: the preset's",
 )
+@click.option(
+    "--backfill/--no-backfill",
+    default=None,
+    help="reserve nodes for blocked jobs and backfill around them; default: the preset's",
+)
 def up(
     state_dir: Path | None,
     host: str,
@@ -131,6 +136,7 @@ def up(
     container_runtime: str | None,
     runtime: str,
     heads_per_cycle: str | None,
+    backfill: bool | None,
 ) -> None:
     """Run the control plane, the API and the local runtime in the foreground."""
     from phalanx.control.server import run_server
@@ -157,6 +163,7 @@ def up(
         container_runtime=container_runtime,
         runtime=runtime,
         heads_per_cycle=heads,
+        backfill=backfill,
     )
 
 

@@ -25,6 +25,7 @@ from phalanx.api.server import ApiServer, listen
 from phalanx.auth import ADMIN, hash_token, new_token
 from phalanx.control.plane import ControlPlane
 from phalanx.engine import EngineConfig
+from phalanx.engine.config import BackfillConfig
 from phalanx.errors import Conflict, Invalid
 
 __all__ = ["RunningServer", "default_state_dir", "run_server", "start_server"]
@@ -89,13 +90,15 @@ def start_server(
     container_runtime: str | None = None,
     runtime: str = "local",
     heads_per_cycle: int | str | None = "preset",
+    backfill: bool | None = None,
 ) -> RunningServer:
     """Start phalanx in this process (``port=0`` picks a free port).
 
     ``runtime`` is ``local`` (jobs run on this machine) or ``noop`` (nothing runs:
     timers stand in for jobs, see :mod:`phalanx.runtime.noop`). ``heads_per_cycle``
     overrides the preset's (``None``: rounds until nothing more fits, phalanx's cycle;
-    ``1``: Kueue's one head per ClusterQueue per cycle).
+    ``1``: Kueue's one head per ClusterQueue per cycle). ``backfill`` turns
+    reservations and backfill on or off (``None``: as the preset has it).
     """
     from phalanx.control.configs import read_configs
     from phalanx.runtime.base import Runtime
@@ -112,7 +115,11 @@ def start_server(
     # slurm.conf's scheduling keys set the engine's configuration.
     manifests, settings = read_configs(configs)
     try:
-        overrides = {} if heads_per_cycle == "preset" else {"heads_per_cycle": heads_per_cycle}
+        overrides: dict[str, object] = (
+            {} if heads_per_cycle == "preset" else {"heads_per_cycle": heads_per_cycle}
+        )
+        if backfill is not None:
+            overrides["backfill"] = BackfillConfig() if backfill else None
         config = EngineConfig.for_preset(preset, **{**settings, **overrides})
     except ValueError as exc:
         raise Invalid(f"--preset/--heads-per-cycle: {exc}") from None
@@ -168,6 +175,7 @@ def run_server(
     container_runtime: str | None = None,
     runtime: str = "local",
     heads_per_cycle: int | str | None = "preset",
+    backfill: bool | None = None,
 ) -> None:
     """Run phalanx in the foreground until SIGINT or SIGTERM."""
     running = start_server(
@@ -181,6 +189,7 @@ def run_server(
         container_runtime=container_runtime,
         runtime=runtime,
         heads_per_cycle=heads_per_cycle,
+        backfill=backfill,
     )
     # A long-lived process with a large, stable heap: keep the start-up objects out
     # of the collector's way and collect the young generation less often.

@@ -163,7 +163,7 @@ class Engine:
         self.assigner = FlavorAssigner(
             self.cache, self.policies.placement, self.config.ignore_undeclared_resources
         )
-        self._shapes = ShapeInterner()
+        self._shapes = ShapeInterner(with_time_limits=self.config.backfill is not None)
         self._objects: dict[tuple[str, str], Any] = {}
         self.jobs: dict[int, JobRecord] = {}
         self._waiting: dict[int, JobRecord] = {}
@@ -857,22 +857,11 @@ class Engine:
                     self._emit_reason(rec, _pods_ready_block(), out)
                     blocked = True
                     continue
-                if (
-                    not assignment.ok
-                    and backfill
-                    and not info.preempts
-                    and rec.shape.partial is None
-                ):
-                    admitted = self._backfill(rec, sq, info)
-                    if admitted is not None:
-                        out.append(admitted)
-                        if probe is not None:
-                            probe("decided", rec.id)
-                        continue
                 if assignment.ok:
                     out.append(self._admit(rec, info, assignment))
                 elif plain and not info.preempts and rec.shape.partial is None:
-                    self._park(rec, sq, info, assignment, out)
+                    if not (backfill and self._backfill(rec, sq, info, out)):
+                        self._park(rec, sq, info, assignment, out)
                 else:
                     self._not_fitting(rec, sq, info, assignment, claimed, out)
                 if probe is not None:
@@ -883,10 +872,13 @@ class Engine:
 
     # ------------------------------------------------------------------ backfill
 
-    def _backfill(self, rec: JobRecord, sq: ShapeQueue, info: ClusterQueueInfo) -> Admit | None:
+    def _backfill(
+        self, rec: JobRecord, sq: ShapeQueue, info: ClusterQueueInfo, out: list[Decision]
+    ) -> bool:
         """A head that does not fit: start it on nodes held for reservations it cannot
-        delay, or plan when it fits (its estimated start) and reserve for it; then plan
-        the jobs of the same shape behind it, each after the ones before."""
+        delay, or plan when it fits (its estimated start) and reserve for it; then the
+        jobs of the same shape behind it, each planned after the ones before, or started
+        on held nodes when they end in time. True when the head was admitted."""
         bf = self.config.backfill
         assert bf is not None
         # Reservations of lower jobs yield to this one: they are planned again behind it.
@@ -896,13 +888,15 @@ class Engine:
         if lower:
             trial = self.assigner.assign_fresh(rec.shape, info)
             if trial.ok and not self._admission_blocked():
-                return self._admit(rec, info, trial)
+                out.append(self._admit(rec, info, trial))
+                return True
         if self._bf_budget <= 0:
-            return None
+            return False
         self._bf_budget -= 1
         admitted = self._onto_held_nodes(rec, info)
         if admitted is not None:
-            return admitted
+            out.append(admitted)
+            return True
         # Jobs of the same shape behind the head cannot fit before it: plan them in order,
         # each with the ones before it holding their nodes; holds beyond the queue's
         # reservations are given back afterwards.
@@ -912,11 +906,20 @@ class Engine:
             (r for r in sq.members.values() if r is not rec),
             key=lambda r: r.key,
         )
+        head_limit = rec.job.time_limit
         for i, job in enumerate([rec, *behind]):
             if i:
+                if self.limits.active and self._limit_held(job, out):
+                    continue
                 if self._bf_budget <= 0:
                     break
                 self._bf_budget -= 1
+                limit = job.job.time_limit
+                if limit is not None and (head_limit is None or limit < head_limit):
+                    admitted = self._onto_held_nodes(job, info)
+                    if admitted is not None:
+                        out.append(admitted)
+                        continue
             planned = plan_start(
                 job.shape,
                 info,
@@ -941,7 +944,7 @@ class Engine:
                 tentative.append(job.id)
         for job_id in tentative:
             self._drop_reservation(job_id, wake=False)
-        return None
+        return False
 
     def _outranked(self, rec: JobRecord, sq: ShapeQueue) -> bool:
         """Whether a higher job of the same ClusterQueue waits without a reservation (it
@@ -1141,6 +1144,12 @@ class Engine:
             out.append(self._admit(rec, info, partial))
         elif victims:
             self._issue_preemption(rec, sq, info, victims, claimed, out)
+        elif (
+            self.config.backfill is not None
+            and rec.shape.partial is None
+            and self._backfill(rec, sq, info, out)
+        ):
+            pass
         else:
             if info.preempts or self.config.heads_per_cycle is not None:
                 # Kueue's "Preempt without targets": hold the quota a lender's head

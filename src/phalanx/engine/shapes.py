@@ -61,6 +61,9 @@ class PodSetShape:
 @dataclass(frozen=True, slots=True)
 class JobShape:
     pod_sets: tuple[PodSetShape, ...]
+    time_limit: float | None = None
+    """Part of the shape only under backfill, where jobs with shorter limits may start
+    where longer ones of the same pod sets may not."""
     partial: PodSetShape | None = field(default=None, init=False, compare=False, repr=False)
     """The pod set that may be admitted with fewer tasks (``minCount``), if any."""
 
@@ -74,7 +77,8 @@ class JobShape:
 class ShapeInterner:
     """Maps pod sets and jobs to shared shape objects."""
 
-    def __init__(self) -> None:
+    def __init__(self, with_time_limits: bool = False) -> None:
+        self.with_time_limits = with_time_limits
         self._pod_sets: dict[PodSetShape, PodSetShape] = {}
         self._jobs: dict[JobShape, JobShape] = {}
 
@@ -98,9 +102,12 @@ class ShapeInterner:
         small = self._pod_sets.setdefault(
             replace(pod_set, count=count), replace(pod_set, count=count)
         )
-        shape = JobShape(tuple(small if p is pod_set else p for p in job.pod_sets))
+        shape = JobShape(
+            tuple(small if p is pod_set else p for p in job.pod_sets), job.time_limit
+        )
         return self._jobs.setdefault(shape, shape)
 
     def job(self, job: Job) -> JobShape:
-        shape = JobShape(tuple(self.pod_set(p) for p in job.pod_sets))
+        limit = job.time_limit if self.with_time_limits else None
+        shape = JobShape(tuple(self.pod_set(p) for p in job.pod_sets), limit)
         return self._jobs.setdefault(shape, shape)
