@@ -17,6 +17,7 @@ from phalanx.engine import (
     Requeue,
     Submit,
     Upsert,
+    WaitForPodsReadyConfig,
     export_state,
     load_state,
 )
@@ -174,6 +175,24 @@ def test_min_runtime_picks_an_older_victim_over_a_protected_one() -> None:
     # Job 2 was admitted last (it would go first) but has run 20 s of its 50.
     engine.apply(Submit(job("cq", gpus=4, id=3, priority=10, submit=60.0)))
     assert sorted(_evicts(engine.cycle(60.0))) == [1]
+
+
+def test_a_protected_job_already_being_evicted_still_counts_as_a_victim() -> None:
+    engine = Engine(
+        EngineConfig.for_preset("kueue", wait_for_pods_ready=WaitForPodsReadyConfig(timeout_s=10.0))
+    )
+    for obj in (node("n0"), flavor("f"), _within({"phalanx.io/min-runtime": "1000"})):
+        engine.apply(Upsert(obj))
+    engine.apply(Submit(job("cq", gpus=8, id=1, priority=0)))
+    engine.cycle(0.0)
+    # Its pods never get ready: it is evicted, and holds its GPUs until it stops.
+    assert _evicts(engine.cycle(10.0))[1].reason == "PodsReadyTimeout"
+    engine.apply(Submit(job("cq", gpus=8, id=2, priority=10, submit=11.0)))
+    assert not _evicts(engine.cycle(11.0))
+    reason = engine.explain(2)
+    assert reason is not None and reason.code == "PendingPreemption"
+    engine.apply(Requeue(1))
+    assert 2 in admits(engine.cycle(12.0))
 
 
 def test_settings_and_protections_survive_a_state_round_trip() -> None:

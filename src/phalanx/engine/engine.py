@@ -1208,9 +1208,12 @@ class Engine:
 
     def _exempt(self, rec: JobRecord) -> bool:
         """Whether an admitted job may not be preempted now (mode OFF, or admitted less
-        than its minimum runtime ago)."""
+        than its minimum runtime ago). A job already being evicted is never exempt: what
+        it holds is coming back anyway."""
         adm = rec.admission
         assert adm is not None
+        if adm.evicting:
+            return False
         settings = self._victim_settings(adm.cluster_queue)
         if settings.mode == "OFF":
             return True
