@@ -744,6 +744,7 @@ class ControlPlane:
         if fresh:
             subs = [item.job.submission for item in fresh]
             jobs = resolve_submissions(cmd.principal, subs, registry)
+            SubmitCounts(store_counter(self.store)).check(jobs, subs, registry)
             for item, job in zip(fresh, jobs, strict=True):
                 item.engine_job = job
 
