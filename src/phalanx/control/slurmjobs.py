@@ -144,6 +144,8 @@ def slurm_launch(
     run = submission.run
     context = slurm_context(row, submission, tasks, url=url, registry=registry)
     context["containerRuntime"] = container_runtime
+    # SLURM_RESTART_COUNT: the runs before this one (requeues after preemption or failure).
+    context["restartCount"] = max(0, attempt - 1)
     first = tasks[0] if tasks else TaskSpec(node="", rank=0)
     node_gpus = context["nodes"][0]["gpus"] if context["nodes"] else []
     batch = TaskSpec(node=first.node, rank=0, gpus=tuple(node_gpus))
