@@ -28,9 +28,10 @@ from phalanx.engine import (
     TenantUsage,
     Upsert,
 )
-from phalanx.engine.config import SlurmPriorityConfig, UsageConfig
+from phalanx.engine.config import AdmissionFairSharingConfig, SlurmPriorityConfig, UsageConfig
+from phalanx.engine.snapshot import export_state, load_state
 from phalanx.errors import Invalid
-from phalanx.model import Job, PodSet, PriorityClass, Tenant
+from phalanx.model import FairSharing, Job, LocalQueue, PodSet, PriorityClass, Tenant
 from tests.engine.helpers import (
     GPU,
     admits,
@@ -461,3 +462,107 @@ def test_unknown_preset_in_a_manifest_names_file_and_field() -> None:
     assert "metadata.annotations[phalanx.io/preset]: expected one of phalanx, kueue, slurm" in (
         info.value.detail
     )
+
+
+# --------------------------------------------------------------------------- kueue: AFS
+
+AFS_SCOPE = {
+    "phalanx.io/kueue-admission-scope": '{"admissionMode": "UsageBasedAdmissionFairSharing"}'
+}
+
+
+def _afs_engine(
+    interval: float = 60.0, heads: int | None = None, afs_queue: bool = True, weight_b: float = 1.0
+) -> Engine:
+    afs = AdmissionFairSharingConfig(usage_half_life_s=600.0, usage_sampling_interval_s=interval)
+    config = EngineConfig.for_preset(
+        "kueue",
+        admission_fair_sharing=afs,
+        heads_per_cycle=heads,
+        missing_namespace_selector_matches_all=True,
+    )
+    return _engine(
+        config,
+        _cq(gpus=8, **(AFS_SCOPE if afs_queue else {})),
+        LocalQueue(name="lq", namespace="a", cluster_queue="cq"),
+        LocalQueue(
+            name="lq", namespace="b", cluster_queue="cq", fair_sharing=FairSharing(weight=weight_b)
+        ),
+        nodes=1,
+    )
+
+
+def _lq_job(job_id: int, tenant: str, gpus: int, priority: int = 0, submit: float = 0.0) -> Job:
+    return job(
+        None, gpus=gpus, id=job_id, tenant=tenant, queue="lq", priority=priority, submit=submit
+    )
+
+
+@pytest.mark.parametrize(("afs_queue", "winner"), [(True, 3), (False, 2)])
+def test_afs_orders_by_local_queue_usage_before_priority(afs_queue: bool, winner: int) -> None:
+    engine = _afs_engine(afs_queue=afs_queue)
+    engine.apply(Submit(_lq_job(1, "a", 4)))
+    assert admitted_ids(engine.cycle(0.0)) == [1]
+    # a's LocalQueue holds 4 GPUs; its high-priority job waits behind b's at priority 0.
+    engine.apply(Submit(_lq_job(2, "a", 4, priority=100, submit=1.0)))
+    engine.apply(Submit(_lq_job(3, "b", 4, priority=0, submit=2.0)))
+    assert admitted_ids(engine.cycle(60.0)) == [winner]
+    if afs_queue:
+        alpha = 1 - 0.5 ** (60 / 600)
+        assert engine.priority_factors(2) == pytest.approx(
+            {"priority": 100.0, "lq_score": alpha * 4}
+        )
+    else:
+        assert engine.priority_factors(3) == {"priority": 0.0}
+
+
+def test_afs_entry_penalty_alternates_local_queues_between_samples() -> None:
+    engine = _afs_engine(interval=3600.0, heads=1)
+    for job_id, tenant, submit in ((1, "a", 0.0), (2, "a", 1.0), (3, "a", 2.0)):
+        engine.apply(Submit(_lq_job(job_id, tenant, 1, submit=submit)))
+    for job_id, tenant, submit in ((4, "b", 3.0), (5, "b", 4.0), (6, "b", 5.0)):
+        engine.apply(Submit(_lq_job(job_id, tenant, 1, submit=submit)))
+    order = [i for t in range(6) for i in admitted_ids(engine.cycle(10.0 + t))]
+    assert order == [1, 4, 2, 5, 3, 6]
+
+
+def test_afs_without_penalty_queue_would_be_fifo() -> None:
+    engine = _afs_engine(interval=3600.0, heads=1, afs_queue=False)
+    for job_id, tenant, submit in ((1, "a", 0.0), (2, "a", 1.0), (3, "b", 3.0)):
+        engine.apply(Submit(_lq_job(job_id, tenant, 1, submit=submit)))
+    order = [i for t in range(3) for i in admitted_ids(engine.cycle(10.0 + t))]
+    assert order == [1, 2, 3]
+
+
+def test_afs_local_queue_weight_divides_the_score() -> None:
+    engine = _afs_engine(interval=3600.0, heads=1, weight_b=4.0)
+    engine.apply(Submit(_lq_job(1, "a", 1, submit=0.0)))
+    engine.apply(Submit(_lq_job(2, "b", 2, submit=1.0)))
+    engine.apply(Submit(_lq_job(3, "a", 1, submit=2.0)))
+    engine.apply(Submit(_lq_job(4, "b", 1, submit=3.0)))
+    # a: one GPU's penalty; b: two GPUs' penalty over weight 4 = half of a's score.
+    order = [i for t in range(4) for i in admitted_ids(engine.cycle(10.0 + t))]
+    assert order == [1, 2, 4, 3]
+
+
+def test_afs_state_survives_a_snapshot() -> None:
+    engine = _afs_engine(interval=3600.0, heads=1)
+    for job_id, tenant, submit in ((1, "a", 0.0), (2, "a", 1.0), (3, "b", 2.0)):
+        engine.apply(Submit(_lq_job(job_id, tenant, 1, submit=submit)))
+    assert admitted_ids(engine.cycle(10.0)) == [1]
+    copy = load_state(export_state(engine))
+    assert admitted_ids(copy.cycle(11.0)) == admitted_ids(engine.cycle(11.0)) == [3]
+
+
+def test_kueue_configuration_turns_admission_fair_sharing_on() -> None:
+    text = (
+        "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n"
+        "admissionFairSharing:\n  usageHalfLifeTime: 10m\n  usageSamplingInterval: 1m\n"
+        "  resourceWeights: {nvidia.com/gpu: 2.0}\n"
+    )
+    (manifest,) = load_text(text, "config.yaml")
+    overrides = manifest.obj.engine_overrides()
+    assert overrides["admission_fair_sharing"] == AdmissionFairSharingConfig(
+        usage_half_life_s=600.0, usage_sampling_interval_s=60.0, resource_weights={GPU: 2.0}
+    )
+    assert EngineConfig.for_preset("kueue", **overrides).admission_fair_sharing is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -20,6 +21,7 @@ from phalanx.model.preemptmode import PREEMPT_MODES, preemption_overrides
 
 __all__ = [
     "PRESETS",
+    "AdmissionFairSharingConfig",
     "BackfillConfig",
     "EngineConfig",
     "FairSharingConfig",
@@ -102,6 +104,28 @@ class UsageConfig:
                 f"got {self.reset_period!r}"
             )
         parse_billing_weights(self.tres_billing_weights)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionFairSharingConfig:
+    """Kueue's ``admissionFairSharing``: ClusterQueues with ``admissionScope.admissionMode:
+    UsageBasedAdmissionFairSharing`` order their jobs by LocalQueue usage first
+    (:mod:`phalanx.engine.afs`)."""
+
+    usage_half_life_s: float
+    usage_sampling_interval_s: float = 300.0
+    resource_weights: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.usage_half_life_s < 0:
+            raise ValueError("admissionFairSharing.usageHalfLifeTime must be >= 0")
+        if self.usage_sampling_interval_s <= 0:
+            raise ValueError("admissionFairSharing.usageSamplingInterval must be positive")
+        for name, weight in self.resource_weights.items():
+            if not math.isfinite(weight) or weight < 0:
+                raise ValueError(
+                    f"admissionFairSharing.resourceWeights[{name}]: expected a number >= 0"
+                )
 
 
 SLURM_PRIORITY_FLAGS = (
@@ -253,6 +277,8 @@ class EngineConfig:
     wait_for_pods_ready: WaitForPodsReadyConfig | None = None
     usage: UsageConfig = field(default_factory=UsageConfig)
     backfill: BackfillConfig | None = None
+    admission_fair_sharing: AdmissionFairSharingConfig | None = None
+    """Kueue's Admission Fair Sharing, for the ClusterQueues that ask for it."""
     """Reservations and backfill; ``None`` admits whatever fits in priority order."""
     preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
     """What happens to preempted jobs, unless their ClusterQueue says otherwise."""

@@ -25,6 +25,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from phalanx.engine.afs import LocalQueueUsage, base_units
 from phalanx.engine.assigner import (
     NO_CANDIDATES,
     PREEMPT,
@@ -174,6 +175,13 @@ class Engine:
         self._prio_dirty = False
         self._tables: PriorityTables | None = None
         """Tree- and queue-level priority inputs; None: rebuilt at the next use."""
+        afs = self.config.admission_fair_sharing
+        self._afs = LocalQueueUsage(afs) if afs is not None else None
+        """Admission Fair Sharing's LocalQueue usage (None: off)."""
+        self._lq_scores: dict[str, float] = {}
+        """LocalQueue scores computed since the last change of their usage."""
+        self._afs_stale: set[str] = set()
+        """ClusterQueues whose jobs' keys hold LocalQueue scores that have changed."""
         self._outbox: list[Decision] = []
         self._drain: dict[str, None] = {}
         self._now = 0.0
@@ -285,6 +293,7 @@ class Engine:
             key = _local_queue_key(obj.namespace, obj.name)
             self._objects[("LocalQueue", key)] = obj
             cache.local_queues[key] = obj
+            self._lq_scores.pop(key, None)
             self._local_queue_changed(key)
         elif isinstance(obj, Tenant):
             self._objects[("Tenant", obj.name)] = obj
@@ -500,6 +509,8 @@ class Engine:
             # The ClusterQueue picks the ordering (phalanx.io/preset) and some factors.
             rec.facts = replace(rec.facts, cluster_queue=cq_name, local_queue=lq_key)
             self._set_priority(rec, self._context(rec.job.submit_time))
+        elif self._afs is not None:
+            rec.key = (self._lq_score(rec), *rec.key[1:])
         rec.waiting = None
         self._waiting.pop(rec.id, None)
         info = self.cache.cluster_queues[cq_name]
@@ -732,7 +743,71 @@ class Engine:
 
     def _set_priority(self, rec: JobRecord, ctx: PriorityContext) -> None:
         rec.priority = self.policies.ordering.priority(rec.facts, ctx)
-        rec.key = (-rec.priority, rec.order_time, rec.facts.id)
+        rec.key = (self._lq_score(rec), -rec.priority, rec.order_time, rec.facts.id)
+
+    # ------------------------------------------------------------ admission fair sharing
+
+    def _uses_afs(self, cluster_queue: str | None) -> bool:
+        if self._afs is None or cluster_queue is None:
+            return False
+        queue = self._priority_tables().queues.get(cluster_queue)
+        return queue is not None and queue.admission_fair_sharing
+
+    def _lq_score(self, rec: JobRecord) -> float:
+        """The job's LocalQueue score in an Admission Fair Sharing ClusterQueue, else 0."""
+        lq = rec.local_queue
+        if self._afs is None or lq is None or not self._uses_afs(rec.cluster_queue):
+            return 0.0
+        score = self._lq_scores.get(lq)
+        if score is None:
+            model = self.cache.local_queues.get(lq)
+            weight = model.fair_sharing.weight if model and model.fair_sharing else 1.0
+            score = self._lq_scores[lq] = self._afs.score(lq, weight)
+        return score
+
+    def _afs_admitted(
+        self, rec: JobRecord, cluster_queue: str, usage: Mapping[FlavorResource, int]
+    ) -> None:
+        """An admission's entry penalty on its LocalQueue; the queue re-sorts next cycle."""
+        lq = rec.local_queue
+        if self._afs is None or lq is None or not self._uses_afs(cluster_queue):
+            return
+        self._afs.penalize(lq, base_units(usage))
+        self._lq_scores.pop(lq, None)
+        self._afs_stale.add(cluster_queue)
+
+    def _afs_sample(self, now: float) -> None:
+        """Fold what each LocalQueue's admitted jobs hold into its usage, when due."""
+        afs = self._afs
+        if afs is None or not afs.due(now):
+            return
+        queues = [q for q in self._priority_tables().queues if self._uses_afs(q)]
+        current: dict[str, dict[str, float]] = {}
+        for cq in queues:
+            for rec in self._admitted_by_cq.get(cq, {}).values():
+                if rec.local_queue is None or rec.admission is None:
+                    continue
+                held = current.setdefault(rec.local_queue, {})
+                for resource, amount in base_units(rec.admission.usage).items():
+                    held[resource] = held.get(resource, 0.0) + amount
+        afs.sample(now, current)
+        self._lq_scores.clear()
+        self._afs_stale.update(queues)
+
+    def _afs_rekey(self) -> None:
+        """New LocalQueue scores into the keys of the stale ClusterQueues' jobs."""
+        for name in sorted(self._afs_stale):
+            cqq = self.queues.queues.get(name)
+            if cqq is None:
+                continue
+            for sq in cqq.shapes.values():
+                for rec in sq.members.values():
+                    rec.key = (self._lq_score(rec), *rec.key[1:])
+            cqq.rebuild()
+            if cqq.parked and cqq.blocked_by is not None:
+                self.queues.wake([cqq])
+            self.queues.mark_candidate(cqq)
+        self._afs_stale.clear()
 
     def _reprioritize(self, recs: Iterable[JobRecord]) -> None:
         ctx = self._context(0.0)
@@ -753,11 +828,14 @@ class Engine:
                 self.queues.wake([cqq])
 
     def _refresh_priorities(self, now: float) -> None:
+        self._afs_sample(now)
         ordering = self.policies.ordering
         due = ordering.time_dependent_for(self._priority_tables().presets) and (
             self._prio_time is None or now - self._prio_time >= self.config.priority_calc_period_s
         )
         if not (due or self._prio_dirty):
+            if self._afs_stale:
+                self._afs_rekey()
             return
         if due or self._prio_time is None:
             self._prio_time = now
@@ -773,6 +851,7 @@ class Engine:
         for cqq in self.queues.queues.values():
             self.queues.mark_candidate(cqq)
         self._prio_dirty = False
+        self._afs_stale.clear()
 
     # ------------------------------------------------------------------ cycle
 
@@ -834,7 +913,8 @@ class Engine:
                     continue
                 oracle = self._oracle(rec, info) if info.preempts else None
                 a = assigner.assign(rec.shape, info, oracle)
-                entries.append((a.borrow if a.ok else 0, rec.key, rec, sq, a))
+                # Across ClusterQueues: priority then time (a LocalQueue score orders one queue).
+                entries.append((a.borrow if a.ok else 0, rec.key[1:], rec, sq, a))
                 if probe is not None:
                     probe("nominated", rec.id)
             entries.sort(key=_entry_order)
@@ -1574,6 +1654,8 @@ class Engine:
             self._unready[rec.id] = self._now + ready.timeout_s
         self._admitted_by_cq.setdefault(info.name, {})[rec.id] = rec
         self.limits.charge(rec, self.cache.tenants, {p.name: p.count for p in pod_sets})
+        if self._afs is not None:
+            self._afs_admitted(rec, info.name, assignment.usage)
         return decision
 
     def _park(
@@ -1666,13 +1748,17 @@ class Engine:
         """A pending job's priority broken into its preset's terms, as of the last
         recalculation: ``slurm``: the weighted ``site``, ``age``, ``assoc``,
         ``fairshare``, ``jobsize``, ``partition``, ``qos``, ``tres`` (and each weighted
-        TRES factor as ``tres:<name>``) and the ``nice`` value; ``phalanx``: ``age``, ``share``, ``qos``, ``size`` (they add up to the
-        priority); ``kueue``: ``priority`` and, under Admission Fair Sharing,
-        ``lq_score``. None for a job that is not pending."""
+        TRES factor as ``tres:<name>``) and the ``nice`` value; ``phalanx``: ``age``,
+        ``share``, ``qos``, ``size`` (they add up to the priority); ``kueue``:
+        ``priority`` and, under Admission Fair Sharing, ``lq_score``. None for a job
+        that is not pending."""
         rec = self.jobs.get(job_id)
         if rec is None or rec.admission is not None:
             return None
-        return self.policies.ordering.factors(rec.facts, self._context(self._now))
+        ctx = self._context(self._now)
+        if rec.local_queue is not None and self._uses_afs(rec.cluster_queue):
+            ctx = replace(ctx, lq_scores={rec.local_queue: self._lq_score(rec)})
+        return self.policies.ordering.factors(rec.facts, ctx)
 
     def explain(self, job_id: int) -> Reason | None:
         """Why a pending job waits (None for an admitted or unknown job)."""

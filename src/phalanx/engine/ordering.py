@@ -151,8 +151,6 @@ class PriorityTables:
     queues: Mapping[str, QueueFacts] = field(default_factory=dict)
     cluster_nodes: int = 0
     cluster_cpus: float = 0.0
-    lq_scores: Mapping[str, float] = field(default_factory=dict)
-    """Admission Fair Sharing score of each LocalQueue (``namespace/name``)."""
     presets: frozenset[str] = frozenset()
     """Presets some ClusterQueue (or the cluster-wide default) uses."""
 
@@ -169,6 +167,8 @@ class PriorityContext:
     max_priority_value: int
     shares: Mapping[str, TenantShare]
     tables: PriorityTables = EMPTY_TABLES
+    lq_scores: Mapping[str, float] = field(default_factory=dict)
+    """Admission Fair Sharing score of each LocalQueue (``namespace/name``)."""
 
 
 class OrderingPolicy(Protocol):
@@ -233,7 +233,7 @@ class KueueOrdering:
         out = {"priority": float(job.priority_value)}
         queue = ctx.tables.queues.get(job.cluster_queue or "")
         if queue is not None and queue.admission_fair_sharing:
-            out["lq_score"] = ctx.tables.lq_scores.get(job.local_queue or "", 0.0)
+            out["lq_score"] = ctx.lq_scores.get(job.local_queue or "", 0.0)
         return out
 
     def priority(self, job: JobFacts, ctx: PriorityContext) -> float:
@@ -315,7 +315,9 @@ class SlurmOrdering:
         if self._basic:
             return {}
         f, w = self._factors(job, ctx), self.weights
-        per_tres = {f"tres:{name}": weight * f.tres.get(name, 0.0) for name, weight in w.tres.items()}
+        per_tres = {
+            f"tres:{name}": weight * f.tres.get(name, 0.0) for name, weight in w.tres.items()
+        }
         return {
             **per_tres,
             "site": 0.0,

@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ClusterQueueQueue", "ParkIndex", "QueueManager", "ShapeQueue", "SortKey"]
 
-SortKey = tuple[float, float, int]
-"""``(-priority, submit_time, id)``: smaller sorts first."""
+SortKey = tuple[float, float, float, int]
+"""``(LocalQueue score, -priority, submit_time, id)``: smaller sorts first. The score is
+Admission Fair Sharing's (:mod:`phalanx.engine.afs`), 0 in ClusterQueues without it."""
 
 
 Condition = tuple[str, str, FlavorResource, int]
@@ -61,7 +62,7 @@ class ShapeQueue(_Parkable):
     cq: ClusterQueueQueue
     shape: JobShape
     token: int
-    heap: list[tuple[float, float, int, int, JobRecord]] = field(default_factory=list)
+    heap: list[tuple[float, float, float, int, int, JobRecord]] = field(default_factory=list)
     members: dict[int, JobRecord] = field(default_factory=dict)
     parked: bool = False
     park_reason: Reason | None = None
@@ -73,8 +74,8 @@ class ShapeQueue(_Parkable):
     def peek(self) -> JobRecord | None:
         heap, members = self.heap, self.members
         while heap:
-            k0, k1, jid, _, rec = heap[0]
-            if members.get(jid) is rec and rec.key == (k0, k1, jid):
+            k0, k1, k2, jid, _, rec = heap[0]
+            if members.get(jid) is rec and rec.key == (k0, k1, k2, jid):
                 return rec
             heapq.heappop(heap)
         return None
@@ -83,9 +84,9 @@ class ShapeQueue(_Parkable):
         # A job may have stale entries with its own key (pushed again after a requeue):
         # the push counter keeps tuples from ever comparing the records themselves.
         self.members[rec.id] = rec
-        k0, k1, jid = rec.key
+        k0, k1, k2, jid = rec.key
         self.pushes += 1
-        heapq.heappush(self.heap, (k0, k1, jid, self.pushes, rec))
+        heapq.heappush(self.heap, (k0, k1, k2, jid, self.pushes, rec))
 
     def rebuild(self) -> None:
         self.heap = [(*rec.key, 0, rec) for rec in self.members.values()]
@@ -98,7 +99,7 @@ class ClusterQueueQueue(_Parkable):
     strict: bool
     token: int
     shapes: dict[JobShape, ShapeQueue] = field(default_factory=dict)
-    heads: list[tuple[float, float, int, int, ShapeQueue]] = field(default_factory=list)
+    heads: list[tuple[float, float, float, int, int, ShapeQueue]] = field(default_factory=list)
     pending: int = 0
     stopped: Reason | None = None
     parked: bool = False
@@ -118,8 +119,8 @@ class ClusterQueueQueue(_Parkable):
         """Make ``sq``'s current head visible in the heap of heads."""
         rec = sq.peek()
         if rec is not None and not sq.parked:
-            k0, k1, jid = rec.key
-            heapq.heappush(self.heads, (k0, k1, jid, sq.token, sq))
+            k0, k1, k2, jid = rec.key
+            heapq.heappush(self.heads, (k0, k1, k2, jid, sq.token, sq))
 
     def head(self) -> tuple[JobRecord, ShapeQueue] | None:
         pinned = self.pinned
@@ -132,10 +133,10 @@ class ClusterQueueQueue(_Parkable):
                 self.pinned = None
         heads = self.heads
         while heads:
-            k0, k1, jid, _, sq = heads[0]
+            k0, k1, k2, jid, _, sq = heads[0]
             if not sq.parked:
                 rec = sq.peek()
-                if rec is not None and rec.key == (k0, k1, jid):
+                if rec is not None and rec.key == (k0, k1, k2, jid):
                     return rec, sq
             heapq.heappop(heads)
         return None

@@ -13,10 +13,12 @@ from typing import Any
 
 from phalanx.engine.backfill import Reservation
 from phalanx.engine.config import (
+    AdmissionFairSharingConfig,
     BackfillConfig,
     EngineConfig,
     FairSharingConfig,
     PreemptionConfig,
+    SlurmPriorityConfig,
     UsageConfig,
     WaitForPodsReadyConfig,
 )
@@ -137,12 +139,22 @@ def export_state(engine: Engine) -> dict[str, Any]:
                 dataclasses.asdict(cfg.wait_for_pods_ready) if cfg.wait_for_pods_ready else None
             ),
             "preemption": dataclasses.asdict(cfg.preemption),
+            "slurm_priority": {
+                **dataclasses.asdict(cfg.slurm_priority),
+                "flags": list(cfg.slurm_priority.flags),
+            },
+            "admission_fair_sharing": (
+                dataclasses.asdict(cfg.admission_fair_sharing)
+                if cfg.admission_fair_sharing
+                else None
+            ),
             "backfill": dataclasses.asdict(cfg.backfill) if cfg.backfill else None,
             "usage": dataclasses.asdict(cfg.usage),
         },
         "objects": [{"kind": k, "object": o.to_dict()} for (k, _), o in engine._objects.items()],
         "shares": {t: [s.usage, s.allocation, s.billing] for t, s in engine._shares.items()},
         "priority_time": engine._prio_time,
+        "afs": engine._afs.export() if engine._afs is not None else None,
         "priority_dirty": engine._prio_dirty,
         "jobs": jobs,
         "parked": parked,
@@ -175,6 +187,12 @@ def export_state(engine: Engine) -> dict[str, Any]:
     }
 
 
+def _slurm_priority(data: dict[str, Any] | None) -> SlurmPriorityConfig:
+    if not data:
+        return SlurmPriorityConfig()
+    return SlurmPriorityConfig(**{**data, "flags": tuple(data.get("flags", ()))})
+
+
 def load_state(data: dict[str, Any]) -> Engine:
     """Rebuild an engine from :func:`export_state` output."""
     if data.get("format") != FORMAT:
@@ -192,6 +210,12 @@ def load_state(data: dict[str, Any]) -> Engine:
             fair_sharing=FairSharingConfig(tuple(fair)) if fair is not None else None,
             wait_for_pods_ready=WaitForPodsReadyConfig(**ready) if ready is not None else None,
             preemption=PreemptionConfig(**c.get("preemption", {})),
+            slurm_priority=_slurm_priority(c.get("slurm_priority")),
+            admission_fair_sharing=(
+                AdmissionFairSharingConfig(**c["admission_fair_sharing"])
+                if c.get("admission_fair_sharing")
+                else None
+            ),
             backfill=BackfillConfig(**c["backfill"]) if c.get("backfill") else None,
             usage=UsageConfig(**c.get("usage", {})),
         )
@@ -203,6 +227,8 @@ def load_state(data: dict[str, Any]) -> Engine:
     engine._shares = {t: TenantShare(*share) for t, share in data["shares"].items()}
     engine._tables = None
     engine._prio_time = data["priority_time"]
+    if engine._afs is not None and data.get("afs"):
+        engine._afs.load(data["afs"])
     cache = engine.cache
     engine._now = float(data.get("now", 0.0))
     backoff = set(data.get("backoff", []))
@@ -217,7 +243,7 @@ def load_state(data: dict[str, Any]) -> Engine:
         rec.facts = dataclasses.replace(facts, cluster_queue=cq_name, local_queue=lq_key)
         rec.priority = entry["priority"]
         rec.order_time = entry.get("order_time", job.submit_time)
-        rec.key = (-rec.priority, rec.order_time, job.id)
+        rec.key = (0.0, -rec.priority, rec.order_time, job.id)
         if "requeue" in entry:
             (
                 rec.evicted_for,

@@ -43,7 +43,7 @@ class JobRecord:
     cluster_queue: str | None = None
     local_queue: str | None = None
     priority: float = 0.0
-    key: SortKey = (0.0, 0.0, 0)
+    key: SortKey = (0.0, 0.0, 0.0, 0)
     queue: ShapeQueue | None = None
     admission: Admission | None = None
     reason: Reason | None = None

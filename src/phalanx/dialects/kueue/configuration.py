@@ -32,6 +32,7 @@ from phalanx.dialects.kueue.validation import (
 )
 from phalanx.engine.config import (
     FAIR_SHARING_STRATEGIES,
+    AdmissionFairSharingConfig,
     FairSharingConfig,
     WaitForPodsReadyConfig,
 )
@@ -136,15 +137,6 @@ _SCHEMAS = {CONFIG_API_VERSIONS[0]: _schema(False), CONFIG_API_VERSIONS[1]: _sch
 
 
 @dataclass(frozen=True, slots=True)
-class AdmissionFairSharingConfig:
-    """Kueue's ``admissionFairSharing``: usage-based ordering of LocalQueues."""
-
-    usage_half_life_s: float
-    usage_sampling_interval_s: float = 300.0
-    resource_weights: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
 class KueueConfiguration:
     """The admission-related part of a Kueue ``Configuration``."""
 
@@ -159,7 +151,11 @@ class KueueConfiguration:
 
     def engine_overrides(self) -> dict[str, object]:
         """Keyword arguments for :meth:`phalanx.engine.EngineConfig.for_preset`."""
-        return {"fair_sharing": self.fair_sharing, "wait_for_pods_ready": self.wait_for_pods_ready}
+        return {
+            "fair_sharing": self.fair_sharing,
+            "wait_for_pods_ready": self.wait_for_pods_ready,
+            "admission_fair_sharing": self.admission_fair_sharing,
+        }
 
 
 def _seconds(value: Any) -> float | None:
@@ -236,11 +232,14 @@ def convert_configuration(
                 )
             )
         else:
-            admission = AdmissionFairSharingConfig(
-                usage_half_life_s=_seconds(afs.get("usageHalfLifeTime")) or 0.0,
-                usage_sampling_interval_s=_seconds(afs.get("usageSamplingInterval")) or 300.0,
-                resource_weights={str(k): float(v) for k, v in weights.items()},
-            )
+            try:
+                admission = AdmissionFairSharingConfig(
+                    usage_half_life_s=_seconds(afs.get("usageHalfLifeTime")) or 0.0,
+                    usage_sampling_interval_s=_seconds(afs.get("usageSamplingInterval")) or 300.0,
+                    resource_weights={str(k): float(v) for k, v in weights.items()},
+                )
+            except ValueError as exc:
+                problems.append((("admissionFairSharing",), str(exc).split(": ", 1)[-1]))
 
     if checked.get("manageJobsWithoutQueueName"):
         problems.append(

@@ -198,7 +198,6 @@ def build_tables(
     fair_tree_algorithm: bool = True,
     dampening: float = 1.0,
     raw_partition_factor: bool = False,
-    lq_scores: Mapping[str, float] | None = None,
 ) -> PriorityTables:
     """Every table, from the engine's cache and the tenants' reported usage."""
     max_factor = max(
@@ -243,6 +242,5 @@ def build_tables(
         queues=queues,
         cluster_nodes=len(nodes),
         cluster_cpus=sum(slot.capacity.get(CPU, 0) for slot in nodes) / 1000.0,
-        lq_scores=dict(lq_scores or {}),
         presets=presets,
     )
