@@ -97,6 +97,7 @@ from phalanx.model import (
     Tenant,
     Topology,
 )
+from phalanx.model.priorityannotations import PRESET_ANNOTATION
 
 __all__ = ["Engine"]
 
@@ -233,7 +234,7 @@ class Engine:
             if allocation is None and old is not None:
                 allocation = old.allocation
             self._shares[event.tenant] = TenantShare(event.usage, allocation, event.billing)
-            if "slurm" in self._priority_tables().presets:
+            if "slurm" in self._presets():
                 # Fair-share ranks every tenant against the others: all jobs, next cycle.
                 self._tables = None
                 self._prio_dirty = True
@@ -725,6 +726,19 @@ class Engine:
                 raw_partition_factor=bool({"NO_NORMAL_PART", "NO_NORMAL_ALL"} & set(slurm.flags)),
             )
         return tables
+
+    def _presets(self) -> frozenset[str]:
+        """The presets in use, without rebuilding the tables for it."""
+        if self._tables is not None:
+            return self._tables.presets
+        default = self.config.preset
+        return frozenset(
+            {default}
+            | {
+                info.model.annotations.get(PRESET_ANNOTATION, default)
+                for info in self.cache.cluster_queues.values()
+            }
+        )
 
     def _priority_inputs_changed(self) -> None:
         """A tenant or ClusterQueue changed: rebuild the tables, recompute every priority."""

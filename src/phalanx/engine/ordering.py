@@ -287,13 +287,19 @@ class SlurmOrdering:
                 small_relative_to_time=self._relative_to_time,
                 time_limit_min=None if limit is None else max(1, math.ceil(limit / 60)),
             )
-        requested = {
-            "cpu": job.cpus,
-            "mem": job.memory_mb,
-            "node": float(job.nodes),
-            "gres/gpu": float(job.gpus),
-        }
-        totals = queue.tres_totals if queue is not None else {}
+        tres: dict[str, float] = {}
+        if self.weights.tres:
+            requested = {
+                "cpu": job.cpus,
+                "mem": job.memory_mb,
+                "node": float(job.nodes),
+                "gres/gpu": float(job.gpus),
+            }
+            tres = tres_factors(
+                {k: v for k, v in requested.items() if k in self.weights.tres},
+                queue.tres_totals if queue is not None else {},
+                self._no_normal_tres,
+            )
         return PriorityFactors(
             age=max(0.0, age_factor(ctx.now, job.submit_time, c.max_age_s)),
             fairshare=ctx.tables.fairshare.get(job.tenant, 0.0),
@@ -302,11 +308,7 @@ class SlurmOrdering:
             qos=qos_factor(
                 max(0, job.priority_value), max(0, ctx.max_priority_value), self._no_normal_qos
             ),
-            tres=tres_factors(
-                {k: v for k, v in requested.items() if k in self.weights.tres},
-                totals,
-                self._no_normal_tres,
-            ),
+            tres=tres,
         )
 
     def factors(self, job: JobFacts, ctx: PriorityContext) -> dict[str, float]:
