@@ -218,9 +218,9 @@ def test_tenant_limits_charge_ancestors() -> None:
     out = engine.cycle(11)
     # astro's job ended: its tenant and physics are re-checked; hep's job now fits physics.
     assert admitted_ids(out) == [h2.id, a2.id]
-    # Checked again when astro's job ended: then no job ran, and its cpu is what binds.
+    # Checked again when astro's job ended, after a2 (before it) took astro's one job.
     assert engine.explain(a3.id).message == (  # type: ignore[union-attr]
-        "AssocGrpCpuLimit: tenant astro would use 12 cpu, limit 10 (0 in use)"
+        "AssocGrpJobsLimit: tenant astro would run 2 jobs, limit 1 (1 running)"
     )
 
 

@@ -18,9 +18,10 @@ set); a job is charged what it was admitted with.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from phalanx.engine.reasons import Reason, ReasonCode
 from phalanx.engine.shapes import JobShape
@@ -86,10 +87,6 @@ _ASSOC_GRP = {CPU: ReasonCode.ASSOC_GRP_CPU, MEMORY: ReasonCode.ASSOC_GRP_MEMORY
 GPUs and every other resource are GRES."""
 
 
-_COUNT_CODES = frozenset({ReasonCode.QOS_MAX_JOBS_PER_USER, ReasonCode.ASSOC_GRP_JOBS})
-"""Limits on a number of running jobs: the same answer for every job under the key."""
-
-
 def _amount(resource: str, amount: int) -> str:
     return f"{format_quantity(amount, resource)} {resource}"
 
@@ -107,7 +104,14 @@ class Limits:
         self._usage: dict[Key, Usage] = {}
         self._charges: dict[int, tuple[tuple[Key, ...], dict[str, int]]] = {}
         self._held: dict[Key, dict[int, JobRecord]] = {}
-        self._held_at: dict[int, Key] = {}
+        self._held_at: dict[int, tuple[Key, tuple[object, ...], int]] = {}
+        """A held job's key, bucket and hold generation (stale heap entries differ)."""
+        self._buckets: dict[Key, dict[tuple[object, ...], list[tuple[Any, ...]]]] = {}
+        """Per key and bucket, a heap of the held jobs in queue order."""
+        self._gen = 0
+        self._tentative: dict[Key, Usage] = {}
+        """During :meth:`recheck`: what the jobs let go so far would take."""
+        self._full: set[Key] = set()
 
     @property
     def active(self) -> bool:
@@ -136,19 +140,32 @@ class Limits:
         """The running usage charged to ``key`` (empty when nothing is)."""
         return self._usage.get(key) or Usage()
 
+    def _used(self, key: Key) -> Usage | None:
+        """Running usage of ``key``, plus what :meth:`recheck` has let go so far."""
+        usage = self._usage.get(key)
+        extra = self._tentative.get(key) if self._tentative else None
+        if extra is None:
+            return usage
+        tres = dict(usage.tres) if usage is not None else {}
+        for resource, amount in extra.tres.items():
+            tres[resource] = tres.get(resource, 0) + amount
+        return Usage((usage.jobs if usage is not None else 0) + extra.jobs, tres)
+
+    def _keys(self, job: Job, tenants: Mapping[str, Tenant]) -> tuple[Key, ...]:
+        pc = _class_of(job)
+        return (
+            ("user", pc, job.user),
+            ("class", pc, ""),
+            *(("tenant", t, "") for t in tenant_chain(job.tenant, tenants)),
+        )
+
     def charge(
         self, rec: JobRecord, tenants: Mapping[str, Tenant], counts: Mapping[str, int]
     ) -> None:
         """Charge an admitted job (``counts``: its pod sets' admitted task counts)."""
         if rec.id in self._charges:
             return
-        job = rec.job
-        pc = _class_of(job)
-        keys: tuple[Key, ...] = (
-            ("user", pc, job.user),
-            ("class", pc, ""),
-            *(("tenant", t, "") for t in tenant_chain(job.tenant, tenants)),
-        )
+        keys = self._keys(rec.job, tenants)
         tres = job_tres(rec.shape, counts)
         for key in keys:
             usage = self._usage.setdefault(key, Usage())
@@ -230,7 +247,7 @@ class Limits:
                 {"priorityClass": pc, "limit": "maxWall", "timeLimit": job.time_limit, "max": wall},
             )
         user_key: Key = ("user", pc, job.user)
-        user = self._usage.get(user_key)
+        user = self._used(user_key)
         if limits.max_jobs_per_user is not None:
             running = user.jobs if user is not None else 0
             if running + 1 > limits.max_jobs_per_user:
@@ -270,7 +287,7 @@ class Limits:
                     },
                 )
         if limits.grp_tres:
-            for resource, limit, used in _over(limits.grp_tres, self._usage.get(class_key), need):
+            for resource, limit, used in _over(limits.grp_tres, self._used(class_key), need):
                 code = _QOS_GRP.get(resource, ReasonCode.QOS_GRP_GRES)
                 message = _over_message(
                     code, f"PriorityClass {pc}", "", resource, used, need, limit
@@ -293,7 +310,7 @@ class Limits:
         self, tenant: str, limits: TenantLimits, need: dict[str, int]
     ) -> tuple[Key, Reason] | None:
         key: Key = ("tenant", tenant, "")
-        usage = self._usage.get(key)
+        usage = self._used(key)
         if limits.max_jobs is not None:
             running = usage.jobs if usage is not None else 0
             if running + 1 > limits.max_jobs:
@@ -332,76 +349,170 @@ class Limits:
 
     # ------------------------------------------------------------------ held jobs
 
-    def hold(self, rec: JobRecord, key: Key) -> None:
-        """Index a pending job under the key whose limit holds it."""
+    def hold(self, rec: JobRecord, key: Key, reason: Reason | None = None) -> None:
+        """Index a pending job under the key whose limit holds it, in the bucket of what
+        would free it (``reason``, by default ``rec.waiting``, says which limit)."""
         self.forget(rec)
+        slot = _slot(reason or rec.waiting)
+        self._gen += 1
         self._held.setdefault(key, {})[rec.id] = rec
-        self._held_at[rec.id] = key
+        self._held_at[rec.id] = (key, slot, self._gen)
+        heap = self._buckets.setdefault(key, {}).setdefault(slot, [])
+        heapq.heappush(heap, (rec.key, rec.id, self._gen, rec))
 
     def held_key(self, job_id: int) -> Key | None:
-        return self._held_at.get(job_id)
+        at = self._held_at.get(job_id)
+        return at[0] if at is not None else None
 
     def forget(self, rec: JobRecord) -> None:
         """``rec`` is no longer held (it left, or is being looked at again)."""
-        key = self._held_at.pop(rec.id, None)
-        if key is None:
+        at = self._held_at.pop(rec.id, None)
+        if at is None:
             return
-        bucket = self._held[key]
-        del bucket[rec.id]
-        if not bucket:
+        key = at[0]
+        members = self._held[key]
+        del members[rec.id]
+        if not members:
             del self._held[key]
-
-    def take(self, keys: Iterable[Key]) -> list[tuple[JobRecord, Key]]:
-        """Un-hold and return the jobs held under any of ``keys`` with their key, in queue
-        order."""
-        taken: list[tuple[JobRecord, Key]] = []
-        for key in keys:
-            bucket = self._held.pop(key, None)
-            if bucket:
-                for job_id in bucket:
-                    del self._held_at[job_id]
-                taken.extend((rec, key) for rec in bucket.values())
-        taken.sort(key=lambda item: item[0].key)
-        return taken
+            self._buckets.pop(key, None)
 
     def recheck(
         self, keys: Iterable[Key], tenants: Mapping[str, Tenant]
     ) -> tuple[list[JobRecord], list[tuple[JobRecord, Key, Reason]]]:
-        """Take the jobs held under ``keys`` and check them again: those free to queue,
-        and those still held with their key and reason.
+        """Check again the jobs held under ``keys``, whose usage or limits changed: those
+        free to queue (in queue order), and those still held with their key and reason.
 
-        A job count limit holds every job under its key alike: once the first job
-        (in queue order) is held by one again, the others under that key keep their
-        reason unchecked, so a release costs one check, not one per held job.
+        After a release only the jobs that the room now free under a key could take
+        are looked at, best first: each bucket (a job count, or an amount of one
+        resource) is entered while there is room for it, and every job let go counts
+        against the room of the ones after it. A key whose limits changed
+        (:meth:`keys_of_class`, :meth:`keys_of_tenants`) has every job checked.
         """
         free: list[JobRecord] = []
         held: list[tuple[JobRecord, Key, Reason]] = []
-        stuck: set[Key] = set()
-        for rec, old in self.take(keys):
-            if old in stuck and rec.waiting is not None:
-                held.append((rec, old, rec.waiting))
-                continue
-            found = self.check(rec, tenants)
-            if found is None:
-                free.append(rec)
-                continue
-            key, reason = found
-            if key == old and reason.code in _COUNT_CODES:
-                stuck.add(key)
-            held.append((rec, key, reason))
+        try:
+            for key in dict.fromkeys(keys):
+                if key in self._full:
+                    members = sorted(self._held.get(key, {}).values(), key=lambda r: r.key)
+                    for member in members:
+                        self.forget(member)
+                        self._decide(member, tenants, free, held)
+                else:
+                    while (rec := self._next_fitting(key)) is not None:
+                        self.forget(rec)
+                        self._decide(rec, tenants, free, held)
+        finally:
+            self._tentative.clear()
+            self._full.clear()
+        free.sort(key=lambda r: r.key)
         return free, held
 
+    def _decide(
+        self,
+        rec: JobRecord,
+        tenants: Mapping[str, Tenant],
+        free: list[JobRecord],
+        held: list[tuple[JobRecord, Key, Reason]],
+    ) -> None:
+        found = self.check(rec, tenants)
+        if found is not None:
+            held.append((rec, *found))
+            return
+        free.append(rec)
+        # What it would take counts against the jobs looked at after it.
+        need = job_tres(rec.shape)
+        for key in self._keys(rec.job, tenants):
+            usage = self._tentative.setdefault(key, Usage())
+            usage.jobs += 1
+            for resource, amount in need.items():
+                usage.tres[resource] = usage.tres.get(resource, 0) + amount
+
+    def _next_fitting(self, key: Key) -> JobRecord | None:
+        """The best held job under ``key`` in a bucket that the room left could free."""
+        buckets = self._buckets.get(key)
+        if not buckets:
+            return None
+        best: tuple[object, ...] | None = None
+        for slot, heap in list(buckets.items()):
+            if slot[0] == "static" or not self._room(key, slot):
+                continue
+            while heap:
+                entry = heap[0]
+                at = self._held_at.get(entry[1])
+                if at is not None and at[0] == key and at[1] == slot and at[2] == entry[2]:
+                    break
+                heapq.heappop(heap)
+            if not heap:
+                del buckets[slot]
+                continue
+            if best is None or heap[0][:2] < best[:2]:
+                best = heap[0]
+        if best is None:
+            return None
+        rec: JobRecord = best[3]  # type: ignore[assignment]
+        return rec
+
+    def _room(self, key: Key, slot: tuple[object, ...]) -> bool:
+        """Whether the limit of ``key`` that ``slot`` names has room for a job of it."""
+        used = self._used(key)
+        if slot[0] == "jobs":
+            cap = self._job_cap(key)
+            return cap is None or (used.jobs if used else 0) < cap
+        resource, need = str(slot[1]), int(slot[2])  # type: ignore[call-overload]
+        limit = self._tres_cap(key, resource)
+        return limit is None or (used.tres.get(resource, 0) if used else 0) + need <= limit
+
+    def _job_cap(self, key: Key) -> int | None:
+        if key[0] == "user":
+            limits = self.classes.get(key[1])
+            return limits.max_jobs_per_user if limits is not None else None
+        if key[0] == "tenant":
+            tenant = self.tenants.get(key[1])
+            return tenant.max_jobs if tenant is not None else None
+        return None
+
+    def _tres_cap(self, key: Key, resource: str) -> int | None:
+        caps: Mapping[str, int] | None = None
+        if key[0] == "user":
+            limits = self.classes.get(key[1])
+            caps = limits.max_tres_per_user if limits is not None else None
+        elif key[0] == "class":
+            limits = self.classes.get(key[1])
+            caps = limits.grp_tres if limits is not None else None
+        else:
+            tenant = self.tenants.get(key[1])
+            caps = tenant.grp_tres if tenant is not None else None
+        return caps.get(resource) if caps else None
+
     def keys_of_class(self, name: str) -> list[Key]:
-        """The held keys a change of class ``name``'s limits concerns."""
-        return [k for k in self._held if k[0] in ("user", "class") and k[1] == name]
+        """The held keys a change of class ``name``'s limits concerns (each is checked in
+        full by the next :meth:`recheck`)."""
+        keys = [k for k in self._held if k[0] in ("user", "class") and k[1] == name]
+        self._full.update(keys)
+        return keys
 
     def keys_of_tenants(self) -> list[Key]:
-        """The held keys a change of any tenant's limits (or of the tenant tree) concerns."""
-        return [k for k in self._held if k[0] == "tenant"]
+        """The held keys a change of any tenant's limits (or of the tenant tree) concerns
+        (each is checked in full by the next :meth:`recheck`)."""
+        keys = [k for k in self._held if k[0] == "tenant"]
+        self._full.update(keys)
+        return keys
 
     def held(self) -> list[tuple[int, Key]]:
         """Every held job with its key (for snapshots)."""
-        return sorted(self._held_at.items())
+        return sorted((job_id, at[0]) for job_id, at in self._held_at.items())
+
+
+def _slot(reason: Reason | None) -> tuple[object, ...]:
+    """What would let a held job go: a running job fewer (``("jobs",)``), ``need`` of a
+    resource (``("tres", resource, need)``), or only a change of the limits."""
+    details = reason.details if reason is not None else {}
+    limit = details.get("limit")
+    if limit in ("maxJobsPerUser", "maxJobs"):
+        return ("jobs",)
+    if limit in ("maxTRESPerUser", "grpTRES"):
+        return ("tres", details["resource"], details["requested"])
+    return ("static",)
 
 
 def _over_message(
