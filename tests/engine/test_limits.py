@@ -399,3 +399,39 @@ def test_a_release_under_a_job_count_limit_starts_one_of_many_held_jobs() -> Non
     assert len(engine.limits.held()) == 37
     for j in jobs[3:]:
         assert engine.explain(j.id).code is ReasonCode.QOS_MAX_JOBS_PER_USER  # type: ignore[union-attr]
+
+
+def test_backfill_does_not_plan_a_held_job_behind_its_queues_head() -> None:
+    from phalanx.engine.config import BackfillConfig
+
+    engine = Engine(EngineConfig(preset="kueue", backfill=BackfillConfig()))
+    objects: list[Any] = [
+        flavor("f"),
+        *(node(f"n{i}") for i in range(1, 5)),
+        cluster_queue("cq", {"f": 32}),
+        pclass(maxJobsPerUser=1),
+    ]
+    for obj in objects:
+        engine.apply(Upsert(obj))
+
+    def gang(nodes: int, user: str, limit: float, submit: float) -> Job:
+        return Job(
+            id=next(_ids),
+            user=user,
+            cluster_queue="cq",
+            priority_class="normal",
+            submit_time=submit,
+            time_limit=limit,
+            pod_sets=[PodSet(count=nodes, tasks_per_node=1, requests={GPU: 8})],
+        )
+
+    alice_runs, bob_runs = gang(1, "alice", 100, 1), gang(2, "bob", 100, 2)
+    submit(engine, alice_runs, bob_runs)
+    assert admitted_ids(engine.cycle(0.0)) == [alice_runs.id, bob_runs.id]
+    head, behind = gang(3, "carol", 600, 3), gang(3, "alice", 600, 4)
+    submit(engine, head, behind)
+    out = engine.cycle(1.0)
+    assert engine.reservation(head.id) is not None
+    assert engine.reservation(behind.id) is None
+    assert engine.estimated_start(behind.id) is None
+    assert pendings(out)[behind.id].code is ReasonCode.QOS_MAX_JOBS_PER_USER
