@@ -176,3 +176,19 @@ def test_up_with_a_slurm_conf_and_the_slurm_preset(tmp_path: Path) -> None:
         bad.write_text(NODES + "PriorityWeightQOS=-1\n")
         start_server(tmp_path / "state2", port=0, configs=[bad], preset="slurm")
     assert error.value.detail.startswith(f"{bad}:2: PriorityWeightQOS=-1: expected a whole")
+
+
+def test_import_says_the_scheduling_keys_need_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from phalanx.cli.main import main
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(NODES + "PriorityWeightAge=10\nPartitionName=p Nodes=ALL PriorityJobFactor=2\n")
+    assert main(["import", "--dry-run", str(conf)]) == 0
+    out, err = capsys.readouterr()
+    assert "slurm.phalanx.io/priority-job-factor: '2'" in out
+    assert err == (
+        f"note: {conf}'s scheduling keys (Priority*, SchedulerType, SchedulerParameters) are "
+        f"engine settings: they take effect with phalanx up --config {conf}\n"
+    )

@@ -505,8 +505,8 @@ def _convert(kind: str, api_version: str, data: Mapping[str, Any]) -> _Converted
         annotations = _mapping_at(metadata, "annotations", ("metadata", "annotations"))
         scope = spec.pop("admissionScope", None)
         if scope is not None:
-            # Kueue's admission fair sharing: kept (as an annotation) so that it
-            # round-trips; the phalanx preset already orders by tenant usage.
+            # Kueue's admission fair sharing: kept as an annotation (it round-trips);
+            # the engine reads its admissionMode (phalanx.engine.afs).
             annotations[ADMISSION_SCOPE_ANNOTATION] = json.dumps(scope, sort_keys=True)
         if annotations:
             model["annotations"] = annotations
