@@ -48,7 +48,7 @@ def test_squeue_and_scontrol_show_the_qos_reason(
         deadline = time.monotonic() + 30
         while True:
             _, out, _ = run(capsys, "squeue", "-h", "-j", str(second), "-o", "%t %r")
-            if out != "PD None\n" or time.monotonic() > deadline:
+            if out == "PD QOSMaxJobsPerUserLimit\n" or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
         assert out == "PD QOSMaxJobsPerUserLimit\n"
