@@ -83,7 +83,18 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from phalanx.engine import PRESETS, Admit, Decision, Engine, EngineConfig, Finish, Submit, Upsert
+from phalanx.engine import (
+    PRESETS,
+    Admit,
+    Decision,
+    Engine,
+    EngineConfig,
+    Finish,
+    Submit,
+    TenantUsage,
+    Upsert,
+)
+from phalanx.engine.config import BackfillConfig
 from phalanx.model import (
     CPU,
     GPU,
@@ -115,6 +126,10 @@ SINGLE_TASK_MIX: tuple[tuple[float, int], ...] = ((0.45, 1), (0.20, 2), (0.15, 4
 """``(share, GPUs)`` of the one-task jobs; the remaining 5% are gangs."""
 GANG_NODES: tuple[int, ...] = (2, 4, 8, 16, 32, 64)
 GANG_WEIGHTS: tuple[float, ...] = (35, 25, 18, 12, 7, 3)
+
+TIME_LIMITS_S = (3600.0, 7200.0, 14400.0, 28800.0, 86400.0)
+USAGE_PERIOD_S = 300.0
+"""With ``--fair-share``: every tenant's usage is sent this often (PriorityCalcPeriod)."""
 
 TARGETS: dict[str, float] = {"p99_decision_ms": 1.0, "decisions_per_s": 5000, "peak_rss_mb": 1024}
 HIGHER_IS_BETTER = {"decisions_per_s"}
@@ -182,8 +197,10 @@ def cluster_objects(
 class Workload:
     """Deterministic random jobs; pod sets are shared between jobs of the same size."""
 
-    def __init__(self, rng: random.Random, cluster_queues: int) -> None:
+    def __init__(self, rng: random.Random, cluster_queues: int, limits: bool = False) -> None:
         self.rng = rng
+        self.limits = limits
+        """Give every job a time limit (for backfill): 1 to 24 hours."""
         self.queues = [f"cq-{q:03d}" for q in range(cluster_queues)]
         self.tenants = [f"tenant-{t:02d}" for t in range(TENANTS)]
         self.next_id = 1
@@ -227,6 +244,7 @@ class Workload:
             cluster_queue=rng.choice(self.queues),
             submit_time=submit_time,
             pod_sets=[pod_set],
+            time_limit=rng.choice(TIME_LIMITS_S) if self.limits else None,
         )
         self.gpus[job_id] = pod_set.total(GPU)
         return job
@@ -303,6 +321,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1, help="workload random seed")
     parser.add_argument("--steady-cycles", type=int, default=2000, help="phase 3 iterations")
     parser.add_argument("--preset", choices=PRESETS, default="phalanx", help="engine preset")
+    parser.add_argument(
+        "--backfill",
+        action="store_true",
+        help="time limits on every job, reservations and backfill on (bf_max_job_test 500)",
+    )
+    parser.add_argument(
+        "--fair-share",
+        action="store_true",
+        help=f"send every tenant's decayed usage every {USAGE_PERIOD_S:g} s of virtual time",
+    )
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     parser.add_argument("--profile", metavar="FILE", help="write a cProfile dump of phases 3+4")
     args = parser.parse_args(argv)
@@ -331,10 +359,19 @@ def log(quiet: bool, message: str) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     quiet: bool = args.json
     rng = random.Random(args.seed)
-    workload = Workload(random.Random(rng.getrandbits(64)), args.cluster_queues)
+    workload = Workload(random.Random(rng.getrandbits(64)), args.cluster_queues, args.backfill)
     admitted = Admitted(workload, random.Random(rng.getrandbits(64)))
     total_gpus = args.nodes * NODE_GPUS
-    engine = Engine(EngineConfig(preset=args.preset))
+    engine = Engine(
+        EngineConfig(preset=args.preset, backfill=BackfillConfig() if args.backfill else None)
+    )
+    usage_rng = random.Random(rng.getrandbits(64))
+
+    def send_usage() -> None:
+        # Decayed GPU-hours of the order of a tenant's share of a week's capacity.
+        for tenant in workload.tenants:
+            used = usage_rng.random() * total_gpus * 24 * 7 / TENANTS
+            engine.apply(TenantUsage(tenant, used, billing=used * 3600))
     result: dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -347,6 +384,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cluster_queues": args.cluster_queues,
         "cohorts": args.cohorts,
         "steady_cycles": args.steady_cycles,
+        "backfill": args.backfill,
+        "fair_share": args.fair_share,
     }
 
     # Phase 1: build ------------------------------------------------------
@@ -428,9 +467,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             spent[job_id] = spent.get(job_id, 0.0) + (t - mark[0])
         mark[0] = t
 
-    for _ in range(args.steady_cycles):
+    usage_ms: list[float] = []
+    for i in range(args.steady_cycles):
         now += 1.0
         new_job = workload.job(now)
+        if args.fair_share and i % int(USAGE_PERIOD_S) == 0:
+            t0 = perf()
+            send_usage()
+            usage_ms.append((perf() - t0) * 1000)
         t0 = perf()
         if len(admitted):
             engine.apply(Finish(admitted.pop_random()))
@@ -456,6 +500,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         admissions_per_cycle_mean=round(steady_admits / n, 3),
         steady_event_apply_mean_ms=round(sum(event_ms) / n, 4),
         steady_gpu_utilisation=round(admitted.gpus / total_gpus, 4),
+        usage_update_ms_max=rounded(max(usage_ms, default=math.nan), 3),
         **stats_delta(engine, before, "steady"),
     )
     log(
@@ -498,6 +543,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         final_admitted=engine.admitted_count(),
         **stats_delta(engine, before, "throughput"),
     )
+    if args.backfill:
+        # Phase 5: one full backfill pass: every reservation and estimate given up and
+        # every queue tried again, so the cycle plans from scratch up to bf_max_job_test.
+        before = dict(engine.stats)
+        now += 1.0
+        engine.replan()
+        t0 = perf()
+        decisions = engine.cycle(now)
+        pass_s = perf() - t0
+        admitted.record(decisions)
+        delta = stats_delta(engine, before, "backfill_pass")
+        result.update(
+            backfill_pass_ms=round(pass_s * 1000, 3),
+            backfill_pass_tested=delta["backfill_pass_backfill_tests"],
+            backfill_pass_reservations=len(engine.reservations()),
+            backfill_pass_estimates=sum(
+                1 for j in engine.jobs if engine.estimated_start(j) is not None
+            ),
+            **delta,
+        )
+        log(
+            quiet,
+            f"backfill pass: {result['backfill_pass_ms']} ms, "
+            f"{result['backfill_pass_tested']} jobs tested",
+        )
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(args.profile)
@@ -510,8 +580,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     result["targets"] = dict(TARGETS)
+    if args.backfill:
+        result["targets"]["backfill_pass_ms"] = 100.0
     meets: dict[str, bool] = {}
-    for key, target in TARGETS.items():
+    for key, target in result["targets"].items():
         value = result.get(key)
         if value is None:
             meets[key] = False

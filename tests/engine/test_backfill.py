@@ -26,7 +26,7 @@ def _job(id: int, nodes: int, limit: float | None, priority: int = 0, submit: fl
     )
 
 
-_BACKFILL = BackfillConfig()
+_BACKFILL = BackfillConfig(interval_s=0)
 
 
 def _engine(nodes: int = 4, backfill: BackfillConfig | None = _BACKFILL) -> Engine:
@@ -130,11 +130,32 @@ def test_a_higher_job_takes_over_the_reservation() -> None:
     # One reservation per ClusterQueue (bf_job_part_count_reserve=1): the top job's.
     assert [r.job_id for r in engine.reservations()] == [5]
     assert engine.reservation(5).start == 1020.0  # type: ignore[union-attr]
-    assert engine.estimated_start(3) is not None
+    # Every node job 3 could use is held for job 5 until it starts: no estimate yet.
+    assert engine.estimated_start(3) is None
+
+
+def test_between_passes_reservations_stand_and_new_jobs_wait_for_the_next_pass() -> None:
+    engine = _engine(backfill=BackfillConfig(interval_s=30))
+    _start_running(engine)
+    engine.apply(Submit(_job(3, 3, None, priority=5)))
+    engine.cycle(1.0)  # the pass was at t=0: no plan yet
+    assert engine.reservations() == []
+    engine.cycle(30.0)
+    [reservation] = engine.reservations()
+    engine.apply(Submit(_job(4, 1, 600, priority=1)))
+    engine.apply(Submit(_job(5, 1, 60, priority=1)))
+    # Not a pass: job 4 gets no plan yet, job 5 still backfills onto the held node.
+    assert _admitted(engine.cycle(31.0)) == {5: ["n4"]}
+    assert engine.estimated_start(4) is None
+    assert engine.reservations() == [reservation]
+    engine.apply(Finish(5))
+    engine.cycle(60.0)
+    assert engine.estimated_start(4) is not None  # planned in the pass at t=60
+    assert [r.job_id for r in engine.reservations()] == [3]
 
 
 def test_every_blocked_job_can_get_a_reservation() -> None:
-    engine = _engine(nodes=6, backfill=BackfillConfig(reservations_per_queue=0))
+    engine = _engine(nodes=6, backfill=BackfillConfig(reservations_per_queue=0, interval_s=0))
     engine.apply(Submit(_job(1, 2, 100, priority=10)))
     engine.apply(Submit(_job(2, 2, 300, priority=10)))
     engine.apply(Submit(_job(6, 2, 500, priority=10)))
@@ -204,7 +225,7 @@ def _run(nodes: int, jobs: list[tuple[Job, float]], backfill: bool):
     job holds back every job behind it, as Slurm's main scheduler alone does)."""
     engine = Engine(
         EngineConfig(
-            preset="kueue", backfill=BackfillConfig(resolution_s=1.0) if backfill else None
+            preset="kueue", backfill=BackfillConfig(resolution_s=1.0, interval_s=0) if backfill else None
         )
     )
     engine.apply(Upsert(flavor("f")))

@@ -352,7 +352,7 @@ def test_squeue_shows_the_limit_codes_as_slurm_names_them() -> None:
 def test_a_held_job_gets_no_backfill_reservation() -> None:
     from phalanx.engine.config import BackfillConfig
 
-    engine = Engine(EngineConfig(preset="kueue", backfill=BackfillConfig()))
+    engine = Engine(EngineConfig(preset="kueue", backfill=BackfillConfig(interval_s=0)))
     objects: list[Any] = [
         flavor("f"),
         *(node(f"n{i}") for i in range(1, 5)),
@@ -404,7 +404,7 @@ def test_a_release_under_a_job_count_limit_starts_one_of_many_held_jobs() -> Non
 def test_backfill_does_not_plan_a_held_job_behind_its_queues_head() -> None:
     from phalanx.engine.config import BackfillConfig
 
-    engine = Engine(EngineConfig(preset="kueue", backfill=BackfillConfig()))
+    engine = Engine(EngineConfig(preset="kueue", backfill=BackfillConfig(interval_s=0)))
     objects: list[Any] = [
         flavor("f"),
         *(node(f"n{i}") for i in range(1, 5)),

@@ -253,7 +253,7 @@ def _limited(id: int, nodes: int, limit: float | None, priority: int) -> Job:
 
 
 def test_reservations_and_estimates_from_the_backfill_plan() -> None:
-    engine = Engine(EngineConfig(preset="kueue", backfill=BackfillConfig()))
+    engine = Engine(EngineConfig(preset="kueue", backfill=BackfillConfig(interval_s=0)))
     for obj in (flavor("f"), *[node(f"n{i}") for i in range(1, 5)], cluster_queue("cq", {"f": 32})):
         engine.apply(Upsert(obj))
     # n1, n2 busy until 100; n3 until 1000; n4 idle.

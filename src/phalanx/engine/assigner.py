@@ -47,7 +47,15 @@ from phalanx.model import (
     tolerates,
 )
 
-__all__ = ["Assignment", "FlavorAssigner", "FlavorAttempt", "Oracle", "PodSetResult"]
+__all__ = [
+    "Assignment",
+    "FlavorAssigner",
+    "FlavorAttempt",
+    "Oracle",
+    "PodSetResult",
+    "flavor_matches",
+    "node_filter",
+]
 
 Oracle = Callable[[FlavorResource, int], tuple[int, int] | None]
 """Simulates preemption for ``needed`` of one flavor-resource: ``(mode, borrowing
@@ -158,6 +166,12 @@ def _node_filter(
         return all(f.selects(node) for f in extra)
 
     return accept
+
+
+flavor_matches = _flavor_matches
+"""Whether a flavor's node labels and taints suit a pod set (also used by backfill)."""
+node_filter = _node_filter
+"""The per-node filter of a pod set in a flavor, or None when every node passes."""
 
 
 class FlavorAssigner:

@@ -24,16 +24,19 @@ planned free, and they never backfill onto held nodes.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from phalanx.engine.assigner import Assignment, FlavorAssigner
-from phalanx.engine.cache import ClusterQueueInfo
+from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
 from phalanx.engine.capacity import NodeSlot
-from phalanx.engine.quota import FlavorResource
-from phalanx.engine.shapes import JobShape
+from phalanx.engine.quota import FlavorResource, available, potential_available
+from phalanx.engine.shapes import PodSetShape
 
-__all__ = ["Holds", "Reservation", "plan_start", "round_up"]
+if TYPE_CHECKING:
+    from phalanx.engine.state import JobRecord
+
+__all__ = ["Holds", "Reservation", "Timeline", "plan_nodes", "plan_quota", "round_up"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,79 +91,157 @@ class Holds:
             self.hold(slot, job_id)
 
 
-def plan_start(
-    shape: JobShape,
-    info: ClusterQueueInfo,
-    ends: Sequence[tuple[float, int]],
-    now: float,
-    window_s: float,
-    resolution_s: float,
-    assigner: FlavorAssigner,
-    lift: Callable[[int], None],
-    put_back: Callable[[int], None],
-) -> tuple[float, Assignment, list[int]] | None:
-    """The earliest planned start of ``shape`` in ``info``, the assignment it gets then and
-    the running jobs that will have ended by then.
+class Timeline:
+    """When each node will be free, from the running jobs' time limits, and what a
+    pod set can get over time: the plan a backfill pass works from.
 
-    ``ends`` are the running jobs as ``(end time, job id)``, sorted by end time;
-    ``lift(job_id)`` takes a running job's quota and nodes away for the trial (held
-    nodes stay held) and ``put_back(job_id)`` undoes it. Nothing is changed when this
-    returns: every lifted job is put back.
+    A node offers a pod set what fits in its free capacity now, and what fits in its
+    whole capacity once the last job on it has ended (never, if one has no time
+    limit): two steps, so a plan is never later than the truth for nodes that free
+    up in between. Nodes are kept sorted by that end time per flavor, built once per
+    pass and rebuilt only where a job starts during it.
     """
-    horizon = now + window_s
-    # Group the end times by resolution; each group is one step of the plan.
-    steps: list[tuple[float, list[int]]] = []
-    for end, job_id in ends:
-        t = max(now, round_up(end, resolution_s))
-        if t > horizon:
-            break
-        if steps and steps[-1][0] == t:
-            steps[-1][1].append(job_id)
+
+    def __init__(self, cache: ClusterCache, admitted: Iterable[JobRecord], now: float) -> None:
+        self.cache = cache
+        self.now = now
+        self.free_at: dict[NodeSlot, float] = {}
+        self._sorted: dict[str, list[tuple[float, int, NodeSlot]]] = {}
+        for rec in admitted:
+            self.started(rec)
+
+    def started(self, rec: JobRecord) -> None:
+        """A job now holds nodes: they are free no earlier than its end."""
+        adm = rec.admission
+        if adm is None:
+            return
+        if adm.evicting:
+            end = self.now
+        elif rec.job.time_limit is not None:
+            end = max(self.now, adm.admitted_at + rec.job.time_limit)
         else:
-            steps.append((t, [job_id]))
-    if not steps:
+            end = math.inf
+        for slot, _, _ in adm.allocations:
+            if end > self.free_at.get(slot, -math.inf):
+                self.free_at[slot] = end
+                for index in slot.flavors:
+                    self._sorted.pop(index.name, None)
+
+    def nodes(self, flavor: str) -> list[tuple[float, int, NodeSlot]]:
+        order = self._sorted.get(flavor)
+        if order is None:
+            index = self.cache.flavor_nodes[flavor]
+            free_at, now = self.free_at, self.now
+            order = sorted(
+                (free_at.get(slot, now), i, slot)
+                for i, slot in enumerate(index.members)
+                if slot.schedulable
+            )
+            self._sorted[flavor] = order
+        return order
+
+
+def _units(pod_set: PodSetShape, free: Mapping[str, int]) -> int:
+    best = 1 << 30
+    for resource, amount in pod_set.unit_request().items():
+        if amount > 0:
+            best = min(best, max(0, free.get(resource, 0)) // amount)
+    if pod_set.one_unit_per_node:
+        best = min(best, 1)
+    return best
+
+
+def plan_nodes(
+    pod_set: PodSetShape,
+    flavor: str,
+    timeline: Timeline,
+    held: Mapping[NodeSlot, int],
+    taken: set[NodeSlot],
+    accept: Callable[[NodeSlot], bool] | None,
+) -> tuple[float, list[NodeSlot]] | None:
+    """The earliest time ``pod_set`` has all its units on nodes of ``flavor`` (not held,
+    not ``taken`` by the job's other pod sets), and those nodes.
+
+    What fits in the nodes' free capacity counts now; the rest of a node counts once
+    its last job ends. Only nodes with free capacity and the nodes walked in order of
+    their end time are looked at, not the whole flavor."""
+    need = pod_set.units
+    now = timeline.now
+    index = timeline.cache.flavor_nodes[flavor]
+    whole_of: dict[tuple[tuple[str, int], ...], int] = {}
+
+    def whole(slot: NodeSlot) -> int:
+        key = tuple(slot.capacity.items())
+        units = whole_of.get(key)
+        if units is None:
+            units = whole_of[key] = _units(pod_set, slot.capacity)
+        return units
+
+    def usable(slot: NodeSlot) -> bool:
+        return (
+            slot not in held
+            and slot not in taken
+            and slot.schedulable
+            and (accept is None or accept(slot))
+        )
+
+    # Nodes with free capacity now: the buckets above 0 hold them, unless the pod set
+    # does not ask for the flavor's bucketed resource (then any node may).
+    amount = pod_set.request(index.primary)
+    free_now = (
+        index.candidates_ascending(1) if amount > 0 and not pod_set.exclusive else index.members
+    )
+    chosen: dict[NodeSlot, int] = {}
+    got = 0
+    for slot in free_now:
+        if not usable(slot):
+            continue
+        if pod_set.exclusive:
+            units = whole(slot) if slot.idle else 0
+        else:
+            units = _units(pod_set, {r: slot.free(r) for r in slot.capacity})
+        if units:
+            chosen[slot] = units
+            got += units
+    if got >= need:
+        return now, list(chosen)
+    for at, _, slot in timeline.nodes(flavor):
+        if at == math.inf:
+            break
+        if not usable(slot):
+            continue
+        extra = whole(slot) - chosen.get(slot, 0)
+        if extra <= 0:
+            continue
+        chosen[slot] = chosen.get(slot, 0) + extra
+        got += extra
+        if got >= need:
+            return max(now, at), list(chosen)
+    return None
+
+
+def plan_quota(
+    needs: Mapping[FlavorResource, int],
+    info: ClusterQueueInfo,
+    ends: Sequence[tuple[float, Mapping[FlavorResource, int], str]],
+    now: float,
+) -> float | None:
+    """The earliest time the quota ``needs`` is available in ``info``: now, or when
+    enough of the usage of the jobs in its tree (``(end, usage)``, soonest first) is
+    given back; None when it never is."""
+    short = {fr: n - available(info.node, fr) for fr, n in needs.items()}
+    short = {fr: n for fr, n in short.items() if n > 0}
+    if not short:
+        return now
+    if any(n > potential_available(info.node, fr) for fr, n in needs.items()):
         return None
-    lifted = 0
-
-    def advance(upto: int) -> None:
-        nonlocal lifted
-        while lifted < upto:
-            for job_id in steps[lifted][1]:
-                lift(job_id)
-            lifted += 1
-        while lifted > upto:
-            lifted -= 1
-            for job_id in reversed(steps[lifted][1]):
-                put_back(job_id)
-        assigner.generation += 1
-
-    def fits(n: int) -> Assignment | None:
-        advance(n)
-        trial = assigner.assign_fresh(shape, info)
-        return trial if trial.ok else None
-
-    try:
-        # Exponential search for a step where it fits, then bisect for the first one.
-        lo, hi = 0, 1
-        found: Assignment | None = None
-        while True:
-            hi = min(hi, len(steps))
-            found = fits(hi)
-            if found is not None or hi == len(steps):
-                break
-            lo, hi = hi, hi * 2
-        if found is None:
-            return None
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            trial = fits(mid)
-            if trial is not None:
-                hi, found = mid, trial
+    for end, usage, _ in ends:
+        for fr in list(short):
+            left = short[fr] - usage.get(fr, 0)
+            if left > 0:
+                short[fr] = left
             else:
-                lo = mid
-        if lifted != hi:
-            found = fits(hi)
-            assert found is not None
-        return steps[hi - 1][0], found, [j for _, group in steps[:hi] for j in group]
-    finally:
-        advance(0)
+                del short[fr]
+        if not short:
+            return end
+    return None

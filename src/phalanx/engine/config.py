@@ -224,8 +224,13 @@ class BackfillConfig:
     reservations_per_queue: int = 1
     """``bf_job_part_count_reserve``: blocked jobs of one ClusterQueue that get a
     reservation (the top ones); 0 reserves for every blocked job tested."""
+    interval_s: float = 30.0
+    """``bf_interval``: plans are made in a backfill pass at most this often (0: in
+    every cycle); between passes reservations stand and jobs only backfill onto them."""
 
     def __post_init__(self) -> None:
+        if self.interval_s < 0:
+            raise ValueError("backfill interval must be >= 0")
         if self.window_s <= 0 or self.resolution_s <= 0:
             raise ValueError("backfill window and resolution must be positive")
         if self.max_job_test < 1 or self.reservations_per_queue < 0:

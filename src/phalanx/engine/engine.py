@@ -20,6 +20,7 @@ everything that fits, not one job per queue.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -33,8 +34,10 @@ from phalanx.engine.assigner import (
     Assignment,
     FlavorAssigner,
     Oracle,
+    flavor_matches,
+    node_filter,
 )
-from phalanx.engine.backfill import Holds, Reservation, plan_start
+from phalanx.engine.backfill import Holds, Reservation, Timeline, plan_nodes, plan_quota, round_up
 from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
 from phalanx.engine.capacity import NodeSlot
 from phalanx.engine.config import EngineConfig, Policies, PreemptionConfig
@@ -84,6 +87,7 @@ from phalanx.engine.reasons import Reason, ReasonCode
 from phalanx.engine.shapes import JobShape, ShapeInterner
 from phalanx.engine.state import Admission, JobRecord
 from phalanx.model import (
+    GPU,
     ClusterQueue,
     Cohort,
     Job,
@@ -200,6 +204,16 @@ class Engine:
         self._holds = Holds()
         """Whole nodes held for reservations (see engine/backfill.py)."""
         self._bf_budget = 0
+        self._bf_last: float | None = None
+        """When the last backfill pass ran (plans are made only in passes)."""
+        self._bf_waiting: dict[int, JobRecord] = {}
+        """Heads that failed between passes, to plan in the next one."""
+        self._retried: dict[int, Reservation] = {}
+        """Reservations opened for their own job's attempt in this cycle."""
+        self._ends: dict[str, list[tuple[float, dict[FlavorResource, int], str]]] | None = None
+        """Admitted jobs' planned ends (see :meth:`_running_ends`); None: to rebuild."""
+        self._timeline: Timeline | None = None
+        """The node timeline of the current backfill pass, built when first needed."""
         """Backfill tests (plans and tries on held nodes) left in this cycle."""
         self._victim_cache: dict[str, tuple[ClusterQueue, PreemptionConfig]] = {}
         """Per ClusterQueue: its model and the preemption settings of its jobs."""
@@ -209,7 +223,7 @@ class Engine:
         """Planned start times of pending jobs, from the last backfill pass."""
         self.limits = Limits()
         """QOS and tenant limits, running usage, and the jobs they hold."""
-        self.stats = {"rounds": 0, "heads": 0}
+        self.stats = {"rounds": 0, "heads": 0, "backfill_tests": 0}
 
     # ------------------------------------------------------------------ events
 
@@ -492,6 +506,7 @@ class Engine:
             node = QuotaNode(decision.cluster_queue, True)
         self.assigner.generation += 1
         since = job.submit_time if admitted_at is None else admitted_at
+        self._ends = None
         rec.admission = Admission(
             decision.cluster_queue, node, usage, allocations, decision, admitted_at=since
         )
@@ -670,6 +685,7 @@ class Engine:
         admission = rec.admission
         assert admission is not None
         rec.admission = None
+        self._ends = None
         self._unready.pop(rec.id, None)
         self._admitted_by_cq.get(admission.cluster_queue, {}).pop(rec.id, None)
         charged = self.limits.release(rec.id)
@@ -687,11 +703,11 @@ class Engine:
             top = node.top or node
             levels = {fr: top.subtree.get(fr, 0) - top.usage.get(fr, 0) for fr in admission.usage}
         nodes = self.cache.nodes
-        holds = self._holds
+        reserved = self._holds
         for slot, amounts, exclusive in admission.allocations:
             slot.give_back(rec.id, amounts, exclusive)
-            if slot in holds.owner:
-                holds.absorb(slot)
+            if slot in reserved.owner:
+                reserved.absorb(slot)
             if nodes.get(slot.name) is slot:
                 self.cache.reindex(slot)
                 keys.extend("flavor:" + index.name for index in slot.flavors)
@@ -906,8 +922,7 @@ class Engine:
         blocked = False
         backfill = self.config.backfill is not None
         if backfill:
-            assert self.config.backfill is not None
-            self._bf_budget = self.config.backfill.max_job_test
+            self._start_backfill_pass(now)
         while not blocked and (limit is None or rounds < limit):
             heads = queues.heads()
             if not heads:
@@ -921,8 +936,10 @@ class Engine:
             for rec, sq, cqq in heads:
                 info = cache.cluster_queues[cqq.name]
                 if rec.id in self._reservations:
-                    # Tried again: its nodes and quota are its own to assign.
-                    self._drop_reservation(rec.id)
+                    # Tried again: its nodes and quota are its own to assign. Between
+                    # backfill passes it gets the same reservation back if it fails.
+                    self._retried[rec.id] = self._reservations[rec.id]
+                    self._drop_reservation(rec.id, wake=False)
                 if self.limits.active and self._limit_held(rec, out):
                     continue
                 oracle = self._oracle(rec, info) if info.preempts else None
@@ -954,7 +971,7 @@ class Engine:
                 if assignment.ok:
                     out.append(self._admit(rec, info, assignment))
                 elif plain and not info.preempts and rec.shape.partial is None:
-                    if not (backfill and self._backfill(rec, sq, info, out)):
+                    if not (backfill and self._backfill(rec, sq, info, assignment, out)):
                         self._park(rec, sq, info, assignment, out)
                 else:
                     self._not_fitting(rec, sq, info, assignment, claimed, out)
@@ -962,12 +979,64 @@ class Engine:
                     probe("decided", rec.id)
             # A reservation holds for the rest of the round (Kueue: of its one-round cycle).
             self._unreserve()
+        if self._retried:
+            self._restore_retried()
         return out
 
     # ------------------------------------------------------------------ backfill
 
+    def _start_backfill_pass(self, now: float) -> None:
+        """Every ``interval_s`` a cycle is a backfill pass: the jobs it tries may be
+        planned (up to ``max_job_test``), and the heads that failed since the last pass
+        and the holders of reservations are tried again, to be planned afresh."""
+        bf = self.config.backfill
+        assert bf is not None
+        if self._bf_last is not None and now - self._bf_last < bf.interval_s:
+            self._bf_budget = 0
+            return
+        self._bf_last = now
+        self._bf_budget = bf.max_job_test
+        self._timeline = None
+        retry = [*self._bf_waiting.values(), *(self.jobs[j] for j in self._reservations)]
+        self._bf_waiting.clear()
+        items: list[Any] = []
+        for rec in retry:
+            sq = rec.queue
+            if sq is not None and rec.admission is None:
+                items.append(sq.cq if sq.cq.strict else sq)
+        if items:
+            self.queues.wake(list(dict.fromkeys(items)))
+
+    def _restore_retried(self) -> None:
+        """Jobs tried again between passes that are still pending keep their reservation."""
+        for job_id, res in self._retried.items():
+            rec = self.jobs.get(job_id)
+            if rec is None or rec.admission is not None or job_id in self._reservations:
+                continue
+            self._hold(res)
+        self._retried.clear()
+
+    def _hold(self, res: Reservation) -> None:
+        holds, nodes = self._holds, self.cache.nodes
+        names = []
+        for name in res.nodes:
+            slot = nodes.get(name)
+            if slot is not None and slot not in holds.owner:
+                holds.hold(slot, res.job_id)
+                self.cache.reindex(slot)
+                names.append(name)
+        kept = Reservation(res.job_id, res.cluster_queue, res.start, tuple(names), res.quota)
+        self._hold_quota(kept, 1)
+        self._reservations[res.job_id] = kept
+        self.assigner.generation += 1
+
     def _backfill(
-        self, rec: JobRecord, sq: ShapeQueue, info: ClusterQueueInfo, out: list[Decision]
+        self,
+        rec: JobRecord,
+        sq: ShapeQueue,
+        info: ClusterQueueInfo,
+        assignment: Assignment,
+        out: list[Decision],
     ) -> bool:
         """A head that does not fit: start it on nodes held for reservations it cannot
         delay, or plan when it fits (its estimated start) and reserve for it; then the
@@ -975,22 +1044,27 @@ class Engine:
         on held nodes when they end in time. True when the head was admitted."""
         bf = self.config.backfill
         assert bf is not None
-        # Reservations of lower jobs yield to this one: they are planned again behind it.
-        lower = [r.job_id for r in self._reservations.values() if self.jobs[r.job_id].key > rec.key]
-        for job_id in lower:
-            self._drop_reservation(job_id)
-        if lower:
-            trial = self.assigner.assign_fresh(rec.shape, info)
-            if trial.ok and not self._admission_blocked():
-                out.append(self._admit(rec, info, trial))
-                return True
-        if self._bf_budget <= 0:
-            return False
-        self._bf_budget -= 1
         admitted = self._onto_held_nodes(rec, info)
         if admitted is not None:
             out.append(admitted)
             return True
+        if self._bf_budget <= 0:
+            # Not a pass (or its tests are spent): planned in the next pass.
+            self._bf_waiting[rec.id] = rec
+            return False
+        # Reservations of lower jobs yield to this one: they are planned again behind it.
+        # Across ClusterQueues jobs compare by priority, then time, then id (key[1:]).
+        rank = rec.key[1:]
+        lower = [
+            r.job_id for r in self._reservations.values() if self.jobs[r.job_id].key[1:] > rank
+        ]
+        for job_id in lower:
+            self._drop_reservation(job_id)
+        self._retried.pop(rec.id, None)
+        self._bf_budget -= 1
+        self.stats["backfill_tests"] += 1
+        root = info.root_key
+        quota_ends = self._running_ends().get(root, [])
         # Jobs of the same shape behind the head cannot fit before it: plan them in order,
         # each with the ones before it holding their nodes; holds beyond the queue's
         # reservations are given back afterwards.
@@ -1008,30 +1082,21 @@ class Engine:
                 if self._bf_budget <= 0:
                     break
                 self._bf_budget -= 1
+                self.stats["backfill_tests"] += 1
                 limit = job.job.time_limit
                 if limit is not None and (head_limit is None or limit < head_limit):
                     admitted = self._onto_held_nodes(job, info)
                     if admitted is not None:
                         out.append(admitted)
                         continue
-            planned = plan_start(
-                job.shape,
-                info,
-                self._running_ends(),
-                self._now,
-                bf.window_s,
-                bf.resolution_s,
-                self.assigner,
-                lambda job_id: self._lift(self.jobs[job_id]),
-                lambda job_id: self._put_back(self.jobs[job_id]),
-            )
+            planned = self._plan(job, info, quota_ends)
             if planned is None:
                 self._estimates.pop(job.id, None)
                 break
-            start, trial, ended = planned
+            start, slots, needs = planned
             self._estimates[job.id] = start
             held = sum(1 for r in self._reservations.values() if r.cluster_queue == info.name)
-            self._reserve_for(job, info, start, trial, ended)
+            self._reserve_for(job, info, start, slots, needs, quota_ends)
             if (bf.reservations_per_queue and held >= bf.reservations_per_queue) or (
                 i == 0 and self._outranked(job, sq)
             ):
@@ -1051,33 +1116,100 @@ class Engine:
                 return True
         return False
 
-    def _running_ends(self) -> list[tuple[float, int]]:
-        """Admitted jobs with a time limit as ``(planned end, id)``, soonest first; a job
-        being evicted ends now."""
-        ends: list[tuple[float, int]] = []
+    def _plan(
+        self,
+        rec: JobRecord,
+        info: ClusterQueueInfo,
+        quota_ends: list[tuple[float, dict[FlavorResource, int], str]],
+    ) -> tuple[float, list[NodeSlot], dict[FlavorResource, int]] | None:
+        """When ``rec`` can start in ``info`` (rounded up to ``bf_resolution``, within
+        ``bf_window``), on which whole nodes, with which quota; None when not in the
+        window (or never)."""
+        bf = self.config.backfill
+        assert bf is not None
+        if self._timeline is None:
+            admitted = (r for jobs in self._admitted_by_cq.values() for r in jobs.values())
+            self._timeline = Timeline(self.cache, admitted, self._now)
+        timeline, cache, held = self._timeline, self.cache, self._holds.owner
+        start = self._now
+        taken: set[NodeSlot] = set()
+        needs: dict[FlavorResource, int] = {}
+        for pod_set in rec.shape.pod_sets:
+            primary = (
+                GPU if pod_set.request(GPU) else next((r for r, a in pod_set.requests if a), None)
+            )
+            group = info.group_for.get(primary) if primary is not None else None
+            if group is None:
+                return None
+            best: tuple[float, list[NodeSlot], str] | None = None
+            for name in group.flavors:
+                flavor = cache.flavors.get(name)
+                index = cache.flavor_nodes.get(name)
+                if flavor is None or index is None or not flavor_matches(pod_set, flavor):
+                    continue
+                accept = node_filter(pod_set, flavor, index.tainted > 0, ())
+                found = plan_nodes(pod_set, name, timeline, held, taken, accept)
+                if found is not None and (best is None or found[0] < best[0]):
+                    best = (found[0], found[1], name)
+            if best is None:
+                return None
+            at, slots, chosen = best
+            start = max(start, at)
+            taken.update(slots)
+            for resource, amount in pod_set.requests:
+                if not amount:
+                    continue
+                g = info.group_for.get(resource)
+                if g is None:
+                    continue
+                f = chosen if chosen in g.flavors else g.flavors[0]
+                needs[(f, resource)] = needs.get((f, resource), 0) + amount * pod_set.count
+        at_quota = plan_quota(needs, info, quota_ends, self._now)
+        if at_quota is None:
+            return None
+        start = round_up(max(start, at_quota), bf.resolution_s)
+        if start > self._now + bf.window_s:
+            return None
+        return start, sorted(taken, key=lambda slot: slot.name), needs
+
+    def _running_ends(self) -> dict[str, list[tuple[float, dict[FlavorResource, int], str]]]:
+        """Admitted jobs with a time limit by quota tree, as ``(planned end, quota usage,
+        ClusterQueue)``, soonest first; a job being evicted ends now. Kept until a job is
+        admitted, released or evicted."""
+        if self._ends is not None:
+            return self._ends
+        ends: dict[str, list[tuple[float, dict[FlavorResource, int], str]]] = {}
         now = self._now
-        for jobs in self._admitted_by_cq.values():
+        for cq_name, jobs in self._admitted_by_cq.items():
+            info = self.cache.cluster_queues.get(cq_name)
+            tree = ends.setdefault(info.root_key if info is not None else "", [])
             for rec in jobs.values():
                 adm = rec.admission
                 assert adm is not None
                 if adm.evicting:
-                    ends.append((now, rec.id))
+                    end = now
                 elif rec.job.time_limit is not None:
-                    ends.append((max(now, adm.admitted_at + rec.job.time_limit), rec.id))
-        ends.sort()
+                    end = max(now, adm.admitted_at + rec.job.time_limit)
+                else:
+                    continue
+                tree.append((end, adm.usage, cq_name))
+        for tree_ends in ends.values():
+            tree_ends.sort(key=lambda e: e[0])
+        self._ends = ends
         return ends
 
     def _onto_held_nodes(self, rec: JobRecord, info: ClusterQueueInfo) -> Admit | None:
-        """Backfill: admit ``rec`` on held nodes of reservations that start after it ends."""
-        limit = rec.job.time_limit
-        if limit is None or not self._reservations:
+        """Backfill: admit ``rec`` on held nodes of reservations that start after it ends,
+        or that are held for lower jobs (planned again in the next pass)."""
+        if not self._reservations:
             return None
-        end = self._now + limit
-        holds, nodes = self._holds, self.cache.nodes
+        limit = rec.job.time_limit
+        end = self._now + limit if limit is not None else math.inf
+        holds, nodes, jobs = self._holds, self.cache.nodes, self.jobs
         opened: list[tuple[NodeSlot, int]] = []
         lifted: list[Reservation] = []
         for r in self._reservations.values():
-            if end > r.start:
+            if end > r.start and jobs[r.job_id].key[1:] <= rec.key[1:]:
                 continue
             if r.quota:
                 self._hold_quota(r, -1)
@@ -1133,29 +1265,30 @@ class Engine:
         rec: JobRecord,
         info: ClusterQueueInfo,
         start: float,
-        trial: Assignment,
-        ended: list[int],
+        slots: list[NodeSlot],
+        needs: dict[FlavorResource, int],
+        quota_ends: list[tuple[float, dict[FlavorResource, int], str]],
     ) -> None:
         """Hold the planned nodes, and the quota the job needs beyond what the jobs of
-        its ClusterQueue that end before ``start`` give back (so jobs that outlive the
+        its ClusterQueue that end by ``start`` give back (so jobs that outlive the
         reservation cannot take it)."""
         holds = self._holds
         names: list[str] = []
-        for result in trial.pod_sets:
-            for slot, _ in result.nodes:
-                if slot not in holds.owner:
-                    holds.hold(slot, rec.id)
-                    self.cache.reindex(slot)
-                    names.append(slot.name)
+        for slot in slots:
+            if slot not in holds.owner:
+                holds.hold(slot, rec.id)
+                self.cache.reindex(slot)
+                names.append(slot.name)
         freed: dict[FlavorResource, int] = {}
-        for job_id in ended:
-            adm = self.jobs[job_id].admission
-            if adm is not None and adm.cluster_queue == info.name:
-                for fr, amount in adm.usage.items():
+        for end, usage, cq_name in quota_ends:
+            if end > start:
+                break
+            if cq_name == info.name:
+                for fr, amount in usage.items():
                     freed[fr] = freed.get(fr, 0) + amount
         quota = tuple(
             (fr, amount - freed.get(fr, 0))
-            for fr, amount in sorted(trial.usage.items())
+            for fr, amount in sorted(needs.items())
             if amount > freed.get(fr, 0)
         )
         for fr, amount in quota:
@@ -1187,6 +1320,13 @@ class Engine:
         self.assigner.generation += 1
         if wake:
             self.queues.release(root, usage, levels, list(dict.fromkeys(keys)))
+
+    def replan(self) -> None:
+        """Give up every reservation and estimate and try every queue again: the next
+        cycle plans from scratch (a full backfill pass, Slurm's ``bf_interval``)."""
+        self._drop_reservations()
+        self._estimates.clear()
+        self.queues.wake_all()
 
     def _drop_reservations(self) -> None:
         """Before the nodes or quotas change: every reservation is planned again."""
@@ -1241,7 +1381,7 @@ class Engine:
         elif (
             self.config.backfill is not None
             and rec.shape.partial is None
-            and self._backfill(rec, sq, info, out)
+            and self._backfill(rec, sq, info, assignment, out)
         ):
             pass
         else:
@@ -1394,6 +1534,7 @@ class Engine:
             if adm.evicting:
                 continue
             adm.evicting = True
+            self._ends = None
             cand.rec.evicted_for = "Preempted"
             cand.rec.evicted_at = self._now
             victim_info = self.cache.cluster_queues.get(adm.cluster_queue)
@@ -1608,6 +1749,7 @@ class Engine:
             if rec is None or rec.admission is None or rec.admission.evicting:
                 continue
             rec.admission.evicting = True
+            self._ends = None
             rec.evicted_for = "PodsReadyTimeout"
             rec.evicted_at = now
             count = rec.requeue_count + 1
@@ -1659,9 +1801,12 @@ class Engine:
             priority=rec.priority,
         )
         self._forget_pending(rec)
+        self._ends = None
         rec.admission = Admission(
             info.name, node, dict(assignment.usage), allocations, decision, admitted_at=self._now
         )
+        if self._timeline is not None:
+            self._timeline.started(rec)
         rec.reason = None
         ready = self.config.wait_for_pods_ready
         if ready is not None:
@@ -1752,6 +1897,7 @@ class Engine:
             for rec in victims:
                 if rec.admission is not None and not rec.admission.evicting:
                     rec.admission.evicting = True
+                    self._ends = None
                     rec.evicted_for = reason
                     rec.evicted_at = self._now
                     out.append(Evict(rec.id, reason, message))
@@ -1813,7 +1959,7 @@ class Engine:
 
     def reservations(self) -> list[Reservation]:
         """The reservations held now, in the order of their jobs' priority."""
-        return sorted(self._reservations.values(), key=lambda r: self.jobs[r.job_id].key)
+        return sorted(self._reservations.values(), key=lambda r: self.jobs[r.job_id].key[1:])
 
     def reservation(self, job_id: int) -> Reservation | None:
         return self._reservations.get(job_id)

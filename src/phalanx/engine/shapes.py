@@ -102,9 +102,7 @@ class ShapeInterner:
         small = self._pod_sets.setdefault(
             replace(pod_set, count=count), replace(pod_set, count=count)
         )
-        shape = JobShape(
-            tuple(small if p is pod_set else p for p in job.pod_sets), job.time_limit
-        )
+        shape = JobShape(tuple(small if p is pod_set else p for p in job.pod_sets), job.time_limit)
         return self._jobs.setdefault(shape, shape)
 
     def job(self, job: Job) -> JobShape:
