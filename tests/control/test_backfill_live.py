@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from phalanx.client import Client
+from phalanx.engine.config import BackfillConfig
 from tests.api.server import CLUSTER
 
 
@@ -38,7 +39,11 @@ def server(tmp_path: Path) -> Iterator[object]:
     from phalanx.control.server import start_server
 
     running = start_server(
-        tmp_path / "state", port=0, configs=[CLUSTER], preset="kueue", backfill=True
+        tmp_path / "state",
+        port=0,
+        configs=[CLUSTER],
+        preset="kueue",
+        backfill=BackfillConfig(interval_s=0),
     )
     try:
         yield running

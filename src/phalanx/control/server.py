@@ -90,7 +90,7 @@ def start_server(
     container_runtime: str | None = None,
     runtime: str = "local",
     heads_per_cycle: int | str | None = "preset",
-    backfill: bool | None = None,
+    backfill: bool | BackfillConfig | None = None,
 ) -> RunningServer:
     """Start phalanx in this process (``port=0`` picks a free port).
 
@@ -98,7 +98,7 @@ def start_server(
     timers stand in for jobs, see :mod:`phalanx.runtime.noop`). ``heads_per_cycle``
     overrides the preset's (``None``: rounds until nothing more fits, phalanx's cycle;
     ``1``: Kueue's one head per ClusterQueue per cycle). ``backfill`` turns
-    reservations and backfill on or off (``None``: as the preset has it).
+    reservations and backfill on or off, or sets them (``None``: as the preset has it).
     """
     from phalanx.control.configs import read_configs
     from phalanx.runtime.base import Runtime
@@ -119,7 +119,10 @@ def start_server(
             {} if heads_per_cycle == "preset" else {"heads_per_cycle": heads_per_cycle}
         )
         if backfill is not None:
-            overrides["backfill"] = BackfillConfig() if backfill else None
+            if isinstance(backfill, BackfillConfig):
+                overrides["backfill"] = backfill
+            else:
+                overrides["backfill"] = BackfillConfig() if backfill else None
         config = EngineConfig.for_preset(preset, **{**settings, **overrides})
     except ValueError as exc:
         raise Invalid(f"--preset/--heads-per-cycle: {exc}") from None

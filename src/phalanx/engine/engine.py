@@ -572,6 +572,7 @@ class Engine:
         if rec.id in self._reservations:
             self._drop_reservation(rec.id)
         self._estimates.pop(rec.id, None)
+        self._bf_waiting.pop(rec.id, None)
         self.queues.remove(rec)
         self._waiting.pop(rec.id, None)
         self._backoff.pop(rec.id, None)
@@ -988,7 +989,8 @@ class Engine:
     def _start_backfill_pass(self, now: float) -> None:
         """Every ``interval_s`` a cycle is a backfill pass: the jobs it tries may be
         planned (up to ``max_job_test``), and the heads that failed since the last pass
-        and the holders of reservations are tried again, to be planned afresh."""
+        are tried again to be planned. Holders are planned again when what they wait
+        for is released."""
         bf = self.config.backfill
         assert bf is not None
         if self._bf_last is not None and now - self._bf_last < bf.interval_s:
@@ -997,7 +999,7 @@ class Engine:
         self._bf_last = now
         self._bf_budget = bf.max_job_test
         self._timeline = None
-        retry = [*self._bf_waiting.values(), *(self.jobs[j] for j in self._reservations)]
+        retry = list(self._bf_waiting.values())
         self._bf_waiting.clear()
         items: list[Any] = []
         for rec in retry:
@@ -1060,6 +1062,8 @@ class Engine:
         ]
         for job_id in lower:
             self._drop_reservation(job_id)
+            self._estimates.pop(job_id, None)
+            self._bf_waiting[job_id] = self.jobs[job_id]
         self._retried.pop(rec.id, None)
         self._bf_budget -= 1
         self.stats["backfill_tests"] += 1

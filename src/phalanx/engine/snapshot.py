@@ -182,6 +182,7 @@ def export_state(engine: Engine) -> dict[str, Any]:
             for r in engine._reservations.values()
         ],
         "estimates": [[j, t] for j, t in engine._estimates.items()],
+        "backfill_pass": [engine._bf_last, list(engine._bf_waiting)],
         "limit_held": [[j, *key] for j, key in engine.limits.held()],
         "protection_ends": sorted(engine._protection_ends),
     }
@@ -325,6 +326,9 @@ def load_state(data: dict[str, Any]) -> Engine:
         engine._hold_quota(res, 1)
         engine._reservations[job_id] = res
     engine._estimates = {int(j): float(t) for j, t in data.get("estimates", [])}
+    last_pass, waiting = data.get("backfill_pass", [None, []])
+    engine._bf_last = last_pass
+    engine._bf_waiting = {int(j): engine.jobs[int(j)] for j in waiting if int(j) in engine.jobs}
     for name, layout in data["buckets"].items():
         index = cache.flavor_nodes[name]
         index.members = {cache.nodes[n]: None for n in layout["members"]}

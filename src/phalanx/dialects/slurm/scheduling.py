@@ -14,8 +14,8 @@ returns them as keyword arguments of
 * ``PriorityDecayHalfLife``, ``PriorityUsageResetPeriod`` and ``NO_FAIR_TREE`` ->
   ``usage`` (:class:`~phalanx.engine.config.UsageConfig`); ``PriorityCalcPeriod``
   (minutes) -> ``priority_calc_period_s``.
-* ``SchedulerType=sched/backfill`` with ``SchedulerParameters`` ``bf_window``
-  (minutes), ``bf_resolution`` (seconds), ``bf_max_job_test`` and
+* ``SchedulerType=sched/backfill`` with ``SchedulerParameters`` ``bf_interval``
+  (seconds), ``bf_window`` (minutes), ``bf_resolution`` (seconds), ``bf_max_job_test`` and
   ``bf_job_part_count_reserve`` -> ``backfill``
   (:class:`~phalanx.engine.config.BackfillConfig`); ``sched/builtin`` turns
   backfill off. Without ``SchedulerType`` backfill stays as the preset has it
@@ -166,6 +166,8 @@ def _backfill(
                 fields["resolution_s"] = float(_whole(source, number, f"{name} bf_resolution", raw))
             elif option == "bf_max_job_test":
                 fields["max_job_test"] = _whole(source, number, f"{name} bf_max_job_test", raw)
+            elif option == "bf_interval":
+                fields["interval_s"] = float(_whole(source, number, f"{name} bf_interval", raw))
             elif option == "bf_job_part_count_reserve":
                 fields["reservations_per_queue"] = _whole(
                     source, number, f"{name} bf_job_part_count_reserve", raw
