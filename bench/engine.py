@@ -302,7 +302,8 @@ def percentile(values: Sequence[float], p: float) -> float:
 
 
 def stats_delta(engine: Engine, before: dict[str, int], prefix: str) -> dict[str, int]:
-    return {f"{prefix}_{k}": engine.stats[k] - before.get(k, 0) for k in ("rounds", "heads")}
+    keys = ("rounds", "heads", "backfill_tests")
+    return {f"{prefix}_{k}": engine.stats[k] - before.get(k, 0) for k in keys}
 
 
 def rounded(value: float, digits: int = 3) -> float | None:

@@ -102,8 +102,15 @@ class Timeline:
     pass and rebuilt only where a job starts during it.
     """
 
-    def __init__(self, cache: ClusterCache, admitted: Iterable[JobRecord], now: float) -> None:
+    def __init__(
+        self,
+        cache: ClusterCache,
+        admitted: Iterable[JobRecord],
+        now: float,
+        holds: Holds | None = None,
+    ) -> None:
         self.cache = cache
+        self.holds = holds
         self.now = now
         self.free_at: dict[NodeSlot, float] = {}
         self._sorted: dict[str, list[tuple[float, int, NodeSlot]]] = {}
@@ -126,6 +133,15 @@ class Timeline:
                 self.free_at[slot] = end
                 for index in slot.flavors:
                     self._sorted.pop(index.name, None)
+
+    def free(self, slot: NodeSlot) -> dict[str, int]:
+        """What is free on ``slot``, a hold on it not counted."""
+        held = self.holds.amounts.get(slot) if self.holds is not None else None
+        free = {r: slot.free(r) for r in slot.capacity}
+        if held:
+            for r, amount in held.items():
+                free[r] = free.get(r, 0) + amount
+        return free
 
     def nodes(self, flavor: str) -> list[tuple[float, int, NodeSlot]]:
         order = self._sorted.get(flavor)
@@ -155,12 +171,14 @@ def plan_nodes(
     pod_set: PodSetShape,
     flavor: str,
     timeline: Timeline,
-    held: Mapping[NodeSlot, int],
+    closed: Callable[[NodeSlot], bool],
     taken: set[NodeSlot],
     accept: Callable[[NodeSlot], bool] | None,
 ) -> tuple[float, list[NodeSlot]] | None:
-    """The earliest time ``pod_set`` has all its units on nodes of ``flavor`` (not held,
-    not ``taken`` by the job's other pod sets), and those nodes.
+    """The earliest time ``pod_set`` has all its units on nodes of ``flavor`` (not
+    ``closed`` by a reservation that comes first, not ``taken`` by the job's other pod
+    sets), and those nodes. A node held for a reservation that does not come first
+    counts with its capacity as it would be without the hold.
 
     What fits in the nodes' free capacity counts now; the rest of a node counts once
     its last job ends. Only nodes with free capacity and the nodes walked in order of
@@ -179,7 +197,7 @@ def plan_nodes(
 
     def usable(slot: NodeSlot) -> bool:
         return (
-            slot not in held
+            not closed(slot)
             and slot not in taken
             and slot.schedulable
             and (accept is None or accept(slot))
@@ -199,7 +217,7 @@ def plan_nodes(
         if pod_set.exclusive:
             units = whole(slot) if slot.idle else 0
         else:
-            units = _units(pod_set, {r: slot.free(r) for r in slot.capacity})
+            units = _units(pod_set, timeline.free(slot))
         if units:
             chosen[slot] = units
             got += units

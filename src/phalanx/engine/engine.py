@@ -1055,15 +1055,17 @@ class Engine:
             self._bf_waiting[rec.id] = rec
             return False
         # Reservations of lower jobs yield to this one: they are planned again behind it.
-        # Across ClusterQueues jobs compare by priority, then time, then id (key[1:]).
+        # The queue's reservations go to its top jobs: lower ones of this ClusterQueue
+        # yield (planned again in the next pass). Across ClusterQueues jobs compare by
+        # priority, then time, then id (key[1:]).
         rank = rec.key[1:]
-        lower = [
-            r.job_id for r in self._reservations.values() if self.jobs[r.job_id].key[1:] > rank
-        ]
-        for job_id in lower:
-            self._drop_reservation(job_id)
-            self._estimates.pop(job_id, None)
-            self._bf_waiting[job_id] = self.jobs[job_id]
+        self._yield(
+            [
+                r.job_id
+                for r in self._reservations.values()
+                if r.cluster_queue == info.name and self.jobs[r.job_id].key[1:] > rank
+            ]
+        )
         self._retried.pop(rec.id, None)
         self._bf_budget -= 1
         self.stats["backfill_tests"] += 1
@@ -1073,8 +1075,11 @@ class Engine:
         # each with the ones before it holding their nodes; holds beyond the queue's
         # reservations are given back afterwards.
         tentative: list[int] = []
+        # Each ClusterQueue's jobs behind a head get an equal share of the pass's tests,
+        # so one deep queue cannot take them all (Slurm's bf_max_job_part, per queue).
+        share = max(1, bf.max_job_test // max(1, len(self.queues.queues)))
         behind = heapq.nsmallest(
-            min(self._bf_budget, len(sq.members) - 1),
+            min(self._bf_budget, share, len(sq.members) - 1),
             (r for r in sq.members.values() if r is not rec),
             key=lambda r: r.key,
         )
@@ -1098,9 +1103,11 @@ class Engine:
                 self._estimates.pop(job.id, None)
                 break
             start, slots, needs = planned
+            displaced = self._displaced(slots)
             self._estimates[job.id] = start
             held = sum(1 for r in self._reservations.values() if r.cluster_queue == info.name)
             self._reserve_for(job, info, start, slots, needs, quota_ends)
+            self._plan_again(displaced)
             if (bf.reservations_per_queue and held >= bf.reservations_per_queue) or (
                 i == 0 and self._outranked(job, sq)
             ):
@@ -1108,6 +1115,45 @@ class Engine:
         for job_id in tentative:
             self._drop_reservation(job_id, wake=False)
         return False
+
+    def _displaced(self, slots: list[NodeSlot]) -> list[int]:
+        """The lower reservations holding nodes of a new plan: given up before it holds
+        them, in priority order."""
+        owner = self._holds.owner
+        ids = {owner[slot] for slot in slots if slot in owner}
+        for job_id in ids:
+            self._drop_reservation(job_id, wake=False)
+        return sorted(ids, key=lambda j: self.jobs[j].key[1:])
+
+    def _plan_again(self, job_ids: list[int]) -> None:
+        """Plan displaced reservations again at once, behind the plans that displaced them
+        (while the pass has tests left; else in the next pass)."""
+        work = list(job_ids)
+        while work:
+            rec = self.jobs[work.pop(0)]
+            info = self.cache.cluster_queues.get(rec.cluster_queue or "")
+            planned = None
+            if info is not None and rec.admission is None and self._bf_budget > 0:
+                self._bf_budget -= 1
+                self.stats["backfill_tests"] += 1
+                ends = self._running_ends().get(info.root_key, [])
+                planned = self._plan(rec, info, ends)
+            if planned is None:
+                self._estimates.pop(rec.id, None)
+                self._bf_waiting[rec.id] = rec
+                continue
+            start, slots, needs = planned
+            more = self._displaced(slots)
+            self._estimates[rec.id] = start
+            self._reserve_for(rec, info, start, slots, needs, ends)  # type: ignore[arg-type]
+            work = sorted({*work, *more}, key=lambda j: self.jobs[j].key[1:])
+
+    def _yield(self, job_ids: list[int]) -> None:
+        """Give up these reservations; their jobs are planned again in the next pass."""
+        for job_id in job_ids:
+            self._drop_reservation(job_id)
+            self._estimates.pop(job_id, None)
+            self._bf_waiting[job_id] = self.jobs[job_id]
 
     def _outranked(self, rec: JobRecord, sq: ShapeQueue) -> bool:
         """Whether a higher job of the same ClusterQueue waits without a reservation (it
@@ -1133,8 +1179,17 @@ class Engine:
         assert bf is not None
         if self._timeline is None:
             admitted = (r for jobs in self._admitted_by_cq.values() for r in jobs.values())
-            self._timeline = Timeline(self.cache, admitted, self._now)
-        timeline, cache, held = self._timeline, self.cache, self._holds.owner
+            self._timeline = Timeline(self.cache, admitted, self._now, self._holds)
+        timeline, cache = self._timeline, self.cache
+        # Nodes held for reservations of higher jobs are closed; those of lower jobs are
+        # planned over (and those reservations given up if the plan takes them).
+        owner, jobs, rank = self._holds.owner, self.jobs, rec.key[1:]
+        ranks = {r.job_id: jobs[r.job_id].key[1:] for r in self._reservations.values()}
+
+        def closed(slot: NodeSlot) -> bool:
+            holder = owner.get(slot)
+            return holder is not None and ranks[holder] <= rank
+
         start = self._now
         taken: set[NodeSlot] = set()
         needs: dict[FlavorResource, int] = {}
@@ -1152,7 +1207,7 @@ class Engine:
                 if flavor is None or index is None or not flavor_matches(pod_set, flavor):
                     continue
                 accept = node_filter(pod_set, flavor, index.tainted > 0, ())
-                found = plan_nodes(pod_set, name, timeline, held, taken, accept)
+                found = plan_nodes(pod_set, name, timeline, closed, taken, accept)
                 if found is not None and (best is None or found[0] < best[0]):
                     best = (found[0], found[1], name)
             if best is None:
@@ -1330,6 +1385,7 @@ class Engine:
         cycle plans from scratch (a full backfill pass, Slurm's ``bf_interval``)."""
         self._drop_reservations()
         self._estimates.clear()
+        self._bf_last = None
         self.queues.wake_all()
 
     def _drop_reservations(self) -> None:
