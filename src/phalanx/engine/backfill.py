@@ -23,6 +23,7 @@ planned free, and they never backfill onto held nodes.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -95,11 +96,9 @@ class Timeline:
     """When each node will be free, from the running jobs' time limits, and what a
     pod set can get over time: the plan a backfill pass works from.
 
-    A node offers a pod set what fits in its free capacity now, and what fits in its
-    whole capacity once the last job on it has ended (never, if one has no time
-    limit): two steps, so a plan is never later than the truth for nodes that free
-    up in between. Nodes are kept sorted by that end time per flavor, built once per
-    pass and rebuilt only where a job starts during it.
+    A node offers a pod set what fits in its free capacity now, then more as each
+    job on it ends (a job without a time limit never does). The ends are kept sorted
+    per flavor, built once per pass and rebuilt only where a job starts during it.
     """
 
     def __init__(
@@ -113,7 +112,10 @@ class Timeline:
         self.holds = holds
         self.now = now
         self.free_at: dict[NodeSlot, float] = {}
-        self._sorted: dict[str, list[tuple[float, int, NodeSlot]]] = {}
+        """When the last job on each busy node ends."""
+        self._count = 0
+        self._ends: dict[str, list[tuple[float, int, NodeSlot, dict[str, int]]]] = {}
+        self._unsorted: set[str] = set()
         for rec in admitted:
             self.started(rec)
 
@@ -128,11 +130,20 @@ class Timeline:
             end = max(self.now, adm.admitted_at + rec.job.time_limit)
         else:
             end = math.inf
-        for slot, _, _ in adm.allocations:
+        for slot, amounts, exclusive in adm.allocations:
             if end > self.free_at.get(slot, -math.inf):
                 self.free_at[slot] = end
+            if end < math.inf and slot.schedulable:
+                given = dict(slot.capacity) if exclusive else amounts
+                entry = (end, self._count, slot, given)
+                self._count += 1
                 for index in slot.flavors:
-                    self._sorted.pop(index.name, None)
+                    ends = self._ends.setdefault(index.name, [])
+                    if index.name in self._unsorted or not ends:
+                        ends.append(entry)
+                        self._unsorted.add(index.name)
+                    else:
+                        bisect.insort(ends, entry)
 
     def free(self, slot: NodeSlot) -> dict[str, int]:
         """What is free on ``slot``, a hold on it not counted."""
@@ -143,18 +154,14 @@ class Timeline:
                 free[r] = free.get(r, 0) + amount
         return free
 
-    def nodes(self, flavor: str) -> list[tuple[float, int, NodeSlot]]:
-        order = self._sorted.get(flavor)
-        if order is None:
-            index = self.cache.flavor_nodes[flavor]
-            free_at, now = self.free_at, self.now
-            order = sorted(
-                (free_at.get(slot, now), i, slot)
-                for i, slot in enumerate(index.members)
-                if slot.schedulable
-            )
-            self._sorted[flavor] = order
-        return order
+    def releases(self, flavor: str) -> list[tuple[float, int, NodeSlot, dict[str, int]]]:
+        """``(end, n, node, what it gives back)`` of the jobs on the flavor's nodes,
+        soonest first."""
+        ends = self._ends.get(flavor, [])
+        if flavor in self._unsorted:
+            ends.sort()
+            self._unsorted.discard(flavor)
+        return ends
 
 
 def _units(pod_set: PodSetShape, free: Mapping[str, int]) -> int:
@@ -223,15 +230,27 @@ def plan_nodes(
             got += units
     if got >= need:
         return now, list(chosen)
-    for at, _, slot in timeline.nodes(flavor):
-        if at == math.inf:
-            break
+    # Then the nodes as their jobs end, soonest first: what each end gives back joins
+    # what was free (an exclusive pod set needs the node's last job gone).
+    freed: dict[NodeSlot, dict[str, int]] = {}
+    for at, _, slot, given in timeline.releases(flavor):
         if not usable(slot):
             continue
-        extra = whole(slot) - chosen.get(slot, 0)
+        if pod_set.exclusive:
+            if at < timeline.free_at.get(slot, now):
+                continue
+            units = whole(slot)
+        else:
+            free = freed.get(slot)
+            if free is None:
+                free = freed[slot] = timeline.free(slot)
+            for r, amount in given.items():
+                free[r] = free.get(r, 0) + amount
+            units = _units(pod_set, free)
+        extra = units - chosen.get(slot, 0)
         if extra <= 0:
             continue
-        chosen[slot] = chosen.get(slot, 0) + extra
+        chosen[slot] = units
         got += extra
         if got >= need:
             return max(now, at), list(chosen)
