@@ -8,9 +8,26 @@ from fastapi import Depends, Request
 
 from phalanx.api.plane import ControlPlane
 from phalanx.auth import Principal
-from phalanx.errors import Unauthorized
+from phalanx.errors import Invalid, Unauthorized
 
-__all__ = ["Caller", "Plane", "get_plane", "get_principal"]
+__all__ = ["MAX_IDS", "Caller", "Plane", "get_plane", "get_principal", "job_ids"]
+
+MAX_IDS = 10_000
+"""Job ids one request may name in ``?id=``."""
+
+
+def job_ids(values: list[str]) -> list[int] | None:
+    """The job ids of a repeatable, comma-separated ``id`` query parameter (None: none)."""
+    ids: list[int] = []
+    for part in (p.strip() for value in values for p in value.split(",")):
+        if not part:
+            continue
+        if not part.isdigit():
+            raise Invalid(f"id (query): {part!r} is not a job id")
+        ids.append(int(part))
+    if len(ids) > MAX_IDS:
+        raise Invalid(f"id (query): at most {MAX_IDS} job ids per request")
+    return ids or None
 
 
 def get_plane(request: Request) -> ControlPlane:

@@ -12,27 +12,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from phalanx.api.deps import Caller, Plane
-from phalanx.errors import Invalid
+from phalanx.api.deps import Caller, Plane, job_ids
 
-__all__ = ["MAX_IDS", "router"]
-
-MAX_IDS = 10_000
+__all__ = ["router"]
 
 router = APIRouter(prefix="/api/v1", tags=["priority"])
-
-
-def _ids(values: list[str]) -> list[int] | None:
-    ids: list[int] = []
-    for part in (p.strip() for value in values for p in value.split(",")):
-        if not part:
-            continue
-        if not part.isdigit():
-            raise Invalid(f"id (query): {part!r} is not a job id")
-        ids.append(int(part))
-    if len(ids) > MAX_IDS:
-        raise Invalid(f"id (query): at most {MAX_IDS} job ids per request")
-    return ids or None
 
 
 @router.get("/priority")
@@ -46,5 +30,5 @@ def priority(
     job with ``id``, ``partition``, ``user``, ``tenant``, ``priority``, ``preset`` and
     ``factors``."""
     users = [u for value in user for u in (p.strip() for p in value.split(",")) if u]
-    answer: dict[str, Any] = plane.priority_factors(principal, _ids(id), users or None)
+    answer: dict[str, Any] = plane.priority_factors(principal, job_ids(id), users or None)
     return answer

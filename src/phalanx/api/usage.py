@@ -12,12 +12,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from phalanx.api.deps import Caller, Plane
-from phalanx.errors import Invalid
+from phalanx.api.deps import Caller, Plane, job_ids
 
-__all__ = ["MAX_IDS", "router"]
-
-MAX_IDS = 10_000
+__all__ = ["router"]
 
 router = APIRouter(prefix="/api/v1", tags=["usage"])
 
@@ -39,15 +36,6 @@ def job_charges(
 ) -> dict[str, Any]:
     """What each job was charged, undecayed: GPU-seconds, billing TRES-seconds, its
     allocated TRES and their billable value per second."""
-    ids: list[int] = []
-    for part in (p.strip() for value in id for p in value.split(",")):
-        if not part:
-            continue
-        if not part.isdigit():
-            raise Invalid(f"id (query): {part!r} is not a job id")
-        ids.append(int(part))
-    if len(ids) > MAX_IDS:
-        raise Invalid(f"id (query): at most {MAX_IDS} job ids per request")
-    rows = plane.store.job_charges(ids or None)
+    rows = plane.store.job_charges(job_ids(id))
     items = [asdict(row) for row in rows if principal.admin or principal.may_act_for(row.tenant)]
     return {"items": items}
