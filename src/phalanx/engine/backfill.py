@@ -164,16 +164,6 @@ class Timeline:
         return ends
 
 
-def _units(pod_set: PodSetShape, free: Mapping[str, int]) -> int:
-    best = 1 << 30
-    for resource, amount in pod_set.unit_request().items():
-        if amount > 0:
-            best = min(best, max(0, free.get(resource, 0)) // amount)
-    if pod_set.one_unit_per_node:
-        best = min(best, 1)
-    return best
-
-
 def plan_nodes(
     pod_set: PodSetShape,
     flavor: str,
@@ -181,77 +171,100 @@ def plan_nodes(
     closed: Callable[[NodeSlot], bool],
     taken: set[NodeSlot],
     accept: Callable[[NodeSlot], bool] | None,
+    before: float = math.inf,
 ) -> tuple[float, list[NodeSlot]] | None:
     """The earliest time ``pod_set`` has all its units on nodes of ``flavor`` (not
     ``closed`` by a reservation that comes first, not ``taken`` by the job's other pod
-    sets), and those nodes. A node held for a reservation that does not come first
-    counts with its capacity as it would be without the hold.
+    sets), and those nodes; None if not before ``before``. A node held for a
+    reservation that does not come first counts with its capacity as it would be
+    without the hold.
 
-    What fits in the nodes' free capacity counts now; the rest of a node counts once
-    its last job ends. Only nodes with free capacity and the nodes walked in order of
-    their end time are looked at, not the whole flavor."""
+    What fits in the nodes' free capacity counts now; what each job end gives back
+    counts from then. Only nodes with free capacity and the ends walked in order are
+    looked at, not the whole flavor."""
     need = pod_set.units
     now = timeline.now
     index = timeline.cache.flavor_nodes[flavor]
-    whole_of: dict[tuple[tuple[str, int], ...], int] = {}
+    unit = [(r, a) for r, a in pod_set.unit_request().items() if a > 0]
+    most = 1 if pod_set.one_unit_per_node else 1 << 30
+    held = timeline.holds.amounts if timeline.holds is not None else {}
+    exclusive = pod_set.exclusive
+
+    def units(slot: NodeSlot, extra: Mapping[str, int] | None) -> int:
+        best = most
+        capacity, used, hold = slot.capacity, slot.used, held.get(slot)
+        for resource, amount in unit:
+            free = capacity.get(resource, 0) - used.get(resource, 0)
+            if hold:
+                free += hold.get(resource, 0)
+            if extra:
+                free += extra.get(resource, 0)
+            n = free // amount if free > 0 else 0
+            if n < best:
+                best = n
+                if n == 0:
+                    return 0
+        return best
 
     def whole(slot: NodeSlot) -> int:
-        key = tuple(slot.capacity.items())
-        units = whole_of.get(key)
-        if units is None:
-            units = whole_of[key] = _units(pod_set, slot.capacity)
-        return units
+        best = most
+        for resource, amount in unit:
+            best = min(best, slot.capacity.get(resource, 0) // amount)
+        return best
+
+    ok: dict[NodeSlot, bool] = {}
 
     def usable(slot: NodeSlot) -> bool:
-        return (
-            not closed(slot)
-            and slot not in taken
-            and slot.schedulable
-            and (accept is None or accept(slot))
-        )
+        verdict = ok.get(slot)
+        if verdict is None:
+            verdict = ok[slot] = (
+                not closed(slot)
+                and slot not in taken
+                and slot.schedulable
+                and (accept is None or accept(slot))
+            )
+        return verdict
 
     # Nodes with free capacity now: the buckets above 0 hold them, unless the pod set
     # does not ask for the flavor's bucketed resource (then any node may).
     amount = pod_set.request(index.primary)
-    free_now = (
-        index.candidates_ascending(1) if amount > 0 and not pod_set.exclusive else index.members
-    )
+    free_now = index.candidates_ascending(1) if amount > 0 and not exclusive else index.members
     chosen: dict[NodeSlot, int] = {}
     got = 0
     for slot in free_now:
         if not usable(slot):
             continue
-        if pod_set.exclusive:
-            units = whole(slot) if slot.idle else 0
-        else:
-            units = _units(pod_set, timeline.free(slot))
-        if units:
-            chosen[slot] = units
-            got += units
+        n = (whole(slot) if slot.idle else 0) if exclusive else units(slot, None)
+        if n:
+            chosen[slot] = n
+            got += n
     if got >= need:
         return now, list(chosen)
     # Then the nodes as their jobs end, soonest first: what each end gives back joins
     # what was free (an exclusive pod set needs the node's last job gone).
     freed: dict[NodeSlot, dict[str, int]] = {}
+    free_at = timeline.free_at
     for at, _, slot, given in timeline.releases(flavor):
+        if at >= before:
+            return None
         if not usable(slot):
             continue
-        if pod_set.exclusive:
-            if at < timeline.free_at.get(slot, now):
+        if exclusive:
+            if at < free_at.get(slot, now):
                 continue
-            units = whole(slot)
+            n = whole(slot)
         else:
-            free = freed.get(slot)
-            if free is None:
-                free = freed[slot] = timeline.free(slot)
-            for r, amount in given.items():
-                free[r] = free.get(r, 0) + amount
-            units = _units(pod_set, free)
-        extra = units - chosen.get(slot, 0)
-        if extra <= 0:
+            extra = freed.get(slot)
+            if extra is None:
+                extra = freed[slot] = {}
+            for r, a in given.items():
+                extra[r] = extra.get(r, 0) + a
+            n = units(slot, extra)
+        more = n - chosen.get(slot, 0)
+        if more <= 0:
             continue
-        chosen[slot] = units
-        got += extra
+        chosen[slot] = n
+        got += more
         if got >= need:
             return max(now, at), list(chosen)
     return None

@@ -708,7 +708,11 @@ class Engine:
         for slot, amounts, exclusive in admission.allocations:
             slot.give_back(rec.id, amounts, exclusive)
             if slot in reserved.owner:
+                # Absorbed by the hold: nothing is free there for anyone but its holder.
                 reserved.absorb(slot)
+                if nodes.get(slot.name) is slot:
+                    self.cache.reindex(slot)
+                continue
             if nodes.get(slot.name) is slot:
                 self.cache.reindex(slot)
                 keys.extend("flavor:" + index.name for index in slot.flavors)
@@ -1207,7 +1211,8 @@ class Engine:
                 if flavor is None or index is None or not flavor_matches(pod_set, flavor):
                     continue
                 accept = node_filter(pod_set, flavor, index.tainted > 0, ())
-                found = plan_nodes(pod_set, name, timeline, closed, taken, accept)
+                cutoff = best[0] if best is not None else math.inf
+                found = plan_nodes(pod_set, name, timeline, closed, taken, accept, cutoff)
                 if found is not None and (best is None or found[0] < best[0]):
                     best = (found[0], found[1], name)
             if best is None:
@@ -1232,9 +1237,9 @@ class Engine:
         return start, sorted(taken, key=lambda slot: slot.name), needs
 
     def _running_ends(self) -> dict[str, list[tuple[float, dict[FlavorResource, int], str]]]:
-        """Admitted jobs with a time limit by quota tree, as ``(planned end, quota usage,
-        ClusterQueue)``, soonest first; a job being evicted ends now. Kept until a job is
-        admitted, released or evicted."""
+        """Admitted jobs with a time limit by quota tree (and by ``cq:<ClusterQueue>``),
+        as ``(planned end, quota usage, ClusterQueue)``, soonest first; a job being
+        evicted ends now. Kept until a job is admitted, released or evicted."""
         if self._ends is not None:
             return self._ends
         ends: dict[str, list[tuple[float, dict[FlavorResource, int], str]]] = {}
@@ -1242,6 +1247,7 @@ class Engine:
         for cq_name, jobs in self._admitted_by_cq.items():
             info = self.cache.cluster_queues.get(cq_name)
             tree = ends.setdefault(info.root_key if info is not None else "", [])
+            own = ends.setdefault("cq:" + cq_name, [])
             for rec in jobs.values():
                 adm = rec.admission
                 assert adm is not None
@@ -1252,6 +1258,7 @@ class Engine:
                 else:
                     continue
                 tree.append((end, adm.usage, cq_name))
+                own.append((end, adm.usage, cq_name))
         for tree_ends in ends.values():
             tree_ends.sort(key=lambda e: e[0])
         self._ends = ends
@@ -1339,12 +1346,11 @@ class Engine:
                 self.cache.reindex(slot)
                 names.append(slot.name)
         freed: dict[FlavorResource, int] = {}
-        for end, usage, cq_name in quota_ends:
+        for end, usage, _ in self._running_ends().get("cq:" + info.name, []):
             if end > start:
                 break
-            if cq_name == info.name:
-                for fr, amount in usage.items():
-                    freed[fr] = freed.get(fr, 0) + amount
+            for fr, amount in usage.items():
+                freed[fr] = freed.get(fr, 0) + amount
         quota = tuple(
             (fr, amount - freed.get(fr, 0))
             for fr, amount in sorted(needs.items())
