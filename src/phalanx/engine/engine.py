@@ -19,6 +19,7 @@ everything that fits, not one job per queue.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -213,6 +214,9 @@ class Engine:
         self._ends: dict[str, list[tuple[float, dict[FlavorResource, int], str]]] | None = None
         """Admitted jobs' planned ends (see :meth:`_running_ends`); None: to rebuild."""
         self._timeline: Timeline | None = None
+        self._no_room: dict[tuple[object, str], float] = {}
+        """This cycle: the shortest end for which a shape found no room on held nodes in
+        a ClusterQueue (within a cycle held nodes only fill up)."""
         """The node timeline of the current backfill pass, built when first needed."""
         """Backfill tests (plans and tries on held nodes) left in this cycle."""
         self._victim_cache: dict[str, tuple[ClusterQueue, PreemptionConfig]] = {}
@@ -927,6 +931,7 @@ class Engine:
         blocked = False
         backfill = self.config.backfill is not None
         if backfill:
+            self._no_room.clear()
             self._start_backfill_pass(now)
         while not blocked and (limit is None or rounds < limit):
             heads = queues.heads()
@@ -1271,12 +1276,29 @@ class Engine:
             return None
         limit = rec.job.time_limit
         end = self._now + limit if limit is not None else math.inf
+        memo = (rec.shape, info.name)
+        if end >= self._no_room.get(memo, math.inf):
+            return None
         holds, nodes, jobs = self._holds, self.cache.nodes, self.jobs
+        eligible = [
+            r
+            for r in self._reservations.values()
+            if end <= r.start or jobs[r.job_id].key[1:] > rec.key[1:]
+        ]
+        # Most held nodes are busy until their reservation starts: without a free GPU on
+        # any eligible one (for a GPU job), there is nothing to try.
+        unit = min((g for p in rec.shape.pod_sets if (g := p.request(GPU)) > 0), default=0)
+        )
+        if unit > 0 and not any(
+            holds.amounts.get(slot, {}).get(GPU, 0) >= unit
+            for r in eligible
+            for name in r.nodes
+            if (slot := nodes.get(name)) is not None
+        ):
+            return None
         opened: list[tuple[NodeSlot, int]] = []
         lifted: list[Reservation] = []
-        for r in self._reservations.values():
-            if end > r.start and jobs[r.job_id].key[1:] <= rec.key[1:]:
-                continue
+        for r in eligible:
             if r.quota:
                 self._hold_quota(r, -1)
                 lifted.append(r)
@@ -1293,6 +1315,8 @@ class Engine:
         decision = None
         if trial.ok and not self._admission_blocked():
             decision = self._admit(rec, info, trial)
+        elif not trial.ok:
+            self._no_room[memo] = min(end, self._no_room.get(memo, math.inf))
         for slot, owner in opened:
             holds.hold(slot, owner)
             self.cache.reindex(slot)
@@ -1321,7 +1345,10 @@ class Engine:
             if sq is None:
                 continue
             info = self.cache.cluster_queues.get(r.cluster_queue)
-            if r.job_id in owners or (info is not None and root and info.root_key == root):
+            # Before its start only a release on its own nodes can change its plan much;
+            # from then on, any release in its quota tree may let it start.
+            due = self._now >= r.start
+            if r.job_id in owners or (due and info is not None and root and info.root_key == root):
                 items.append(sq.cq if sq.cq.strict else sq)
         if items:
             self.queues.wake(items)
@@ -1364,6 +1391,7 @@ class Engine:
     def _drop_reservation(self, job_id: int, wake: bool = True) -> None:
         """Give back what a reservation holds and (``wake``) wake what waits for it."""
         res = self._reservations.pop(job_id)
+        self._no_room.clear()
         holds, nodes = self._holds, self.cache.nodes
         keys: list[str] = []
         for name in res.nodes:
@@ -1867,10 +1895,14 @@ class Engine:
             priority=rec.priority,
         )
         self._forget_pending(rec)
-        self._ends = None
         rec.admission = Admission(
             info.name, node, dict(assignment.usage), allocations, decision, admitted_at=self._now
         )
+        if self._ends is not None and rec.job.time_limit is not None:
+            # Kept sorted rather than rebuilt: backfill admits many jobs in one pass.
+            entry = (self._now + rec.job.time_limit, rec.admission.usage, info.name)
+            for key in (info.root_key, "cq:" + info.name):
+                bisect.insort(self._ends.setdefault(key, []), entry, key=lambda e: e[0])
         if self._timeline is not None:
             self._timeline.started(rec)
         rec.reason = None
