@@ -373,6 +373,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for tenant in workload.tenants:
             used = usage_rng.random() * total_gpus * 24 * 7 / TENANTS
             engine.apply(TenantUsage(tenant, used, billing=used * 3600))
+
     result: dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -225,7 +225,8 @@ def _run(nodes: int, jobs: list[tuple[Job, float]], backfill: bool):
     job holds back every job behind it, as Slurm's main scheduler alone does)."""
     engine = Engine(
         EngineConfig(
-            preset="kueue", backfill=BackfillConfig(resolution_s=1.0, interval_s=0) if backfill else None
+            preset="kueue",
+            backfill=BackfillConfig(resolution_s=1.0, interval_s=0) if backfill else None,
         )
     )
     engine.apply(Upsert(flavor("f")))

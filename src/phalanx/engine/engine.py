@@ -1288,7 +1288,6 @@ class Engine:
         # Most held nodes are busy until their reservation starts: without a free GPU on
         # any eligible one (for a GPU job), there is nothing to try.
         unit = min((g for p in rec.shape.pod_sets if (g := p.request(GPU)) > 0), default=0)
-        )
         if unit > 0 and not any(
             holds.amounts.get(slot, {}).get(GPU, 0) >= unit
             for r in eligible
