@@ -223,7 +223,7 @@ def test_a_held_job() -> None:
 
 
 def test_the_backfill_plan_in_plain_words() -> None:
-    engine = Engine(EngineConfig(preset="kueue", backfill=BackfillConfig()))
+    engine = Engine(EngineConfig(preset="kueue", backfill=BackfillConfig(interval_s=0)))
     for obj in (flavor("f"), *[node(f"n{i}") for i in range(1, 5)], cluster_queue("cq", {"f": 32})):
         engine.apply(Upsert(obj))
 
