@@ -145,15 +145,6 @@ class Timeline:
                     else:
                         bisect.insort(ends, entry)
 
-    def free(self, slot: NodeSlot) -> dict[str, int]:
-        """What is free on ``slot``, a hold on it not counted."""
-        held = self.holds.amounts.get(slot) if self.holds is not None else None
-        free = {r: slot.free(r) for r in slot.capacity}
-        if held:
-            for r, amount in held.items():
-                free[r] = free.get(r, 0) + amount
-        return free
-
     def releases(self, flavor: str) -> list[tuple[float, int, NodeSlot, dict[str, int]]]:
         """``(end, n, node, what it gives back)`` of the jobs on the flavor's nodes,
         soonest first."""
