@@ -38,7 +38,15 @@ from phalanx.engine.assigner import (
     flavor_matches,
     node_filter,
 )
-from phalanx.engine.backfill import Holds, Reservation, Timeline, plan_nodes, plan_quota, round_up
+from phalanx.engine.backfill import (
+    Holds,
+    QuotaEnds,
+    Reservation,
+    Timeline,
+    plan_nodes,
+    plan_quota,
+    round_up,
+)
 from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
 from phalanx.engine.capacity import NodeSlot
 from phalanx.engine.config import EngineConfig, Policies, PreemptionConfig
@@ -204,21 +212,25 @@ class Engine:
         self._reservations: dict[int, Reservation] = {}
         self._holds = Holds()
         """Whole nodes held for reservations (see engine/backfill.py)."""
-        self._bf_budget = 0
         self._bf_last: float | None = None
         """When the last backfill pass ran (plans are made only in passes)."""
+        self._pass_cycle = False
+        """This cycle ends with a backfill pass."""
         self._bf_waiting: dict[int, JobRecord] = {}
-        """Heads that failed between passes, to plan in the next one."""
+        """The jobs the next backfill pass tests (with the reservations' jobs): heads that
+        failed since the last pass and the jobs that pass tested."""
         self._retried: dict[int, Reservation] = {}
         """Reservations opened for their own job's attempt in this cycle."""
         self._ends: dict[str, list[tuple[float, dict[FlavorResource, int], str]]] | None = None
+        self._quota_ends: dict[str, QuotaEnds] = {}
+        """Per quota tree, the sums of what its running jobs give back (until they change)."""
         """Admitted jobs' planned ends (see :meth:`_running_ends`); None: to rebuild."""
         self._timeline: Timeline | None = None
+        """When the running jobs end, per node: built at the first pass, then kept up to
+        date as jobs start and end (None: to rebuild)."""
         self._no_room: dict[tuple[object, str], float] = {}
         """This cycle: the shortest end for which a shape found no room on held nodes in
         a ClusterQueue (within a cycle held nodes only fill up)."""
-        """The node timeline of the current backfill pass, built when first needed."""
-        """Backfill tests (plans and tries on held nodes) left in this cycle."""
         self._victim_cache: dict[str, tuple[ClusterQueue, PreemptionConfig]] = {}
         """Per ClusterQueue: its model and the preemption settings of its jobs."""
         self._protection_ends: set[float] = set()
@@ -273,8 +285,10 @@ class Engine:
 
     def _upsert(self, obj: Any) -> None:
         cache, queues = self.cache, self.queues
-        if self._reservations and isinstance(obj, (Node, ResourceFlavor, Cohort, ClusterQueue)):
-            self._drop_reservations()
+        if isinstance(obj, (Node, ResourceFlavor, Cohort, ClusterQueue)):
+            self._ends_changed()
+            if self._reservations:
+                self._drop_reservations()
         if isinstance(obj, Node):
             self._objects[("Node", obj.name)] = obj
             cache.upsert_node(obj)
@@ -334,8 +348,10 @@ class Engine:
 
     def _delete(self, kind: str, name: str) -> None:
         cache = self.cache
-        if self._reservations and kind in ("Node", "ResourceFlavor", "Cohort", "ClusterQueue"):
-            self._drop_reservations()
+        if kind in ("Node", "ResourceFlavor", "Cohort", "ClusterQueue"):
+            self._ends_changed()
+            if self._reservations:
+                self._drop_reservations()
         self._objects.pop((kind, name), None)
         if kind == "Node":
             cache.delete_node(name)
@@ -510,7 +526,7 @@ class Engine:
             node = QuotaNode(decision.cluster_queue, True)
         self.assigner.generation += 1
         since = job.submit_time if admitted_at is None else admitted_at
-        self._ends = None
+        self._ends_changed()
         rec.admission = Admission(
             decision.cluster_queue, node, usage, allocations, decision, admitted_at=since
         )
@@ -690,7 +706,7 @@ class Engine:
         admission = rec.admission
         assert admission is not None
         rec.admission = None
-        self._ends = None
+        self._ended(rec, admission)
         self._unready.pop(rec.id, None)
         self._admitted_by_cq.get(admission.cluster_queue, {}).pop(rec.id, None)
         charged = self.limits.release(rec.id)
@@ -900,7 +916,8 @@ class Engine:
 
         ``probe``, if given, is called with ``("round", -1)`` when a round starts and
         ``("nominated", job_id)`` / ``("decided", job_id)`` after each head is assigned
-        and after it is admitted or parked, so a caller can time single decisions.
+        and after it is admitted or parked, so a caller can time single decisions, and
+        with ``("backfill", -1)`` / ``("backfill_done", -1)`` around a backfill pass.
         It observes only: decisions never depend on it.
         """
         out: list[Decision] = self._outbox
@@ -930,9 +947,10 @@ class Engine:
         rounds = 0
         blocked = False
         backfill = self.config.backfill is not None
+        backfill_pass = self._pass_cycle = False
         if backfill:
             self._no_room.clear()
-            self._start_backfill_pass(now)
+            backfill_pass = self._pass_cycle = self._backfill_due(now)
         while not blocked and (limit is None or rounds < limit):
             heads = queues.heads()
             if not heads:
@@ -985,38 +1003,36 @@ class Engine:
                         self._park(rec, sq, info, assignment, out)
                 else:
                     self._not_fitting(rec, sq, info, assignment, claimed, out)
+                if self._retried and rec.admission is None and rec.id in self._retried:
+                    # Its own nodes were opened for its attempt: held again at once, so
+                    # no job after it in the round takes them.
+                    self._hold(self._retried.pop(rec.id))
                 if probe is not None:
                     probe("decided", rec.id)
             # A reservation holds for the rest of the round (Kueue: of its one-round cycle).
             self._unreserve()
         if self._retried:
             self._restore_retried()
+        if backfill_pass:
+            self.queues.restore_aside()
+            self._pass_cycle = False
+            if probe is not None:
+                probe("backfill", -1)
+            self._backfill_pass(out)
+            if probe is not None:
+                probe("backfill_done", -1)
         return out
 
     # ------------------------------------------------------------------ backfill
 
-    def _start_backfill_pass(self, now: float) -> None:
-        """Every ``interval_s`` a cycle is a backfill pass: the jobs it tries may be
-        planned (up to ``max_job_test``), and the heads that failed since the last pass
-        are tried again to be planned. Holders are planned again when what they wait
-        for is released."""
+    def _backfill_due(self, now: float) -> bool:
+        """Every ``interval_s`` a cycle ends with a backfill pass."""
         bf = self.config.backfill
         assert bf is not None
         if self._bf_last is not None and now - self._bf_last < bf.interval_s:
-            self._bf_budget = 0
-            return
+            return False
         self._bf_last = now
-        self._bf_budget = bf.max_job_test
-        self._timeline = None
-        retry = list(self._bf_waiting.values())
-        self._bf_waiting.clear()
-        items: list[Any] = []
-        for rec in retry:
-            sq = rec.queue
-            if sq is not None and rec.admission is None:
-                items.append(sq.cq if sq.cq.strict else sq)
-        if items:
-            self.queues.wake(list(dict.fromkeys(items)))
+        return True
 
     def _restore_retried(self) -> None:
         """Jobs tried again between passes that are still pending keep their reservation."""
@@ -1033,8 +1049,8 @@ class Engine:
         for name in res.nodes:
             slot = nodes.get(name)
             if slot is not None and slot not in holds.owner:
-                holds.hold(slot, res.job_id)
-                self.cache.reindex(slot)
+                if holds.hold(slot, res.job_id):
+                    self.cache.reindex(slot)
                 names.append(name)
         kept = Reservation(res.job_id, res.cluster_queue, res.start, tuple(names), res.quota)
         self._hold_quota(kept, 1)
@@ -1050,156 +1066,133 @@ class Engine:
         out: list[Decision],
     ) -> bool:
         """A head that does not fit: start it on nodes held for reservations it cannot
-        delay, or plan when it fits (its estimated start) and reserve for it; then the
-        jobs of the same shape behind it, each planned after the ones before, or started
-        on held nodes when they end in time. True when the head was admitted."""
-        bf = self.config.backfill
-        assert bf is not None
+        delay, or leave it to the next backfill pass. True when it was admitted.
+
+        In a cycle that ends with a pass, the jobs of its ClusterQueue behind it wait for
+        the pass too (Slurm's main scheduler stops at a partition's first blocked job):
+        started now, they could take the nodes it is about to reserve."""
         admitted = self._onto_held_nodes(rec, info)
         if admitted is not None:
             out.append(admitted)
             return True
-        if self._bf_budget <= 0:
-            # Not a pass (or its tests are spent): planned in the next pass.
-            self._bf_waiting[rec.id] = rec
-            return False
-        # Reservations of lower jobs yield to this one: they are planned again behind it.
-        # The queue's reservations go to its top jobs: lower ones of this ClusterQueue
-        # yield (planned again in the next pass). Across ClusterQueues jobs compare by
-        # priority, then time, then id (key[1:]).
-        rank = rec.key[1:]
-        self._yield(
-            [
-                r.job_id
-                for r in self._reservations.values()
-                if r.cluster_queue == info.name and self.jobs[r.job_id].key[1:] > rank
-            ]
-        )
-        self._retried.pop(rec.id, None)
-        self._bf_budget -= 1
-        self.stats["backfill_tests"] += 1
-        root = info.root_key
-        quota_ends = self._running_ends().get(root, [])
-        # Jobs of the same shape behind the head cannot fit before it: plan them in order,
-        # each with the ones before it holding their nodes; holds beyond the queue's
-        # reservations are given back afterwards.
-        tentative: list[int] = []
-        # Each ClusterQueue's jobs behind a head get an equal share of the pass's tests,
-        # so one deep queue cannot take them all (Slurm's bf_max_job_part, per queue).
-        share = max(1, bf.max_job_test // max(1, len(self.queues.queues)))
-        behind = heapq.nsmallest(
-            min(self._bf_budget, share, len(sq.members) - 1),
-            (r for r in sq.members.values() if r is not rec),
-            key=lambda r: r.key,
-        )
-        head_limit = rec.job.time_limit
-        for i, job in enumerate([rec, *behind]):
-            if i:
-                if self.limits.active and self._limit_held(job, out):
-                    continue
-                if self._bf_budget <= 0:
-                    break
-                self._bf_budget -= 1
-                self.stats["backfill_tests"] += 1
-                limit = job.job.time_limit
-                if limit is not None and (head_limit is None or limit < head_limit):
-                    admitted = self._onto_held_nodes(job, info)
-                    if admitted is not None:
-                        out.append(admitted)
-                        continue
-            planned = self._plan(job, info, quota_ends)
-            if planned is None:
-                self._estimates.pop(job.id, None)
-                break
-            start, slots, needs = planned
-            displaced = self._displaced(slots)
-            self._estimates[job.id] = start
-            held = sum(1 for r in self._reservations.values() if r.cluster_queue == info.name)
-            self._reserve_for(job, info, start, slots, needs, quota_ends)
-            self._plan_again(displaced)
-            if (bf.reservations_per_queue and held >= bf.reservations_per_queue) or (
-                i == 0 and self._outranked(job, sq)
-            ):
-                tentative.append(job.id)
-        for job_id in tentative:
-            self._drop_reservation(job_id, wake=False)
+        self._bf_waiting[rec.id] = rec
+        if self._pass_cycle:
+            self.queues.set_aside(sq.cq)
         return False
 
-    def _displaced(self, slots: list[NodeSlot]) -> list[int]:
-        """The lower reservations holding nodes of a new plan: given up before it holds
-        them, in priority order."""
+    def _backfill_pass(self, out: list[Decision]) -> None:
+        """Slurm's backfill pass: every reservation is planned again, with the jobs that
+        could not start since the last pass, and up to a fair share of ``max_job_test``
+        jobs behind each of them in its shape queue, in priority order (priority, then
+        time, then id), up to ``max_job_test`` jobs. Each job starts now if it fits
+        (on free nodes, or on held nodes it cannot delay), or is planned with the nodes
+        of every job before it held; the first ``reservations_per_queue`` of each
+        ClusterQueue keep what they hold, the others keep their estimated start."""
+        bf = self.config.backfill
+        assert bf is not None
+        jobs = self.jobs
+        pool: dict[int, JobRecord] = {j: jobs[j] for j in self._reservations}
+        for rec in self._bf_waiting.values():
+            pool.setdefault(rec.id, rec)
+        self._bf_waiting.clear()
+        share = max(1, bf.max_job_test // max(1, len(self.queues.queues)))
+        seen: set[int] = set()
+        live = [r for r in pool.values() if r.queue is not None and r.admission is None]
+        # Jobs behind the top heads only: behind a lower job they rank lower still, and
+        # as many heads as the tests can reach with the jobs behind them.
+        heads = bf.max_job_test // (share + 1) + 1
+        top = heapq.nsmallest(bf.max_job_test, live, key=lambda r: r.key[1:])
+        pool = {r.id: r for r in live}
+        for rec in top:
+            sq = rec.queue
+            assert sq is not None
+            if id(sq) in seen or sq.peek() is not rec:
+                continue
+            seen.add(id(sq))
+            if len(seen) > heads:
+                break
+            if len(sq.members) <= share + 1:
+                for other in sq.members.values():
+                    pool.setdefault(other.id, other)
+                continue
+            for other in sq.smallest(share + 1):
+                pool.setdefault(other.id, other)
+        self._drop_reservations(wake=False)
+        self._no_room.clear()
+        self._timeline_now().new_pass()
+        order = sorted(pool.values(), key=lambda r: r.key[1:])
+        budget = bf.max_job_test
+        held: dict[str, int] = {}
+        marked: list[NodeSlot] = []  # nodes of the pass's plans beyond the reservations
         owner = self._holds.owner
-        ids = {owner[slot] for slot in slots if slot in owner}
-        for job_id in ids:
-            self._drop_reservation(job_id, wake=False)
-        return sorted(ids, key=lambda j: self.jobs[j].key[1:])
-
-    def _plan_again(self, job_ids: list[int]) -> None:
-        """Plan displaced reservations again at once, behind the plans that displaced them
-        (while the pass has tests left; else in the next pass)."""
-        work = list(job_ids)
-        while work:
-            rec = self.jobs[work.pop(0)]
-            info = self.cache.cluster_queues.get(rec.cluster_queue or "")
-            planned = None
-            if info is not None and rec.admission is None and self._bf_budget > 0:
-                self._bf_budget -= 1
-                self.stats["backfill_tests"] += 1
-                ends = self._running_ends().get(info.root_key, [])
-                planned = self._plan(rec, info, ends)
+        cache = self.cache
+        starts: list[tuple[float, int]] = []  # the pass's reservations, soonest first
+        for i, rec in enumerate(order):
+            if budget <= 0:
+                # Not tested: the top of them again in the next pass.
+                for rest in order[i : i + bf.max_job_test]:
+                    self._bf_waiting[rest.id] = rest
+                break
+            info = cache.cluster_queues.get(rec.cluster_queue or "")
+            if info is None or rec.queue is None or rec.shape.partial is not None:
+                continue
+            if self.limits.active and self._limit_held(rec, out):
+                continue
+            budget -= 1
+            self.stats["backfill_tests"] += 1
+            limit = rec.job.time_limit
+            if limit is not None and starts and self._now + limit <= starts[-1][0]:
+                # Every reservation so far is of a higher job: only one that starts after
+                # this job ends can take it.
+                i = bisect.bisect_left(starts, (self._now + limit, -1))
+                after = [self._reservations[j] for _, j in starts[i:]]
+                admitted = self._onto_held_nodes(rec, info, after)
+                if admitted is not None:
+                    out.append(admitted)
+                    continue
+            self._bf_waiting[rec.id] = rec
+            planned = self._plan(rec, info, self._quota_ends_of(info.root_key))
             if planned is None:
                 self._estimates.pop(rec.id, None)
-                self._bf_waiting[rec.id] = rec
                 continue
-            start, slots, needs = planned
-            more = self._displaced(slots)
+            start, slots, needs, now = planned
+            if now and not self._admission_blocked():
+                trial = self.assigner.assign_fresh(rec.shape, info)
+                if trial.ok:
+                    del self._bf_waiting[rec.id]
+                    out.append(self._admit(rec, info, trial))
+                    continue
             self._estimates[rec.id] = start
-            self._reserve_for(rec, info, start, slots, needs, ends)  # type: ignore[arg-type]
-            work = sorted({*work, *more}, key=lambda j: self.jobs[j].key[1:])
-
-    def _yield(self, job_ids: list[int]) -> None:
-        """Give up these reservations; their jobs are planned again in the next pass."""
-        for job_id in job_ids:
-            self._drop_reservation(job_id)
-            self._estimates.pop(job_id, None)
-            self._bf_waiting[job_id] = self.jobs[job_id]
-
-    def _outranked(self, rec: JobRecord, sq: ShapeQueue) -> bool:
-        """Whether a higher job of the same ClusterQueue waits without a reservation (it
-        is parked, so not tried now): ``rec`` may not take the queue's reservation."""
-        for other in sq.cq.shapes.values():
-            if other is sq:
+            count = held.get(info.name, 0)
+            held[info.name] = count + 1
+            if bf.reservations_per_queue and count >= bf.reservations_per_queue:
+                # Beyond the queue's reservations: an estimate, its nodes closed to the
+                # plans of the rest of the pass (not held: nothing else is kept off them).
+                for slot in slots:
+                    if slot not in owner:
+                        owner[slot] = rec.id
+                        marked.append(slot)
                 continue
-            head = other.peek()
-            if head is not None and head.key < rec.key and head.id not in self._reservations:
-                return True
-        return False
+            self._reserve_for(rec, info, start, slots, needs)
+            bisect.insort(starts, (start, rec.id))
+        for slot in marked:
+            del owner[slot]
 
     def _plan(
         self,
         rec: JobRecord,
         info: ClusterQueueInfo,
-        quota_ends: list[tuple[float, dict[FlavorResource, int], str]],
-    ) -> tuple[float, list[NodeSlot], dict[FlavorResource, int]] | None:
+        quota_ends: QuotaEnds,
+    ) -> tuple[float, list[NodeSlot], dict[FlavorResource, int], bool] | None:
         """When ``rec`` can start in ``info`` (rounded up to ``bf_resolution``, within
-        ``bf_window``), on which whole nodes, with which quota; None when not in the
-        window (or never)."""
+        ``bf_window``), on which whole nodes, with which quota, and whether that is now;
+        None when not in the window (or never). Nodes held for the reservations made so
+        far in the pass (all of higher jobs) are closed."""
         bf = self.config.backfill
         assert bf is not None
-        if self._timeline is None:
-            admitted = (r for jobs in self._admitted_by_cq.values() for r in jobs.values())
-            self._timeline = Timeline(self.cache, admitted, self._now, self._holds)
-        timeline, cache = self._timeline, self.cache
-        # Nodes held for reservations of higher jobs are closed; those of lower jobs are
-        # planned over (and those reservations given up if the plan takes them).
-        owner, jobs, rank = self._holds.owner, self.jobs, rec.key[1:]
-        ranks = {r.job_id: jobs[r.job_id].key[1:] for r in self._reservations.values()}
-
-        def closed(slot: NodeSlot) -> bool:
-            holder = owner.get(slot)
-            return holder is not None and ranks[holder] <= rank
-
-        start = self._now
+        timeline, cache, now = self._timeline_now(), self.cache, self._now
+        closed = self._holds.owner.__contains__
+        start = now
         taken: set[NodeSlot] = set()
         needs: dict[FlavorResource, int] = {}
         for pod_set in rec.shape.pod_sets:
@@ -1217,9 +1210,13 @@ class Engine:
                     continue
                 accept = node_filter(pod_set, flavor, index.tainted > 0, ())
                 cutoff = best[0] if best is not None else math.inf
-                found = plan_nodes(pod_set, name, timeline, closed, taken, accept, cutoff)
+                found = plan_nodes(
+                    pod_set, name, cache, timeline, now, closed, taken, accept, cutoff
+                )
                 if found is not None and (best is None or found[0] < best[0]):
                     best = (found[0], found[1], name)
+                    if found[0] <= now:
+                        break
             if best is None:
                 return None
             at, slots, chosen = best
@@ -1233,22 +1230,73 @@ class Engine:
                     continue
                 f = chosen if chosen in g.flavors else g.flavors[0]
                 needs[(f, resource)] = needs.get((f, resource), 0) + amount * pod_set.count
-        at_quota = plan_quota(needs, info, quota_ends, self._now)
+        at_quota = plan_quota(needs, info, quota_ends, now)
         if at_quota is None:
             return None
-        start = round_up(max(start, at_quota), bf.resolution_s)
-        if start > self._now + bf.window_s:
+        at = max(start, at_quota)
+        start = round_up(at, bf.resolution_s)
+        if start > now + bf.window_s:
             return None
-        return start, sorted(taken, key=lambda slot: slot.name), needs
+        return start, sorted(taken, key=lambda slot: slot.name), needs, at <= now
+
+    def _timeline_now(self) -> Timeline:
+        if self._timeline is None:
+            admitted = (r for jobs in self._admitted_by_cq.values() for r in jobs.values())
+            self._timeline = Timeline(admitted)
+        return self._timeline
+
+    def _quota_ends_of(self, root: str) -> QuotaEnds:
+        found = self._quota_ends.get(root)
+        if found is None:
+            found = self._quota_ends[root] = QuotaEnds(self._running_ends().get(root, []))
+        return found
+
+    def _ends_changed(self) -> None:
+        """Jobs' ends or the quota trees changed in a way not tracked one by one."""
+        self._ends = None
+        self._quota_ends.clear()
+        self._timeline = None
+
+    def _ended(self, rec: JobRecord, adm: Admission) -> None:
+        """A job gave back its nodes and quota: take it out of the running ends."""
+        if self._timeline is not None:
+            self._timeline.ended(rec)
+        self._quota_ends.clear()
+        ends = self._ends
+        if ends is None:
+            return
+        if adm.evicting:
+            end = -math.inf
+        elif rec.job.time_limit is not None:
+            end = adm.admitted_at + rec.job.time_limit
+        else:
+            return
+        info = self.cache.cluster_queues.get(adm.cluster_queue)
+        keys = ["cq:" + adm.cluster_queue]
+        if info is not None:
+            keys.append(info.root_key)
+        for key in keys:
+            entries = ends.get(key)
+            if not entries:
+                continue
+            i = bisect.bisect_left(entries, end, key=lambda e: e[0])
+            while i < len(entries) and entries[i][0] == end:
+                if entries[i][1] is adm.usage:
+                    del entries[i]
+                    break
+                i += 1
+            else:
+                # Not where expected (the tree changed): rebuilt when next needed.
+                self._ends = None
+                return
 
     def _running_ends(self) -> dict[str, list[tuple[float, dict[FlavorResource, int], str]]]:
         """Admitted jobs with a time limit by quota tree (and by ``cq:<ClusterQueue>``),
         as ``(planned end, quota usage, ClusterQueue)``, soonest first; a job being
-        evicted ends now. Kept until a job is admitted, released or evicted."""
+        evicted ends now. Kept up to date as jobs are admitted and released."""
         if self._ends is not None:
             return self._ends
         ends: dict[str, list[tuple[float, dict[FlavorResource, int], str]]] = {}
-        now = self._now
         for cq_name, jobs in self._admitted_by_cq.items():
             info = self.cache.cluster_queues.get(cq_name)
             tree = ends.setdefault(info.root_key if info is not None else "", [])
@@ -1257,9 +1305,9 @@ class Engine:
                 adm = rec.admission
                 assert adm is not None
                 if adm.evicting:
-                    end = now
+                    end = -math.inf
                 elif rec.job.time_limit is not None:
-                    end = max(now, adm.admitted_at + rec.job.time_limit)
+                    end = adm.admitted_at + rec.job.time_limit
                 else:
                     continue
                 tree.append((end, adm.usage, cq_name))
@@ -1267,11 +1315,18 @@ class Engine:
         for tree_ends in ends.values():
             tree_ends.sort(key=lambda e: e[0])
         self._ends = ends
+        self._quota_ends.clear()
         return ends
 
-    def _onto_held_nodes(self, rec: JobRecord, info: ClusterQueueInfo) -> Admit | None:
+    def _onto_held_nodes(
+        self,
+        rec: JobRecord,
+        info: ClusterQueueInfo,
+        among: Iterable[Reservation] | None = None,
+    ) -> Admit | None:
         """Backfill: admit ``rec`` on held nodes of reservations that start after it ends,
-        or that are held for lower jobs (planned again in the next pass)."""
+        or that are held for lower jobs (planned again in the next pass); only ``among``
+        these, if given."""
         if not self._reservations:
             return None
         limit = rec.job.time_limit
@@ -1279,36 +1334,35 @@ class Engine:
         memo = (rec.shape, info.name)
         if end >= self._no_room.get(memo, math.inf):
             return None
-        holds, nodes, jobs = self._holds, self.cache.nodes, self.jobs
-        eligible = [
-            r
-            for r in self._reservations.values()
-            if end <= r.start or jobs[r.job_id].key[1:] > rec.key[1:]
-        ]
-        # Most held nodes are busy until their reservation starts: without a free GPU on
-        # any eligible one (for a GPU job), there is nothing to try.
-        unit = min((g for p in rec.shape.pod_sets if (g := p.request(GPU)) > 0), default=0)
-        if unit > 0 and not any(
-            holds.amounts.get(slot, {}).get(GPU, 0) >= unit
-            for r in eligible
-            for name in r.nodes
-            if (slot := nodes.get(name)) is not None
-        ):
-            return None
+        holds, jobs, rank = self._holds, self.jobs, rec.key[1:]
+        # Only held nodes that had free capacity to hold can take anything (most are busy
+        # until their reservation starts); for a job whose every pod set asks for GPUs,
+        # only those with a unit's worth of free GPUs.
+        gpus = [p.request(GPU) for p in rec.shape.pod_sets]
+        unit = min(gpus) if all(gpus) else 0
         opened: list[tuple[NodeSlot, int]] = []
         lifted: list[Reservation] = []
-        for r in eligible:
+        roomy_by_owner = holds.roomy
+        for r in self._reservations.values() if among is None else among:
+            if end > r.start and jobs[r.job_id].key[1:] <= rank:
+                continue
             if r.quota:
-                self._hold_quota(r, -1)
                 lifted.append(r)
-            for name in r.nodes:
-                slot = nodes.get(name)
-                if slot is not None and holds.owner.get(slot) == r.job_id:
-                    holds.unhold(slot)
-                    self.cache.reindex(slot)
-                    opened.append((slot, r.job_id))
-        if not opened and not lifted:
+            roomy = roomy_by_owner.get(r.job_id)
+            if roomy is not None and holds.most_gpus.get(r.job_id, 0) >= unit:
+                opened.extend(
+                    (slot, r.job_id)
+                    for slot in roomy
+                    if unit <= 0 or holds.amounts[slot].get(GPU, 0) >= unit
+                )
+        # A GPU job failed on everything but these nodes: without one, nothing to try.
+        if not opened and (unit > 0 or not lifted):
             return None
+        for r in lifted:
+            self._hold_quota(r, -1)
+        for slot, _ in opened:
+            if holds.unhold(slot):
+                self.cache.reindex(slot)
         self.assigner.generation += 1
         trial = self.assigner.assign_fresh(rec.shape, info)
         decision = None
@@ -1317,8 +1371,8 @@ class Engine:
         elif not trial.ok:
             self._no_room[memo] = min(end, self._no_room.get(memo, math.inf))
         for slot, owner in opened:
-            holds.hold(slot, owner)
-            self.cache.reindex(slot)
+            if holds.hold(slot, owner):
+                self.cache.reindex(slot)
         for r in lifted:
             self._hold_quota(r, 1)
         self.assigner.generation += 1
@@ -1359,7 +1413,6 @@ class Engine:
         start: float,
         slots: list[NodeSlot],
         needs: dict[FlavorResource, int],
-        quota_ends: list[tuple[float, dict[FlavorResource, int], str]],
     ) -> None:
         """Hold the planned nodes, and the quota the job needs beyond what the jobs of
         its ClusterQueue that end by ``start`` give back (so jobs that outlive the
@@ -1368,15 +1421,11 @@ class Engine:
         names: list[str] = []
         for slot in slots:
             if slot not in holds.owner:
-                holds.hold(slot, rec.id)
-                self.cache.reindex(slot)
+                if holds.hold(slot, rec.id):
+                    self.cache.reindex(slot)
                 names.append(slot.name)
-        freed: dict[FlavorResource, int] = {}
-        for end, usage, _ in self._running_ends().get("cq:" + info.name, []):
-            if end > start:
-                break
-            for fr, amount in usage.items():
-                freed[fr] = freed.get(fr, 0) + amount
+        own = self._quota_ends_of("cq:" + info.name)
+        freed = {fr: own.returned(fr, start, amount) for fr, amount in needs.items()}
         quota = tuple(
             (fr, amount - freed.get(fr, 0))
             for fr, amount in sorted(needs.items())
@@ -1390,15 +1439,16 @@ class Engine:
     def _drop_reservation(self, job_id: int, wake: bool = True) -> None:
         """Give back what a reservation holds and (``wake``) wake what waits for it."""
         res = self._reservations.pop(job_id)
-        self._no_room.clear()
-        holds, nodes = self._holds, self.cache.nodes
+        holds, nodes, owner = self._holds, self.cache.nodes, self._holds.owner
         keys: list[str] = []
+        reindex = self.cache.reindex
         for name in res.nodes:
             slot = nodes.get(name)
-            if slot is not None and holds.owner.get(slot) == job_id:
-                holds.unhold(slot)
-                self.cache.reindex(slot)
-                keys.extend("flavor:" + index.name for index in slot.flavors)
+            if slot is not None and owner.get(slot) == job_id:
+                if holds.unhold(slot):
+                    reindex(slot)
+                if wake:
+                    keys.extend("flavor:" + index.name for index in slot.flavors)
         info = self.cache.cluster_queues.get(res.cluster_queue)
         root = ""
         usage: dict[FlavorResource, int] = {}
@@ -1406,9 +1456,10 @@ class Engine:
         if info is not None and res.quota:
             for fr, amount in res.quota:
                 info.node.remove_usage(fr, amount)
-            root, usage = info.root_key, dict(res.quota)
-            top = info.node.top or info.node
-            levels = {fr: top.subtree.get(fr, 0) - top.usage.get(fr, 0) for fr in usage}
+            if wake:
+                root, usage = info.root_key, dict(res.quota)
+                top = info.node.top or info.node
+                levels = {fr: top.subtree.get(fr, 0) - top.usage.get(fr, 0) for fr in usage}
         self.assigner.generation += 1
         if wake:
             self.queues.release(root, usage, levels, list(dict.fromkeys(keys)))
@@ -1421,10 +1472,11 @@ class Engine:
         self._bf_last = None
         self.queues.wake_all()
 
-    def _drop_reservations(self) -> None:
-        """Before the nodes or quotas change: every reservation is planned again."""
+    def _drop_reservations(self, wake: bool = True) -> None:
+        """Before the nodes or quotas change (or a pass): every reservation is planned
+        again."""
         for job_id in list(self._reservations):
-            self._drop_reservation(job_id)
+            self._drop_reservation(job_id, wake)
 
     def next_wakeup(self) -> float | None:
         """When the next cycle has something to do without any new event.
@@ -1627,7 +1679,7 @@ class Engine:
             if adm.evicting:
                 continue
             adm.evicting = True
-            self._ends = None
+            self._ends_changed()
             cand.rec.evicted_for = "Preempted"
             cand.rec.evicted_at = self._now
             victim_info = self.cache.cluster_queues.get(adm.cluster_queue)
@@ -1842,7 +1894,7 @@ class Engine:
             if rec is None or rec.admission is None or rec.admission.evicting:
                 continue
             rec.admission.evicting = True
-            self._ends = None
+            self._ends_changed()
             rec.evicted_for = "PodsReadyTimeout"
             rec.evicted_at = now
             count = rec.requeue_count + 1
@@ -1900,6 +1952,7 @@ class Engine:
         if self._ends is not None and rec.job.time_limit is not None:
             # Kept sorted rather than rebuilt: backfill admits many jobs in one pass.
             entry = (self._now + rec.job.time_limit, rec.admission.usage, info.name)
+            self._quota_ends.clear()
             for key in (info.root_key, "cq:" + info.name):
                 bisect.insort(self._ends.setdefault(key, []), entry, key=lambda e: e[0])
         if self._timeline is not None:
@@ -1994,7 +2047,7 @@ class Engine:
             for rec in victims:
                 if rec.admission is not None and not rec.admission.evicting:
                     rec.admission.evicting = True
-                    self._ends = None
+                    self._ends_changed()
                     rec.evicted_for = reason
                     rec.evicted_at = self._now
                     out.append(Evict(rec.id, reason, message))

@@ -80,6 +80,24 @@ class ShapeQueue(_Parkable):
             heapq.heappop(heap)
         return None
 
+    def smallest(self, k: int) -> list[JobRecord]:
+        """The first ``k`` jobs, in order, without disturbing the heap: a walk down from
+        its root that skips stale entries."""
+        heap, members = self.heap, self.members
+        out: list[JobRecord] = []
+        if not heap:
+            return out
+        frontier = [(heap[0], 0)]
+        while frontier and len(out) < k:
+            entry, i = heapq.heappop(frontier)
+            k0, k1, k2, jid, _, rec = entry
+            if members.get(jid) is rec and rec.key == (k0, k1, k2, jid):
+                out.append(rec)
+            for child in (2 * i + 1, 2 * i + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child], child))
+        return out
+
     def push(self, rec: JobRecord) -> None:
         # A job may have stale entries with its own key (pushed again after a requeue):
         # the push counter keeps tuples from ever comparing the records themselves.
@@ -259,6 +277,7 @@ class QueueManager:
         self.queues: dict[str, ClusterQueueQueue] = {}
         self.parked = ParkIndex()
         self._candidates: dict[str, ClusterQueueQueue] = {}
+        self._aside: dict[str, ClusterQueueQueue] = {}
         self._tokens = 0
 
     def _token(self) -> int:
@@ -346,6 +365,15 @@ class QueueManager:
     def mark_candidate(self, cqq: ClusterQueueQueue) -> None:
         self._candidates[cqq.name] = cqq
 
+    def set_aside(self, cqq: ClusterQueueQueue) -> None:
+        """Offer no more heads of ``cqq`` until :meth:`restore_aside` (the rest of a cycle)."""
+        self._aside[cqq.name] = cqq
+        self._candidates.pop(cqq.name, None)
+
+    def restore_aside(self) -> None:
+        self._candidates.update(self._aside)
+        self._aside.clear()
+
     def has_candidates(self) -> bool:
         """Whether some ClusterQueue may have a head for the next cycle."""
         return any(
@@ -357,8 +385,9 @@ class QueueManager:
         """One head per ClusterQueue that is neither stopped nor blocked."""
         out: list[tuple[JobRecord, ShapeQueue, ClusterQueueQueue]] = []
         drop: list[str] = []
+        aside = self._aside
         for name, cqq in self._candidates.items():
-            found = None if (cqq.parked or cqq.stopped) else cqq.head()
+            found = None if (cqq.parked or cqq.stopped or name in aside) else cqq.head()
             if found is None:
                 drop.append(name)
             else:
