@@ -276,6 +276,24 @@ def test_lowering_a_limit_keeps_running_jobs_and_holds_new_ones() -> None:
     assert admitted_ids(engine.cycle(13)) == [late.id]
 
 
+def test_limits_set_after_jobs_started_count_the_running_jobs() -> None:
+    # Without limits nothing is charged; the first limit charges what already runs.
+    engine = cluster(PriorityClass(name="normal", value=0))
+    running = submit(engine, qjob(1, submit=1), qjob(1, submit=2))
+    assert admitted_ids(engine.cycle(10)) == [j.id for j in running]
+    for _ in range(2):
+        engine.apply(Upsert(pclass(maxJobsPerUser=2)))
+        (late,) = submit(engine, qjob(1, submit=3))
+        out = engine.cycle(11)
+        assert admitted_ids(out) == []
+        assert pendings(out)[late.id].message.endswith("limit 2 (2 running)")
+        # Gone and set again: counted afresh, not twice.
+        engine.apply(Upsert(PriorityClass(name="normal", value=0)))
+        assert admitted_ids(engine.cycle(12)) == [late.id]
+        engine.apply(Finish(late.id))
+        engine.cycle(13)
+
+
 def test_removing_the_limits_starts_held_jobs() -> None:
     engine = cluster(pclass(maxJobsPerUser=1))
     a1, a2 = submit(engine, qjob(1, submit=1), qjob(1, submit=2))

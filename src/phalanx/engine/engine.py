@@ -335,13 +335,17 @@ class Engine:
             self._priority_inputs_changed()
             self._recheck_namespaces(self._pending_by_tenant.get(obj.name, {}).values())
             self._resolve_waiting()
+            was = self.limits.active
             if self.limits.set_tenant(obj.name, obj.limits) or self.limits.tenants:
+                self._limits_switched(was)
                 self._limits_changed(self.limits.keys_of_tenants())
         elif isinstance(obj, PriorityClass):
             self._objects[("PriorityClass", obj.name)] = obj
             cache.priority_classes[obj.name] = obj
             self._prio_dirty = True
+            was = self.limits.active
             if self.limits.set_class(obj.name, obj.limits):
+                self._limits_switched(was)
                 self._limits_changed(self.limits.keys_of_class(obj.name))
         else:
             raise TypeError(f"cannot upsert {type(obj).__name__}")
@@ -380,12 +384,16 @@ class Engine:
         elif kind == "Tenant":
             cache.tenants.pop(name, None)
             self._priority_inputs_changed()
+            was = self.limits.active
             if self.limits.set_tenant(name, None) or self.limits.tenants:
+                self._limits_switched(was)
                 self._limits_changed(self.limits.keys_of_tenants())
         elif kind == "PriorityClass":
             cache.priority_classes.pop(name, None)
             self._prio_dirty = True
+            was = self.limits.active
             if self.limits.set_class(name, None):
+                self._limits_switched(was)
                 self._limits_changed(self.limits.keys_of_class(name))
         else:
             raise ValueError(f"unknown kind {kind!r}")
@@ -684,6 +692,14 @@ class Engine:
         rec.waiting = reason
         self.limits.hold(rec, key)
         self._emit_reason(rec, reason, out)
+
+    def _limits_switched(self, was: bool) -> None:
+        """Running jobs are charged to limits only while some are set."""
+        if self.limits.active and not was:
+            admitted = (r for jobs in self._admitted_by_cq.values() for r in jobs.values())
+            self.limits.started(admitted, self.cache.tenants)
+        elif was and not self.limits.active:
+            self.limits.stopped()
 
     def _recheck_held(self, keys: Iterable[Key]) -> None:
         """The jobs held under ``keys`` (whose usage or limits changed): queue those no

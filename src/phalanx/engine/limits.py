@@ -134,6 +134,18 @@ class Limits:
             self.tenants[name] = limits
         return old != limits
 
+    def started(self, admitted: Iterable[JobRecord], tenants: Mapping[str, Tenant]) -> None:
+        """The first limits were just set: charge the jobs already running."""
+        for rec in admitted:
+            if rec.admission is not None:
+                counts = {p.name: p.count for p in rec.admission.decision.pod_sets}
+                self.charge(rec, tenants, counts)
+
+    def stopped(self) -> None:
+        """The last limits are gone: nothing is charged until some are set again."""
+        self._usage.clear()
+        self._charges.clear()
+
     # ------------------------------------------------------------------ usage
 
     def usage(self, key: Key) -> Usage:
@@ -162,8 +174,9 @@ class Limits:
     def charge(
         self, rec: JobRecord, tenants: Mapping[str, Tenant], counts: Mapping[str, int]
     ) -> None:
-        """Charge an admitted job (``counts``: its pod sets' admitted task counts)."""
-        if rec.id in self._charges:
+        """Charge an admitted job (``counts``: its pod sets' admitted task counts).
+        Nothing is charged while no limits are set (see :meth:`started`)."""
+        if rec.id in self._charges or not (self.classes or self.tenants):
             return
         keys = self._keys(rec.job, tenants)
         tres = job_tres(rec.shape, counts)
