@@ -176,13 +176,33 @@ def _kind_of(manifest: dict[str, Any]) -> str:
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--dry-run", is_flag=True, help="print the manifests instead of applying them")
 def import_(path: Path, dry_run: bool) -> None:
-    """Create Nodes, flavors and ClusterQueues from a Slurm slurm.conf."""
+    """Create Nodes, flavors and ClusterQueues from a Slurm slurm.conf (and a Topology
+    from the topology.conf beside it, with TopologyPlugin=topology/tree or /block)."""
+    import re
+
     from phalanx.dialects.kueue import KINDS, to_manifest
     from phalanx.dialects.slurm import read_slurm_conf
     from phalanx.dialects.slurm.scheduling import read_scheduling
+    from phalanx.dialects.slurm.slurmconf import topology_plugin
+    from phalanx.errors import Invalid
 
     text = path.read_text(encoding="utf-8")
-    objects = read_slurm_conf(text, str(path))
+    if re.search(r"^\s*(SwitchName|BlockName)\s*=", text, re.IGNORECASE | re.MULTILINE):
+        raise Invalid(
+            f"{path}: this is a topology.conf; import the slurm.conf beside it "
+            "(with TopologyPlugin=topology/tree or topology/block), which reads it"
+        )
+    topology = None
+    plugin = topology_plugin(text, str(path))
+    if plugin is not None:
+        conf = path.parent / "topology.conf"
+        if not conf.is_file():
+            raise Invalid(
+                f"{path}:{plugin[0]}: TopologyPlugin=topology/{plugin[1]} reads {conf}, "
+                "which does not exist"
+            )
+        topology = (conf.read_text(encoding="utf-8"), str(conf))
+    objects = read_slurm_conf(text, str(path), topology)
     if read_scheduling(text, str(path)):
         sys.stderr.write(
             f"note: {path}'s scheduling keys (Priority*, SchedulerType, SchedulerParameters) "

@@ -43,7 +43,7 @@ import hostlist
 from phalanx.dialects.slurm.memory import MB
 from phalanx.dialects.slurm.sbatch import FEATURE_LABEL, GPU_TYPE_LABEL, HOSTNAME_LABEL
 from phalanx.errors import Invalid
-from phalanx.model.flavor import ResourceFlavor
+from phalanx.model.flavor import ResourceFlavor, Topology
 from phalanx.model.node import AdminState, Node
 from phalanx.model.preemptmode import (
     GRACE_TIME_ANNOTATION,
@@ -223,10 +223,36 @@ def _ordering(source: str, number: int, attrs: dict[str, str]) -> dict[str, str]
     return annotations
 
 
+def topology_plugin(text: str, source: str = "slurm.conf") -> tuple[int, str] | None:
+    """The line and form (``tree``, ``block``) of a ``TopologyPlugin`` that reads
+    ``topology.conf``; None when there is none (``topology/flat``, the default)."""
+    from phalanx.dialects.slurm.topologyconf import TOPOLOGY_PLUGINS
+
+    found = None
+    for number, line in _logical_lines(text):
+        for key, value in _pairs(source, number, line)[:1]:
+            if key == "topologyplugin":
+                plugin = value.lower()
+                if plugin in TOPOLOGY_PLUGINS:
+                    found = (number, TOPOLOGY_PLUGINS[plugin])
+                elif plugin in ("", "topology/flat", "topology/none", "topology/default"):
+                    found = None
+                else:
+                    raise Invalid(
+                        f"{source}:{number}: TopologyPlugin={value} is not supported "
+                        "(expected topology/tree, topology/block or topology/flat)"
+                    )
+    return found
+
+
 def read_slurm_conf(
-    text: str, source: str = "slurm.conf"
-) -> list[Node | ResourceFlavor | ClusterQueue]:
-    """Nodes, then a flavor and a ClusterQueue per partition, from ``slurm.conf`` text."""
+    text: str,
+    source: str = "slurm.conf",
+    topology: tuple[str, str] | None = None,
+) -> list[Node | ResourceFlavor | ClusterQueue | Topology]:
+    """Nodes, then a flavor and a ClusterQueue per partition, from ``slurm.conf`` text;
+    with ``topology`` (the text and name of its ``topology.conf``), the Topology too,
+    every node labelled with its place in it and every flavor naming it."""
     node_defaults: dict[str, str] = {}
     part_defaults: dict[str, str] = {}
     nodes: dict[str, dict[str, str]] = {}
@@ -325,12 +351,27 @@ def read_slurm_conf(
             reason=attrs.get("reason", "") if state is not AdminState.UP else "",
         )
 
+    topo = None
+    if topology is not None:
+        from phalanx.dialects.slurm.topologyconf import read_topology_conf
+
+        topo = read_topology_conf(topology[0], list(built), topology[1])
+        for host, labels in topo.labels.items():
+            node = built[host]
+            built[host] = node.model_copy(update={"labels": {**node.labels, **labels}})
+
     flavors: list[ResourceFlavor] = []
     queues: list[ClusterQueue] = []
     for name, (number, attrs) in partitions.items():
         hosts = members[name]
         label = PARTITION_LABEL.format(name)
-        flavors.append(ResourceFlavor(name=name, node_labels={label: "true"}))
+        flavors.append(
+            ResourceFlavor(
+                name=name,
+                node_labels={label: "true"},
+                topology_name=topo.topology.name if topo is not None else None,
+            )
+        )
         totals = {CPU: 0, MEMORY: 0, GPU: 0}
         for host in hosts:
             for resource in totals:
@@ -373,4 +414,5 @@ def read_slurm_conf(
                 annotations=annotations,
             )
         )
-    return [*built.values(), *flavors, *queues]
+    extra: list[Topology] = [topo.topology] if topo is not None else []
+    return [*built.values(), *extra, *flavors, *queues]
