@@ -237,9 +237,26 @@ def _path(path: tuple[str | int, ...]) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
 
 
-def test_required_topology_is_refused_naming_the_annotation() -> None:
+def test_topology_slices_are_refused_naming_the_annotation() -> None:
     doc = _doc("jobs/sample-jobset-tas-sliced.yaml")
     with pytest.raises(JobFieldError) as caught:
         _convert(doc)
     assert caught.value.path[-1] == "kueue.x-k8s.io/podset-slice-required-topology"
     assert "remove the annotation" in caught.value.message
+
+
+def test_topology_annotations_become_the_pod_sets_topology_request() -> None:
+    job = _convert(_doc("jobs/sample-jobset-tas-required.yaml")).submission
+    [topology] = {p.topology for p in job.pod_sets}
+    assert topology is not None and topology.required == "cloud.provider.com/topology-rack"
+    doc = _doc("jobs/sample-jobset-tas-required.yaml")
+    template = doc["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    annotations = template["metadata"]["annotations"]
+    annotations.clear()
+    annotations["kueue.x-k8s.io/podset-preferred-topology"] = "cloud.provider.com/topology-block"
+    [pod_set] = _convert(doc).submission.pod_sets[:1]
+    assert pod_set.topology.preferred == "cloud.provider.com/topology-block"
+    annotations["kueue.x-k8s.io/podset-unconstrained-topology"] = "true"
+    with pytest.raises(JobFieldError) as caught:
+        _convert(doc)
+    assert "expected one topology request" in caught.value.message

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from phalanx.engine.cache import ClusterCache, ClusterQueueInfo, GroupInfo
-from phalanx.engine.capacity import NodeSlot
+from phalanx.engine.capacity import FlavorNodes, NodeSlot
 from phalanx.engine.placement import NodeFilter, Overlay, PlacementPolicy, PlacementResult
 from phalanx.engine.quota import (
     FlavorResource,
@@ -37,6 +37,7 @@ from phalanx.engine.quota import (
     potential_available,
 )
 from phalanx.engine.shapes import JobShape, PodSetShape
+from phalanx.engine.topology import DomainIndex, place_in_topology
 from phalanx.model import (
     GPU,
     FungibilityPreference,
@@ -196,6 +197,8 @@ class FlavorAssigner:
             tuple[PodSetShape, tuple[GroupInfo, ...]],
             tuple[tuple[GroupInfo, ...], GroupInfo | None, str | None],
         ] = {}
+        self._domains: dict[str, DomainIndex] = {}
+        """Per flavor with a Topology, its nodes' domains (rebuilt when they change)."""
 
     def new_cycle(self) -> None:
         # Within a cycle capacity only shrinks, so a placement that failed stays failed.
@@ -455,10 +458,27 @@ class FlavorAssigner:
             if failed is not None:
                 return failed
         node_filter = _node_filter(pod_set, flavor, index.tainted > 0, tuple(chosen))
-        placed = self.placement.place(pod_set, index, node_filter, overlay)
+        domains = self._domain_index(flavor, index)
+        if domains is not None:
+            placed = place_in_topology(pod_set, index, domains, node_filter, overlay)
+        elif pod_set.topology is not None and pod_set.topology[0] == "required":
+            # A required topology needs a flavor with one.
+            placed = PlacementResult(None, 0)
+        else:
+            placed = self.placement.place(pod_set, index, node_filter, overlay)
         if not placed.ok and memo:
             self._failed[memo_key] = placed
         return placed
+
+    def _domain_index(self, flavor: ResourceFlavor, index: FlavorNodes) -> DomainIndex | None:
+        topology = self.cache.topologies.get(flavor.topology_name or "")
+        if topology is None:
+            return None
+        found = self._domains.get(flavor.name)
+        levels = tuple(level.node_label for level in topology.levels)
+        if found is None or found.key != (id(index), index.membership, levels):
+            found = self._domains[flavor.name] = DomainIndex.build(index, topology)
+        return found
 
     def still_fits(self, assignment: Assignment, cq: ClusterQueueInfo) -> bool:
         """Whether an assignment made earlier in this cycle still holds after other admissions."""

@@ -115,6 +115,8 @@ class FlavorNodes:
         self.members: dict[NodeSlot, None] = {}
         self.tainted = 0
         self.version = 0
+        self.membership = 0
+        """Counts the nodes added and removed (not their capacity changes)."""
 
     @property
     def name(self) -> str:
@@ -138,6 +140,7 @@ class FlavorNodes:
         elif slot.schedulable:
             self._insert(slot)
         self.version += 1
+        self.membership += 1
 
     def remove(self, slot: NodeSlot) -> None:
         self.members.pop(slot, None)
@@ -145,6 +148,7 @@ class FlavorNodes:
             self.tainted -= 1
         self._drop(slot)
         self.version += 1
+        self.membership += 1
 
     def update(self, slot: NodeSlot) -> None:
         """Re-bucket ``slot`` after its free capacity or schedulability changed."""

@@ -30,6 +30,8 @@ class PodSetShape:
     node_names: frozenset[str] | None = None
     exclude_nodes: frozenset[str] = frozenset()
     min_count: int | None = None
+    topology: tuple[str, str] | None = None
+    """``("required" | "preferred", level)`` or ``("unconstrained", "")``."""
 
     @property
     def units(self) -> int:
@@ -74,6 +76,17 @@ class JobShape:
                 break
 
 
+def _topology(pod_set: PodSet) -> tuple[str, str] | None:
+    request = pod_set.topology
+    if request is None:
+        return None
+    if request.required is not None:
+        return ("required", request.required)
+    if request.preferred is not None:
+        return ("preferred", request.preferred)
+    return ("unconstrained", "")
+
+
 class ShapeInterner:
     """Maps pod sets and jobs to shared shape objects."""
 
@@ -94,6 +107,7 @@ class ShapeInterner:
             node_names=frozenset(pod_set.node_names) if pod_set.node_names is not None else None,
             exclude_nodes=frozenset(pod_set.exclude_nodes),
             min_count=pod_set.min_count,
+            topology=_topology(pod_set),
         )
         return self._pod_sets.setdefault(shape, shape)
 

@@ -5,7 +5,7 @@ v1beta2 spelling; quantities are exact integers (milli-cores, bytes, devices).
 """
 
 from phalanx.model.flavor import HOSTNAME_LABEL, ResourceFlavor, Topology, TopologyLevel
-from phalanx.model.job import Job, JobState, PodSet
+from phalanx.model.job import Job, JobState, PodSet, TopologyRequest
 from phalanx.model.limits import PriorityClassLimits, TenantLimits
 from phalanx.model.node import AdminState, Node, NodeState, Taint, Toleration, tolerates
 from phalanx.model.quantity import (
@@ -79,6 +79,7 @@ __all__ = [
     "Toleration",
     "Topology",
     "TopologyLevel",
+    "TopologyRequest",
     "WhenCanBorrow",
     "WhenCanPreempt",
     "format_quantity",

@@ -12,7 +12,7 @@ from phalanx.model.node import Toleration
 from phalanx.model.quantity import GPU
 from phalanx.model.resources import ResourceList, parse_resources
 
-__all__ = ["Job", "JobState", "PodSet"]
+__all__ = ["Job", "JobState", "PodSet", "TopologyRequest"]
 
 
 class JobState(StrEnum):
@@ -65,6 +65,27 @@ _FINISHED = frozenset(
 )
 
 
+class TopologyRequest(PhalanxModel):
+    """Where a pod set's tasks go in its flavor's Topology (Kueue's ``topologyRequest``).
+
+    ``required``: all within one domain of that level (a node label of the Topology),
+    or the pod set does not start; ``preferred``: within one domain of that level if
+    any can hold it, else of the lowest level above that can; ``unconstrained``: no
+    constraint. Without a request, a pod set in a flavor with a Topology goes to the
+    lowest domain that can hold it (best fit among those).
+    """
+
+    required: str | None = Field(default=None, min_length=1)
+    preferred: str | None = Field(default=None, min_length=1)
+    unconstrained: bool = False
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> TopologyRequest:
+        if (self.required is not None) + (self.preferred is not None) + self.unconstrained != 1:
+            raise ValueError("expected exactly one of required, preferred or unconstrained")
+        return self
+
+
 class PodSet(PhalanxModel):
     """``count`` identical tasks, each requesting ``requests``.
 
@@ -87,6 +108,8 @@ class PodSet(PhalanxModel):
     min_count: int | None = Field(default=None, ge=1)
     """Kueue's ``minCount``: the pod set may be admitted with as few as this many tasks
     (partial admission) when the full ``count`` does not fit."""
+    topology: TopologyRequest | None = None
+    """Where its tasks go in the flavor's Topology (see :class:`TopologyRequest`)."""
 
     @field_validator("requests", mode="before")
     @classmethod

@@ -294,13 +294,14 @@ class _Pod:
     requests: dict[str, int]
     node_selector: dict[str, str]
     tolerations: list[Toleration]
+    topology: dict[str, Any] | None = None
 
 
 def _pod_template(template: Any, path: Path) -> _Pod:
     """The pod of a PodTemplateSpec at ``path``."""
     if not isinstance(template, dict):
         raise JobFieldError(path, f"expected a mapping (a pod template), got {describe(template)}")
-    _check_topology_request(template, path)
+    topology = _topology_request(template, path)
     spec = _mapping(template, "spec", path, required=True)
     spath = (*path, "spec")
     items = _list(spec, "containers", spath, required=True)
@@ -328,33 +329,57 @@ def _pod_template(template: Any, path: Path) -> _Pod:
         except ValidationError as exc:
             err = exc.errors()[0]
             raise JobFieldError((*where, *(str(p) for p in err["loc"])), str(err["msg"])) from None
-    return _Pod(containers, inits, total, selector, tolerations)
+    return _Pod(containers, inits, total, selector, tolerations, topology)
 
 
-REQUIRED_TOPOLOGY_ANNOTATIONS = (
-    "kueue.x-k8s.io/podset-required-topology",
+TOPOLOGY_ANNOTATIONS = {
+    "kueue.x-k8s.io/podset-required-topology": "required",
+    "kueue.x-k8s.io/podset-preferred-topology": "preferred",
+    "kueue.x-k8s.io/podset-unconstrained-topology": "unconstrained",
+}
+"""Kueue's topology requests on a pod template -> :class:`~phalanx.model.TopologyRequest`."""
+SLICE_TOPOLOGY_ANNOTATIONS = (
     "kueue.x-k8s.io/podset-slice-required-topology",
+    "kueue.x-k8s.io/podset-slice-required-topology-constraints",
 )
-"""Kueue's hard topology constraints on a pod template, which phalanx cannot honour yet."""
+"""Topology slices (each slice of ``podset-slice-size`` pods within one domain), which
+phalanx does not place yet."""
 
 
-def _check_topology_request(template: Mapping[str, Any], path: Path) -> None:
-    """Refuse a required topology placement rather than place the pods without it.
+def _topology_request(template: Mapping[str, Any], path: Path) -> dict[str, Any] | None:
+    """The pod template's topology request (one annotation at most), or None.
 
-    ``podset-preferred-topology`` and ``podset-unconstrained-topology`` ask for
-    best effort, which any placement satisfies; a required one would be broken
-    silently.
+    A slice request is refused rather than placed without its slices kept whole.
     """
     metadata = _mapping(template, "metadata", path)
+    where = (*path, "metadata", "annotations")
     annotations = _string_map(metadata, "annotations", (*path, "metadata"))
-    for key in REQUIRED_TOPOLOGY_ANNOTATIONS:
+    for key in SLICE_TOPOLOGY_ANNOTATIONS:
         if key in annotations:
             raise JobFieldError(
-                (*path, "metadata", "annotations", key),
-                f"not supported: topology-aware scheduling is not available, so pods cannot "
-                f"be kept within one {annotations[key]!r} domain; remove the annotation or use "
-                "kueue.x-k8s.io/podset-preferred-topology",
+                (*where, key),
+                "not supported: topology slices are not placed yet, so slices of "
+                f"kueue.x-k8s.io/podset-slice-size pods cannot be kept within one "
+                f"{annotations[key]!r} domain; remove the annotation or use "
+                "kueue.x-k8s.io/podset-required-topology for the whole pod set",
             )
+    found = [(k, v) for k, v in annotations.items() if k in TOPOLOGY_ANNOTATIONS]
+    if len(found) > 1:
+        raise JobFieldError(
+            (*where, found[1][0]),
+            f"expected one topology request, got {found[0][0]} and {found[1][0]}",
+        )
+    if not found:
+        return None
+    key, value = found[0]
+    kind = TOPOLOGY_ANNOTATIONS[key]
+    if kind == "unconstrained":
+        if value.lower() != "true":
+            raise JobFieldError((*where, key), f'expected "true", got {value!r}')
+        return {"unconstrained": True}
+    if not value:
+        raise JobFieldError((*where, key), "expected a topology level (a node label)")
+    return {kind: value}
 
 
 def _pod_set(name: str, count: int, pod: _Pod, path: Path, min_count: int | None = None) -> PodSet:
@@ -365,6 +390,7 @@ def _pod_set(name: str, count: int, pod: _Pod, path: Path, min_count: int | None
         "requests": format_resources(pod.requests),
         "node_selector": pod.node_selector,
         "tolerations": pod.tolerations,
+        "topology": pod.topology,
     }
     if min_count is not None:
         fields["min_count"] = min_count

@@ -1,0 +1,171 @@
+"""Topology-aware placement: a pod set in the tightest domain of its flavor's Topology.
+
+A ResourceFlavor that names a :class:`~phalanx.model.Topology` (levels of node
+labels, highest first, e.g. block > rack > hostname) places pod sets the way
+Kueue's Topology Aware Scheduling does (reference: kueue.md §2.11):
+
+1. Count, for every node of the flavor that passes the filter, how many of the
+   pod set's units fit (one at most with ``tasksPerNode``); sum the counts per
+   domain, level by level. Nodes without every level's label are outside the
+   topology and take nothing (``kubernetes.io/hostname`` defaults to the node's
+   name).
+2. Pick the domain. ``required`` level: the domain of that level that holds the
+   whole pod set with the least room to spare (best fit, so large free domains
+   stay whole for later gangs), or nothing. ``preferred`` level: the same, else
+   one level up, and so on; at the top, across top-level domains. No request:
+   ``preferred`` at the lowest level above the nodes (phalanx's default: every
+   gang in the lowest domain that can hold it). ``unconstrained``: across the
+   whole flavor.
+3. Descend: at each level below, the fewest child domains that hold what the
+   domain must take (the roomiest first, the last one the tightest that holds the
+   rest), down to nodes chosen the same way.
+
+The domain index of a flavor is rebuilt only when its nodes or the Topology
+change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from phalanx.engine.capacity import FlavorNodes, NodeSlot
+from phalanx.engine.placement import NodeFilter, Overlay, PlacementResult
+from phalanx.engine.shapes import PodSetShape
+from phalanx.model import HOSTNAME_LABEL, Topology
+
+__all__ = ["DomainIndex", "place_in_topology"]
+
+Path = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DomainIndex:
+    """Every node of a flavor with its domain at each level of the Topology."""
+
+    levels: tuple[str, ...]
+    paths: dict[NodeSlot, Path]
+    key: tuple[object, ...]
+
+    @classmethod
+    def build(cls, nodes: FlavorNodes, topology: Topology) -> DomainIndex:
+        levels = tuple(level.node_label for level in topology.levels)
+        paths: dict[NodeSlot, Path] = {}
+        for slot in nodes.members:
+            labels = slot.node.labels
+            # A node's hostname is its name unless a label says otherwise.
+            values = [
+                labels.get(label, slot.name if label == HOSTNAME_LABEL else None)
+                for label in levels
+            ]
+            if all(v is not None for v in values):
+                paths[slot] = tuple(v for v in values if v is not None)
+        return cls(levels, paths, (id(nodes), nodes.membership, levels))
+
+    def level_of(self, label: str) -> int | None:
+        try:
+            return self.levels.index(label)
+        except ValueError:
+            return None
+
+
+def _units(
+    slot: NodeSlot, pod_set: PodSetShape, filter_: NodeFilter | None, overlay: Overlay
+) -> int:
+    if filter_ is not None and not filter_(slot):
+        return 0
+    if pod_set.exclusive:
+        return 1 if slot.idle and slot not in overlay else 0
+    n = slot.fit_units(pod_set.unit_request(), overlay.get(slot))
+    return min(n, 1) if pod_set.one_unit_per_node else n
+
+
+def _pick(children: list[tuple[int, Path]], need: int) -> list[tuple[Path, int]]:
+    """The fewest children that hold ``need``: the roomiest first, then the tightest
+    one that holds the rest."""
+    ordered = sorted(children, key=lambda c: (-c[0], c[1]))
+    chosen: list[tuple[Path, int]] = []
+    for i, (room, key) in enumerate(ordered):
+        if room >= need:
+            tight = min((c for c in ordered[i:] if c[0] >= need), key=lambda c: (c[0], c[1]))
+            chosen.append((tight[1], need))
+            return chosen
+        chosen.append((key, room))
+        need -= room
+    return chosen
+
+
+def place_in_topology(
+    pod_set: PodSetShape,
+    nodes: FlavorNodes,
+    index: DomainIndex,
+    node_filter: NodeFilter | None,
+    overlay: Overlay,
+) -> PlacementResult:
+    """Nodes for every unit of ``pod_set`` within the domain its request allows, or
+    None with the most units one such domain could take."""
+    need = pod_set.units
+    room: dict[NodeSlot, int] = {}
+    for slot in index.paths:
+        n = _units(slot, pod_set, node_filter, overlay)
+        if n:
+            room[slot] = n
+    depth = len(index.levels)
+    # Sums per domain at every level: sums[k][path[: k + 1]].
+    sums: list[dict[Path, int]] = [{} for _ in range(depth)]
+    for slot, n in room.items():
+        path = index.paths[slot]
+        for k in range(depth):
+            prefix = path[: k + 1]
+            sums[k][prefix] = sums[k].get(prefix, 0) + n
+    total = sum(room.values())
+    mode, label = pod_set.topology or ("preferred", "")
+    if mode == "unconstrained":
+        start: int | None = None
+    elif label:
+        start = index.level_of(label)
+        if start is None:
+            return PlacementResult(None, 0)
+    else:
+        # The lowest level above the nodes themselves.
+        start = depth - 2 if index.levels[-1] == HOSTNAME_LABEL and depth > 1 else depth - 1
+    if start is not None:
+        for k in range(start, -1, -1):
+            fitting = [(s, p) for p, s in sums[k].items() if s >= need]
+            if fitting:
+                _, domain = min(fitting)
+                return _result(_descend(domain, k, need, sums, room, index), need)
+            if mode == "required":
+                return PlacementResult(None, max(sums[k].values(), default=0))
+    if total < need:
+        return PlacementResult(None, total)
+    return _result(_descend((), -1, need, sums, room, index), need)
+
+
+def _descend(
+    domain: Path,
+    k: int,
+    need: int,
+    sums: list[dict[Path, int]],
+    room: dict[NodeSlot, int],
+    index: DomainIndex,
+) -> list[tuple[NodeSlot, int]]:
+    depth = len(index.levels)
+    if k == depth - 1:
+        return _nodes([s for s in room if index.paths[s][: k + 1] == domain], need, room)
+    children = [(s, p) for p, s in sums[k + 1].items() if p[: k + 1] == domain]
+    out: list[tuple[NodeSlot, int]] = []
+    for child, take in _pick(children, need):
+        out.extend(_descend(child, k + 1, take, sums, room, index))
+    return out
+
+
+def _nodes(
+    slots: list[NodeSlot], need: int, room: dict[NodeSlot, int]
+) -> list[tuple[NodeSlot, int]]:
+    by_name: dict[Path, NodeSlot] = {(s.name,): s for s in slots}
+    picked = _pick([(room[s], (s.name,)) for s in slots], need)
+    return [(by_name[key], take) for key, take in picked]
+
+
+def _result(chosen: list[tuple[NodeSlot, int]], need: int) -> PlacementResult:
+    return PlacementResult(tuple(chosen), need)

@@ -1,0 +1,165 @@
+"""Topology-aware placement: gangs in the tightest domain their request allows."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from phalanx.engine import Admit, Engine, EngineConfig, Submit, Upsert
+from phalanx.model import Job, PodSet, ResourceFlavor, Topology, TopologyRequest
+from tests.engine.helpers import GPU, cluster_queue, node
+
+BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
+TOPOLOGY = Topology.model_validate(
+    {"name": "fabric", "levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]}
+)
+_ids = iter(range(1, 10**6))
+
+
+def _cluster(
+    blocks: int = 2, racks: int = 2, per_rack: int = 4
+) -> tuple[Engine, dict[str, tuple[str, str]]]:
+    """``blocks`` x ``racks`` x ``per_rack`` nodes of 8 GPUs; where each node is."""
+    engine = Engine(EngineConfig(preset="kueue"))
+    engine.apply(Upsert(TOPOLOGY))
+    engine.apply(
+        Upsert(ResourceFlavor(name="f", node_labels={"pool": "gpu"}, topology_name="fabric"))
+    )
+    where: dict[str, tuple[str, str]] = {}
+    for b in range(blocks):
+        for r in range(racks):
+            for n in range(per_rack):
+                name = f"b{b}r{r}n{n}"
+                rack = f"b{b}r{r}"
+                engine.apply(
+                    Upsert(
+                        node(
+                            name,
+                            **{
+                                "pool": "gpu",
+                                "example.com/block": f"b{b}",
+                                "example.com/rack": rack,
+                            },
+                        )
+                    )
+                )
+                where[name] = (f"b{b}", rack)
+    engine.apply(Upsert(cluster_queue("cq", {"f": 8 * len(where)})))
+    return engine, where
+
+
+def _occupy(engine: Engine, used: dict[str, int]) -> None:
+    for name, gpus in used.items():
+        if gpus:
+            pod_set = PodSet(count=1, requests={GPU: gpus}, node_names=[name])
+            engine.apply(
+                Submit(Job(id=next(_ids), cluster_queue="cq", pod_sets=[pod_set], priority=100))
+            )
+    engine.cycle(0.0)
+
+
+def _gang(
+    nodes: int, request: TopologyRequest | None = None, gpus: int = 8, per_node: bool = True
+) -> Job:
+    pod_set = PodSet(
+        count=nodes if per_node else nodes * (8 // gpus),
+        tasks_per_node=1 if per_node else None,
+        requests={GPU: gpus},
+        topology=request,
+    )
+    return Job(id=next(_ids), cluster_queue="cq", pod_sets=[pod_set])
+
+
+def _placed(engine: Engine, job: Job, now: float = 1.0) -> list[str] | None:
+    engine.apply(Submit(job))
+    for d in engine.cycle(now):
+        if isinstance(d, Admit) and d.job_id == job.id:
+            return sorted(n.node for p in d.pod_sets for n in p.nodes)
+    return None
+
+
+def test_a_gang_goes_to_the_tightest_rack_that_holds_it() -> None:
+    engine, where = _cluster()
+    # b0r0 has one node busy (3 free), b0r1 and b1r0 are free, b1r1 has two busy.
+    _occupy(engine, {"b0r0n0": 8, "b1r1n0": 8, "b1r1n1": 8})
+    three = _placed(engine, _gang(3))
+    assert three is not None and {where[n][1] for n in three} == {"b0r0"}
+    two = _placed(engine, _gang(2))
+    assert two is not None and {where[n][1] for n in two} == {"b1r1"}
+    four = _placed(engine, _gang(4))
+    assert four is not None and len({where[n][1] for n in four}) == 1
+
+
+def test_required_rack_waits_and_preferred_rack_spreads_within_a_block() -> None:
+    engine, where = _cluster()
+    assert _placed(engine, _gang(5, TopologyRequest(required=RACK))) is None
+    spread = _placed(engine, _gang(5, TopologyRequest(preferred=RACK)))
+    assert spread is not None
+    assert len({where[n][0] for n in spread}) == 1  # one block
+    assert len({where[n][1] for n in spread}) == 2  # over its two racks, 4 + 1
+
+
+def test_required_block_and_unconstrained() -> None:
+    engine, where = _cluster()
+    _occupy(engine, {"b0r0n0": 8})
+    block = _placed(engine, _gang(8, TopologyRequest(required=BLOCK)))
+    assert block is not None and {where[n][0] for n in block} == {"b1"}
+    anywhere = _placed(engine, _gang(7, TopologyRequest(unconstrained=True)))
+    assert anywhere is not None and len(anywhere) == 7
+
+
+def test_a_required_level_the_topology_lacks_never_fits() -> None:
+    engine, _ = _cluster()
+    assert _placed(engine, _gang(1, TopologyRequest(required="example.com/row"))) is None
+
+
+def test_loose_tasks_pack_within_one_rack() -> None:
+    engine, where = _cluster()
+    _occupy(engine, {"b0r0n0": 4, "b0r0n1": 4})
+    # 12 single-GPU tasks: room for 8 on b0r0's two half-free nodes plus two free ones.
+    placed = _placed(engine, _gang(3, gpus=2, per_node=False))
+    assert placed is not None and len({where[n][1] for n in placed}) == 1
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.sampled_from((0, 0, 2, 4, 8)), min_size=16, max_size=16),
+    st.integers(1, 9),
+    st.sampled_from((None, "required-rack", "required-block", "preferred-rack", "preferred-block")),
+)
+def test_required_is_never_violated_and_preferred_takes_the_lowest_feasible_level(
+    used: list[int], nodes: int, request: str | None
+) -> None:
+    engine, where = _cluster()
+    names = sorted(where)
+    _occupy(engine, dict(zip(names, used, strict=True)))
+    free = {n: 8 - u for n, u in zip(names, used, strict=True)}
+    topo = None
+    if request is not None:
+        kind, level = request.split("-")
+        label = RACK if level == "rack" else BLOCK
+        topo = TopologyRequest(**{kind: label})
+    placed = _placed(engine, _gang(nodes, topo))
+
+    def feasible(level: int) -> bool:
+        domains: dict[str, int] = {}
+        for n, f in free.items():
+            domains[where[n][level]] = domains.get(where[n][level], 0) + (f == 8)
+        return any(count >= nodes for count in domains.values())
+
+    total = sum(f == 8 for f in free.values())
+    if request is not None and request.startswith("required"):
+        level = 1 if request.endswith("rack") else 0
+        assert (placed is not None) == feasible(level)
+        if placed is not None:
+            assert len({where[n][level] for n in placed}) == 1
+        return
+    assert (placed is not None) == (total >= nodes)
+    if placed is None:
+        return
+    start = 0 if request == "preferred-block" else 1
+    lowest = next((lv for lv in range(start, -1, -1) if feasible(lv)), None)
+    if lowest is not None:
+        assert len({where[n][lowest] for n in placed}) == 1
+        if lowest < start:
+            assert len({where[n][start] for n in placed}) > 1
