@@ -17,7 +17,10 @@ Setup
     and 5% gangs of 2-64 nodes x 8 GPUs (powers of two, smaller ones more likely;
     half written ``tasksPerNode: 1``, half as plain ``count`` tasks of 8 GPUs), each in a
     random tenant of 20 and a random ClusterQueue, submitted over the hour before
-    the first cycle.
+    the first cycle. ``--topology``: a Topology block > rack > hostname on every flavor
+    (racks of 32 consecutive nodes of a flavor, 4 racks a block), so every pod set is
+    placed in the tightest domain that holds it (docs/engine.md, topology-aware
+    placement).
 
 Metrics (times in seconds ``_s`` or milliseconds ``_ms``)
     ``generate_s``
@@ -117,11 +120,17 @@ from phalanx.model import (
     PodSet,
     ResourceFlavor,
     Tenant,
+    Topology,
+    TopologyLevel,
     format_quantity,
     parse_quantity,
 )
 
 FLAVOR_LABEL = "gpu.example/type"
+HOSTNAME = "kubernetes.io/hostname"
+RACK, BLOCK = "network.example/rack", "network.example/block"
+RACK_NODES, BLOCK_RACKS = 32, 4
+"""With ``--topology``: 32-node racks, 4 racks a block (in each flavor)."""
 NODE_GPUS = 8
 NODE_CAPACITY: dict[str, str | int] = {GPU: NODE_GPUS, CPU: "96", MEMORY: "1000Gi"}
 CPU_PER_GPU = 8
@@ -158,24 +167,36 @@ def flavor_name(i: int) -> str:
 
 
 def cluster_objects(
-    nodes: int, flavors: int, cluster_queues: int, cohorts: int
-) -> list[ResourceFlavor | Node | Cohort | ClusterQueue | Tenant]:
+    nodes: int, flavors: int, cluster_queues: int, cohorts: int, topology: bool = False
+) -> list[ResourceFlavor | Node | Cohort | ClusterQueue | Tenant | Topology]:
     """Every configuration object, in the order they are upserted."""
-    objects: list[ResourceFlavor | Node | Cohort | ClusterQueue | Tenant] = [
-        ResourceFlavor(name=flavor_name(f), node_labels={FLAVOR_LABEL: flavor_name(f)})
+    objects: list[ResourceFlavor | Node | Cohort | ClusterQueue | Tenant | Topology] = []
+    if topology:
+        objects.append(
+            Topology(
+                name="fabric",
+                levels=[TopologyLevel(node_label=label) for label in (BLOCK, RACK, HOSTNAME)],
+            )
+        )
+    objects.extend(
+        ResourceFlavor(
+            name=flavor_name(f),
+            node_labels={FLAVOR_LABEL: flavor_name(f)},
+            topology_name="fabric" if topology else None,
+        )
         for f in range(flavors)
-    ]
+    )
     nodes_in = [0] * flavors
     for i in range(nodes):
         f = i % flavors
+        labels = {FLAVOR_LABEL: flavor_name(f), HOSTNAME: f"node-{i:05d}"}
+        if topology:
+            # Racks of RACK_NODES consecutive nodes of a flavor, BLOCK_RACKS racks a block.
+            rack = nodes_in[f] // RACK_NODES
+            labels[RACK] = f"{flavor_name(f)}-rack-{rack:03d}"
+            labels[BLOCK] = f"{flavor_name(f)}-block-{rack // BLOCK_RACKS:02d}"
         nodes_in[f] += 1
-        objects.append(
-            Node(
-                name=f"node-{i:05d}",
-                labels={FLAVOR_LABEL: flavor_name(f), "kubernetes.io/hostname": f"node-{i:05d}"},
-                capacity=NODE_CAPACITY,
-            )
-        )
+        objects.append(Node(name=f"node-{i:05d}", labels=labels, capacity=NODE_CAPACITY))
     objects.extend(Cohort(name=f"cohort-{c:02d}") for c in range(cohorts))
     per_node = {r: parse_quantity(q, r) for r, q in NODE_CAPACITY.items()}
     covered = [CPU, MEMORY, GPU]
@@ -343,6 +364,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help=f"send every tenant's decayed usage every {USAGE_PERIOD_S:g} s of virtual time",
     )
+    parser.add_argument(
+        "--topology",
+        action="store_true",
+        help=f"a Topology block > rack > hostname ({RACK_NODES}-node racks, {BLOCK_RACKS} a "
+        "block) on every flavor: every gang placed in the tightest domain",
+    )
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     parser.add_argument("--profile", metavar="FILE", help="write a cProfile dump of phases 3+4")
     args = parser.parse_args(argv)
@@ -399,12 +426,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "steady_cycles": args.steady_cycles,
         "backfill": args.backfill,
         "fair_share": args.fair_share,
+        "topology": args.topology,
     }
 
     # Phase 1: build ------------------------------------------------------
     log(quiet, f"generating {args.nodes} nodes, {args.pending} jobs ...")
     t0 = time.perf_counter()
-    objects = cluster_objects(args.nodes, args.flavors, args.cluster_queues, args.cohorts)
+    objects = cluster_objects(
+        args.nodes, args.flavors, args.cluster_queues, args.cohorts, args.topology
+    )
     backlog = [
         workload.job(START_TIME - SUBMIT_WINDOW_S * (1.0 - (i + rng.random()) / args.pending))
         for i in range(args.pending)

@@ -163,3 +163,73 @@ def test_required_is_never_violated_and_preferred_takes_the_lowest_feasible_leve
         assert len({where[n][lowest] for n in placed}) == 1
         if lowest < start:
             assert len({where[n][start] for n in placed}) > 1
+
+
+def _switches(nodes: int, switches: int, wait: float | None) -> Job:
+    return _gang(nodes, TopologyRequest(switches=switches, wait_s=wait))
+
+
+def test_switches_waits_for_one_leaf_domain_then_relaxes() -> None:
+    engine, where = _cluster()
+    # No rack has four free nodes: each has two busy.
+    _occupy(engine, {n: 8 for n in where if n.endswith(("n0", "n1"))})
+    job = _switches(4, 1, 100.0)
+    assert _placed(engine, job) is None
+    assert engine.next_wakeup() == 100.0
+    assert [d for d in engine.cycle(99.0) if getattr(d, "job_id", None) == job.id] == []
+    admitted = [d for d in engine.cycle(100.0) if isinstance(d, Admit)]
+    assert [d.job_id for d in admitted] == [job.id]
+    nodes = {n.node for p in admitted[0].pod_sets for n in p.nodes}
+    assert len({where[n][1] for n in nodes}) == 2
+
+
+def test_switches_two_leaf_domains_under_one_parent() -> None:
+    engine, where = _cluster()
+    _occupy(engine, {n: 8 for n in where if n.endswith(("n0", "n1"))})
+    placed = _placed(engine, _switches(4, 2, None))
+    assert placed is not None
+    assert len({where[n][1] for n in placed}) == 2 and len({where[n][0] for n in placed}) == 1
+    # Three racks' worth is more than two leaf domains hold: waits (no wait limit).
+    assert _placed(engine, _switches(5, 2, None), now=2.0) is None
+    assert engine.next_wakeup() is None
+
+
+def test_switches_without_a_topology_is_no_constraint() -> None:
+    engine = Engine(EngineConfig(preset="kueue"))
+    engine.apply(Upsert(ResourceFlavor(name="f")))
+    for i in range(3):
+        engine.apply(Upsert(node(f"n{i}")))
+    engine.apply(Upsert(cluster_queue("cq", {"f": 24})))
+    placed = _placed(engine, _switches(3, 1, 1e9))
+    assert placed == ["n0", "n1", "n2"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 6), st.sampled_from((1, 2, 8)), st.booleans()), max_size=25)
+)
+def test_what_fits_where_is_kept_up_to_date_as_jobs_come_and_go(
+    steps: list[tuple[int, int, bool]],
+) -> None:
+    from phalanx.engine import Finish
+    from phalanx.engine.topology import _room
+
+    engine, _ = _cluster()
+    running: list[int] = []
+    for t, (nodes, gpus, finish) in enumerate(steps, start=1):
+        if finish and running:
+            engine.apply(Finish(running.pop(0)))
+        job = _gang(nodes, gpus=gpus, per_node=gpus == 8)
+        engine.apply(Submit(job))
+        running += [d.job_id for d in engine.cycle(float(t)) if isinstance(d, Admit)]
+        index = engine.cache.flavor_nodes["f"]
+        for domains in engine.assigner._domains.values():
+            for key in list(domains.rooms):
+                pod_set = key[0]  # type: ignore[index]
+                fresh = _room(pod_set, index, domains, None, {}, None)
+                # The kept counts, brought up to date from the changes since.
+                kept = _room(pod_set, index, domains, None, {}, key)
+                assert kept.room == fresh.room
+                assert [{p: n for p, n in level.items() if n} for level in kept.sums] == [
+                    {p: n for p, n in level.items() if n} for level in fresh.sums
+                ]

@@ -50,6 +50,7 @@ from phalanx.model import (
     Toleration,
     Topology,
     TopologyLevel,
+    TopologyRequest,
     WhenCanBorrow,
     WhenCanPreempt,
     tolerates,
@@ -809,6 +810,7 @@ ROUND_TRIP: list[PhalanxModel] = [
     ),
     SignalSpec(signal=10, seconds=120, batch_only=True),
     ArraySpec(indices=[3, 1, 2], throttle=2, text="1-3%2"),
+    TopologyRequest(switches=2, wait_s=300),
 ]
 
 
@@ -1010,3 +1012,12 @@ def test_job_state_finished(state: JobState, finished: bool) -> None:
 def test_job_state_values_are_slurm_names() -> None:
     assert JobState("NODE_FAIL") is JobState.NODE_FAIL
     assert str(JobState.OUT_OF_MEMORY) == "OUT_OF_MEMORY"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [{}, {"required": "rack", "preferred": "rack"}, {"waitS": 3}, {"required": "r", "waitS": 1}],
+)
+def test_a_topology_request_is_one_kind(data: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        TopologyRequest.model_validate(data)

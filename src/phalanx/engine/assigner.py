@@ -460,7 +460,7 @@ class FlavorAssigner:
         node_filter = _node_filter(pod_set, flavor, index.tainted > 0, tuple(chosen))
         domains = self._domain_index(flavor, index)
         if domains is not None:
-            placed = place_in_topology(pod_set, index, domains, node_filter, overlay)
+            placed = place_in_topology(pod_set, index, domains, node_filter, overlay, memo_key)
         elif pod_set.topology is not None and pod_set.topology[0] == "required":
             # A required topology needs a flavor with one.
             placed = PlacementResult(None, 0)

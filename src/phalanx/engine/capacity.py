@@ -20,6 +20,9 @@ from phalanx.model import CPU, GPU, AdminState, Node, NodeState, ResourceFlavor
 
 __all__ = ["FlavorNodes", "NodeSlot"]
 
+_CHANGES_KEPT = 65_536
+"""Capacity changes a flavor index remembers for incremental readers."""
+
 
 @dataclass(eq=False, slots=True)
 class NodeSlot:
@@ -117,6 +120,8 @@ class FlavorNodes:
         self.version = 0
         self.membership = 0
         """Counts the nodes added and removed (not their capacity changes)."""
+        self._changes: list[NodeSlot] = []
+        self._dropped = 0
 
     @property
     def name(self) -> str:
@@ -150,8 +155,25 @@ class FlavorNodes:
         self.version += 1
         self.membership += 1
 
+    @property
+    def position(self) -> int:
+        """How many capacity changes the index has seen (see :meth:`changed_since`)."""
+        return self._dropped + len(self._changes)
+
+    def changed_since(self, position: int) -> list[NodeSlot] | None:
+        """The nodes whose capacity changed since ``position`` (None: too long ago)."""
+        if position < self._dropped:
+            return None
+        return self._changes[position - self._dropped :]
+
     def update(self, slot: NodeSlot) -> None:
         """Re-bucket ``slot`` after its free capacity or schedulability changed."""
+        changes = self._changes
+        changes.append(slot)
+        if len(changes) > _CHANGES_KEPT:
+            half = len(changes) // 2
+            del changes[:half]
+            self._dropped += half
         where = self._where.get(slot)
         if not slot.schedulable:
             if where is not None:

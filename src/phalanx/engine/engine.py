@@ -237,6 +237,8 @@ class Engine:
         """When the minimum runtimes that kept jobs from being preempted end."""
         self._estimates: dict[int, float] = {}
         """Planned start times of pending jobs, from the last backfill pass."""
+        self._relax_at: list[tuple[float, int]] = []
+        """A heap of ``(when, job)``: when a job's ``switches`` wait ends."""
         self.limits = Limits()
         """QOS and tenant limits, running usage, and the jobs they hold."""
         self.stats = {"rounds": 0, "heads": 0, "backfill_tests": 0}
@@ -498,7 +500,35 @@ class Engine:
         self.jobs[job.id] = rec
         self._pending_by_tenant.setdefault(job.tenant, {})[job.id] = rec
         self._set_priority(rec, self._context(job.submit_time))
+        waits = [
+            p.topology.wait_s
+            for p in job.pod_sets
+            if p.topology is not None and p.topology.wait_s is not None
+        ]
+        if waits:
+            heapq.heappush(self._relax_at, (job.submit_time + min(waits), job.id))
         self._enqueue(rec)
+
+    def _relax(self, now: float) -> None:
+        """Jobs whose ``switches`` wait is over are placed without it (Slurm's
+        ``--switches=N@max-time``)."""
+        while self._relax_at and self._relax_at[0][0] <= now:
+            _, job_id = heapq.heappop(self._relax_at)
+            rec = self.jobs.get(job_id)
+            if rec is None or rec.admission is not None:
+                continue
+            relaxed = self._shapes.relaxed(rec.shape)
+            if relaxed is rec.shape:
+                continue
+            if job_id in self._reservations:
+                self._drop_reservation(job_id)
+            self._estimates.pop(job_id, None)
+            if rec.queue is None:
+                rec.shape = relaxed  # waiting outside the queues: queued with it later
+                continue
+            self.queues.remove(rec)
+            rec.shape = relaxed
+            self._enqueue(rec)
 
     def _adopt(self, job: Job, decision: Admit, admitted_at: float | None = None) -> None:
         self._submit(job)
@@ -945,6 +975,8 @@ class Engine:
             self._pods_ready_timeouts(now, out)
         if self._backoff:
             self._end_backoffs(now)
+        if self._relax_at and self._relax_at[0][0] <= now:
+            self._relax(now)
         if self._protection_ends and min(self._protection_ends) <= now:
             self._end_protections(now)
         out.extend(self._outbox)
@@ -1497,14 +1529,17 @@ class Engine:
     def next_wakeup(self) -> float | None:
         """When the next cycle has something to do without any new event.
 
-        The earliest waitForPodsReady deadline, requeue backoff end, or end of a
-        minimum runtime that kept a job from being preempted; with
+        The earliest waitForPodsReady deadline, requeue backoff end, end of a
+        ``switches`` wait, or end of a minimum runtime that kept a job from being
+        preempted; with
         ``heads_per_cycle`` set, the last cycle's time if heads are still waiting
         (run the next cycle at once). None when only an event can change anything.
         """
         times = list(self._unready.values())
         times.extend(r.requeue_at for r in self._backoff.values() if r.requeue_at is not None)
         times.extend(self._protection_ends)
+        if self._relax_at:
+            times.append(self._relax_at[0][0])
         if self.config.heads_per_cycle is not None and self.queues.has_candidates():
             times.append(self._now)
         return min(times) if times else None

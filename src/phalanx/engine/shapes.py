@@ -31,7 +31,8 @@ class PodSetShape:
     exclude_nodes: frozenset[str] = frozenset()
     min_count: int | None = None
     topology: tuple[str, str] | None = None
-    """``("required" | "preferred", level)`` or ``("unconstrained", "")``."""
+    """``("required" | "preferred", level)``, ``("switches", count)`` or
+    ``("unconstrained", "")``."""
 
     @property
     def units(self) -> int:
@@ -84,6 +85,8 @@ def _topology(pod_set: PodSet) -> tuple[str, str] | None:
         return ("required", request.required)
     if request.preferred is not None:
         return ("preferred", request.preferred)
+    if request.switches is not None:
+        return ("switches", str(request.switches))
     return ("unconstrained", "")
 
 
@@ -117,6 +120,17 @@ class ShapeInterner:
             replace(pod_set, count=count), replace(pod_set, count=count)
         )
         shape = JobShape(tuple(small if p is pod_set else p for p in job.pod_sets), job.time_limit)
+        return self._jobs.setdefault(shape, shape)
+
+    def relaxed(self, job: JobShape) -> JobShape:
+        """``job`` without its pod sets' ``switches`` requests (their wait is over)."""
+        pod_sets = []
+        for p in job.pod_sets:
+            if p.topology is not None and p.topology[0] == "switches":
+                p = replace(p, topology=None)
+                p = self._pod_sets.setdefault(p, p)
+            pod_sets.append(p)
+        shape = JobShape(tuple(pod_sets), job.time_limit)
         return self._jobs.setdefault(shape, shape)
 
     def job(self, job: Job) -> JobShape:

@@ -26,7 +26,7 @@ change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from phalanx.engine.capacity import FlavorNodes, NodeSlot
 from phalanx.engine.placement import NodeFilter, Overlay, PlacementResult
@@ -45,6 +45,10 @@ class DomainIndex:
     levels: tuple[str, ...]
     paths: dict[NodeSlot, Path]
     key: tuple[object, ...]
+    leaves: dict[Path, list[NodeSlot]] = field(default_factory=dict)
+    """The nodes of each domain of the lowest level."""
+    rooms: dict[object, Room] = field(default_factory=dict, compare=False)
+    """Per pod set (and filter), what fits where, kept up to date incrementally."""
 
     @classmethod
     def build(cls, nodes: FlavorNodes, topology: Topology) -> DomainIndex:
@@ -59,13 +63,83 @@ class DomainIndex:
             ]
             if all(v is not None for v in values):
                 paths[slot] = tuple(v for v in values if v is not None)
-        return cls(levels, paths, (id(nodes), nodes.membership, levels))
+        leaves: dict[Path, list[NodeSlot]] = {}
+        for slot, path in paths.items():
+            leaves.setdefault(path, []).append(slot)
+        return cls(levels, paths, (id(nodes), nodes.membership, levels), leaves)
 
     def level_of(self, label: str) -> int | None:
         try:
             return self.levels.index(label)
         except ValueError:
             return None
+
+
+@dataclass
+class Room:
+    """How many units of one pod set fit on each node, summed per domain and level;
+    valid as of the flavor index's ``position``."""
+
+    room: dict[NodeSlot, int]
+    sums: list[dict[Path, int]]
+    position: int
+
+
+def _room(
+    pod_set: PodSetShape,
+    nodes: FlavorNodes,
+    index: DomainIndex,
+    node_filter: NodeFilter | None,
+    overlay: Overlay,
+    memo: object | None,
+) -> Room:
+    depth = len(index.levels)
+    paths = index.paths
+    cached = index.rooms.get(memo) if memo is not None and not overlay else None
+    if cached is not None:
+        changed = nodes.changed_since(cached.position)
+        if changed is not None:
+            room, totals = cached.room, cached.sums
+            for slot in dict.fromkeys(changed):
+                path = paths.get(slot)
+                if path is None:
+                    continue
+                n = _units(slot, pod_set, node_filter, overlay)
+                delta = n - room.get(slot, 0)
+                if not delta:
+                    continue
+                if n:
+                    room[slot] = n
+                else:
+                    del room[slot]
+                for k in range(depth):
+                    prefix = path[: k + 1]
+                    left = totals[k].get(prefix, 0) + delta
+                    if left:
+                        totals[k][prefix] = left
+                    else:
+                        totals[k].pop(prefix, None)
+            cached.position = nodes.position
+            return cached
+    room = {}
+    # Only nodes with a unit's worth of the flavor's bucketed resource free can take one.
+    amount = pod_set.unit_request().get(nodes.primary, 0)
+    candidates = nodes.candidates_ascending(amount // nodes.scale) if amount else nodes.members
+    for slot in candidates:
+        if slot in paths:
+            n = _units(slot, pod_set, node_filter, overlay)
+            if n:
+                room[slot] = n
+    sums: list[dict[Path, int]] = [{} for _ in range(depth)]
+    for slot, n in room.items():
+        path = paths[slot]
+        for k in range(depth):
+            prefix = path[: k + 1]
+            sums[k][prefix] = sums[k].get(prefix, 0) + n
+    found = Room(room, sums, nodes.position)
+    if memo is not None and not overlay:
+        index.rooms[memo] = found
+    return found
 
 
 def _units(
@@ -100,25 +174,21 @@ def place_in_topology(
     index: DomainIndex,
     node_filter: NodeFilter | None,
     overlay: Overlay,
+    memo: object | None = None,
 ) -> PlacementResult:
     """Nodes for every unit of ``pod_set`` within the domain its request allows, or
-    None with the most units one such domain could take."""
+    None with the most units one such domain could take. ``memo``: a key for the pod
+    set and filter under which what fits where is kept and updated from the flavor's
+    capacity changes (without an overlay)."""
     need = pod_set.units
-    room: dict[NodeSlot, int] = {}
-    for slot in index.paths:
-        n = _units(slot, pod_set, node_filter, overlay)
-        if n:
-            room[slot] = n
     depth = len(index.levels)
-    # Sums per domain at every level: sums[k][path[: k + 1]].
-    sums: list[dict[Path, int]] = [{} for _ in range(depth)]
-    for slot, n in room.items():
-        path = index.paths[slot]
-        for k in range(depth):
-            prefix = path[: k + 1]
-            sums[k][prefix] = sums[k].get(prefix, 0) + n
-    total = sum(room.values())
+    found = _room(pod_set, nodes, index, node_filter, overlay, memo)
+    room, sums = found.room, found.sums  # sums[k][path[: k + 1]]: per domain and level
+    total = sum(sums[0].values())
     mode, label = pod_set.topology or ("preferred", "")
+    lowest = depth - 2 if index.levels[-1] == HOSTNAME_LABEL and depth > 1 else depth - 1
+    if mode == "switches":
+        return _on_few_domains(int(label), lowest, need, sums, room, index)
     if mode == "unconstrained":
         start: int | None = None
     elif label:
@@ -126,8 +196,7 @@ def place_in_topology(
         if start is None:
             return PlacementResult(None, 0)
     else:
-        # The lowest level above the nodes themselves.
-        start = depth - 2 if index.levels[-1] == HOSTNAME_LABEL and depth > 1 else depth - 1
+        start = lowest  # the lowest level above the nodes themselves
     if start is not None:
         for k in range(start, -1, -1):
             fitting = [(s, p) for p, s in sums[k].items() if s >= need]
@@ -141,6 +210,32 @@ def place_in_topology(
     return _result(_descend((), -1, need, sums, room, index), need)
 
 
+def _on_few_domains(
+    most: int,
+    level: int,
+    need: int,
+    sums: list[dict[Path, int]],
+    room: dict[NodeSlot, int],
+    index: DomainIndex,
+) -> PlacementResult:
+    """At most ``most`` domains of ``level``, under one domain of the level above
+    (Slurm's ``--switches``: leaf switches under a common switch), the tightest such
+    set."""
+    by_parent: dict[Path, list[int]] = {}
+    for path, n in sums[level].items():
+        by_parent.setdefault(path[:level], []).append(n)
+    best: tuple[int, Path] | None = None
+    top = 0
+    for parent, rooms in by_parent.items():
+        held = sum(sorted(rooms, reverse=True)[:most])
+        top = max(top, held)
+        if held >= need and (best is None or (held, parent) < best):
+            best = (held, parent)
+    if best is None:
+        return PlacementResult(None, top)
+    return _result(_descend(best[1], level - 1, need, sums, room, index), need)
+
+
 def _descend(
     domain: Path,
     k: int,
@@ -151,7 +246,7 @@ def _descend(
 ) -> list[tuple[NodeSlot, int]]:
     depth = len(index.levels)
     if k == depth - 1:
-        return _nodes([s for s in room if index.paths[s][: k + 1] == domain], need, room)
+        return _nodes([s for s in index.leaves.get(domain, ()) if s in room], need, room)
     children = [(s, p) for p, s in sums[k + 1].items() if p[: k + 1] == domain]
     out: list[tuple[NodeSlot, int]] = []
     for child, take in _pick(children, need):

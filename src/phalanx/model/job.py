@@ -71,18 +71,34 @@ class TopologyRequest(PhalanxModel):
     ``required``: all within one domain of that level (a node label of the Topology),
     or the pod set does not start; ``preferred``: within one domain of that level if
     any can hold it, else of the lowest level above that can; ``unconstrained``: no
-    constraint. Without a request, a pod set in a flavor with a Topology goes to the
+    constraint; ``switches``: Slurm's ``--switches=N@wait``, on at most ``N`` domains
+    of the lowest level above the nodes (the leaf switches), waiting up to ``waitS``
+    seconds from submission for that (as long as it takes without ``waitS``), then
+    placed as without a request (and as without one in a flavor without a
+    Topology). Without a request, a pod set in a flavor with a Topology goes to the
     lowest domain that can hold it (best fit among those).
     """
 
     required: str | None = Field(default=None, min_length=1)
     preferred: str | None = Field(default=None, min_length=1)
     unconstrained: bool = False
+    switches: int | None = Field(default=None, ge=1)
+    wait_s: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _one_kind(self) -> TopologyRequest:
-        if (self.required is not None) + (self.preferred is not None) + self.unconstrained != 1:
-            raise ValueError("expected exactly one of required, preferred or unconstrained")
+        kinds = (
+            (self.required is not None)
+            + (self.preferred is not None)
+            + self.unconstrained
+            + (self.switches is not None)
+        )
+        if kinds != 1:
+            raise ValueError(
+                "expected exactly one of required, preferred, unconstrained or switches"
+            )
+        if self.wait_s is not None and self.switches is None:
+            raise ValueError("waitS goes with switches")
         return self
 
 

@@ -449,3 +449,16 @@ def test_srun_torchrun_with_several_tasks_per_node_is_warned() -> None:
         user="u",
     )
     assert not [w for w in req.warnings if "torchrun" in w]
+
+
+def test_switches_become_the_pod_sets_topology_request() -> None:
+    (ps,) = to_submission(req(["-N", "4", "--switches=1@10:00"], "#!/bin/sh\n"), env={}).pod_sets
+    assert ps.topology is not None
+    assert (ps.topology.switches, ps.topology.wait_s) == (1, 600)
+    # Without @max-time: Slurm's max_switch_wait, 300 s.
+    (ps,) = to_submission(req(["-N", "4", "--switches=2"], "#!/bin/sh\n"), env={}).pod_sets
+    assert ps.topology is not None and (ps.topology.switches, ps.topology.wait_s) == (2, 300)
+    (ps,) = to_submission(req(["-N", "4", "--switches=0"], "#!/bin/sh\n"), env={}).pod_sets
+    assert ps.topology is None
+    r = req(["-N", "4", "--switches=1@10:00"], "#!/bin/sh\n")
+    assert not [w for w in r.warnings if "switches" in w]

@@ -249,8 +249,6 @@ def _validate(o: SbatchOptions) -> tuple[SbatchOptions, list[str]]:
             "--mem=0 (all of each node's memory): the job requests no memory; use --exclusive "
             "to get whole nodes"
         )
-    if o.switches is not None:
-        warnings.append("--switches: recorded; phalanx does not place by leaf switch yet")
     for name, value in (("--partition", o.partition), ("--qos", o.qos)):
         if value is not None and "," in value:
             raise _err(f"{name}={value}: a list is not supported yet; give one")
@@ -307,6 +305,10 @@ def _node_lists(o: SbatchOptions, units: int, per_node: bool) -> dict[str, Any]:
             raise _err("Batch job submission failed: Requested node configuration is not available")
         fields["node_names"] = nodes
     return fields
+
+
+MAX_SWITCH_WAIT_S = 300
+"""How long ``--switches=N`` without ``@max-time`` waits (Slurm's ``max_switch_wait``)."""
 
 
 def _pod_set(o: SbatchOptions) -> tuple[dict[str, Any], str | None]:
@@ -397,6 +399,12 @@ def _pod_set(o: SbatchOptions) -> tuple[dict[str, Any], str | None]:
         pod_set["nodeNames"] = lists["node_names"]
     if "exclude_nodes" in lists:
         pod_set["excludeNodes"] = lists["exclude_nodes"]
+    if o.switches is not None and o.switches[0] > 0:
+        switches, wait = o.switches
+        pod_set["topology"] = {
+            "switches": switches,
+            "waitS": MAX_SWITCH_WAIT_S if wait is None else wait,
+        }
     return pod_set, gpu_type
 
 
