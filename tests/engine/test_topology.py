@@ -104,8 +104,11 @@ def test_required_block_and_unconstrained() -> None:
     _occupy(engine, {"b0r0n0": 8})
     block = _placed(engine, _gang(8, TopologyRequest(required=BLOCK)))
     assert block is not None and {where[n][0] for n in block} == {"b1"}
-    anywhere = _placed(engine, _gang(7, TopologyRequest(unconstrained=True)))
-    assert anywhere is not None and len(anywhere) == 7
+    # Unconstrained is Kueue's LeastFreeCapacity: the least free rack first.
+    anywhere = _placed(engine, _gang(5, TopologyRequest(unconstrained=True)))
+    assert anywhere is not None and len(anywhere) == 5
+    racks = [where[n][1] for n in anywhere]
+    assert racks.count("b0r0") == 3 and racks.count("b0r1") == 2
 
 
 def test_a_required_level_the_topology_lacks_never_fits() -> None:

@@ -41,7 +41,7 @@ from phalanx.engine.shapes import PodSetShape
 from phalanx.model import GPU
 
 if TYPE_CHECKING:
-    from phalanx.engine.state import JobRecord
+    from phalanx.engine.state import Admission, JobRecord
 
 __all__ = [
     "Holds",
@@ -50,6 +50,7 @@ __all__ = [
     "Timeline",
     "plan_nodes",
     "plan_quota",
+    "planned_end",
     "round_up",
 ]
 
@@ -74,6 +75,16 @@ class Reservation:
             "start": self.start,
             "nodes": list(self.nodes),
         }
+
+
+def planned_end(time_limit: float | None, adm: Admission) -> float:
+    """When an admitted job ends in the plan: its admission time plus its time limit
+    (inf without one; -inf, i.e. now, while it is being evicted)."""
+    if adm.evicting:
+        return -math.inf
+    if time_limit is not None:
+        return adm.admitted_at + time_limit
+    return math.inf
 
 
 def round_up(t: float, resolution: float) -> float:
@@ -212,12 +223,7 @@ class Timeline:
         adm = rec.admission
         if adm is None:
             return
-        if adm.evicting:
-            end = -math.inf
-        elif rec.job.time_limit is not None:
-            end = adm.admitted_at + rec.job.time_limit
-        else:
-            end = math.inf
+        end = planned_end(rec.job.time_limit, adm)
         mine: list[Release] = []
         for slot, amounts, exclusive in adm.allocations:
             given = dict(slot.capacity) if exclusive else amounts
@@ -578,35 +584,27 @@ class QuotaEnds:
 
     def reached(self, fr: FlavorResource, amount: int) -> float | None:
         """The earliest end by which ``amount`` of ``fr`` is given back; None: never."""
-        sums = self._sums.get(fr)
-        if sums is None:
-            sums = self._sums[fr] = ([], [], [0])
-        times, totals, walked = sums
-        total = totals[-1] if totals else 0
-        if total < amount:
-            ends, i = self.ends, walked[0]
-            while i < len(ends) and total < amount:
-                end, usage, _ = ends[i]
-                i += 1
-                back = usage.get(fr, 0)
-                if back:
-                    total += back
-                    times.append(end)
-                    totals.append(total)
-            walked[0] = i
-            if total < amount:
-                return None
+        times, totals = self._walk(fr, amount, math.inf)
+        if not totals or totals[-1] < amount:
+            return None
         return times[bisect.bisect_left(totals, amount)]
 
     def returned(self, fr: FlavorResource, by: float, enough: int) -> int:
         """How much of ``fr`` is given back by time ``by`` (counted up to ``enough``)."""
+        times, totals = self._walk(fr, enough, by)
+        k = bisect.bisect_right(times, by)
+        return totals[k - 1] if k else 0
+
+    def _walk(self, fr: FlavorResource, amount: int, by: float) -> tuple[list[float], list[int]]:
+        """The running sums of ``fr``, extended until they reach ``amount`` or the ends
+        pass ``by``."""
         sums = self._sums.get(fr)
         if sums is None:
             sums = self._sums[fr] = ([], [], [0])
         times, totals, walked = sums
         total = totals[-1] if totals else 0
         ends, i = self.ends, walked[0]
-        while i < len(ends) and total < enough and ends[i][0] <= by:
+        while i < len(ends) and total < amount and ends[i][0] <= by:
             end, usage, _ = ends[i]
             i += 1
             back = usage.get(fr, 0)
@@ -615,8 +613,7 @@ class QuotaEnds:
                 times.append(end)
                 totals.append(total)
         walked[0] = i
-        k = bisect.bisect_right(times, by)
-        return totals[k - 1] if k else 0
+        return times, totals
 
 
 def plan_quota(

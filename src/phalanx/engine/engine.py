@@ -45,6 +45,7 @@ from phalanx.engine.backfill import (
     Timeline,
     plan_nodes,
     plan_quota,
+    planned_end,
     round_up,
 )
 from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
@@ -1313,11 +1314,8 @@ class Engine:
         ends = self._ends
         if ends is None:
             return
-        if adm.evicting:
-            end = -math.inf
-        elif rec.job.time_limit is not None:
-            end = adm.admitted_at + rec.job.time_limit
-        else:
+        end = planned_end(rec.job.time_limit, adm)
+        if end == math.inf:
             return
         info = self.cache.cluster_queues.get(adm.cluster_queue)
         keys = ["cq:" + adm.cluster_queue]
@@ -1352,11 +1350,8 @@ class Engine:
             for rec in jobs.values():
                 adm = rec.admission
                 assert adm is not None
-                if adm.evicting:
-                    end = -math.inf
-                elif rec.job.time_limit is not None:
-                    end = adm.admitted_at + rec.job.time_limit
-                else:
+                end = planned_end(rec.job.time_limit, adm)
+                if end == math.inf:
                     continue
                 tree.append((end, adm.usage, cq_name))
                 own.append((end, adm.usage, cq_name))

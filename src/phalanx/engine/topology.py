@@ -14,8 +14,8 @@ Kueue's Topology Aware Scheduling does (reference: kueue.md §2.11):
    stay whole for later gangs), or nothing. ``preferred`` level: the same, else
    one level up, and so on; at the top, across top-level domains. No request:
    ``preferred`` at the lowest level above the nodes (phalanx's default: every
-   gang in the lowest domain that can hold it). ``unconstrained``: across the
-   whole flavor.
+   gang in the lowest domain that can hold it). ``unconstrained``: Kueue's
+   LeastFreeCapacity, the least free domains and nodes first, anywhere.
 3. Descend: at each level below, the fewest child domains that hold what the
    domain must take (the roomiest first, the last one the tightest that holds the
    rest), down to nodes chosen the same way.
@@ -190,24 +190,46 @@ def place_in_topology(
     if mode == "switches":
         return _on_few_domains(int(label), lowest, need, sums, room, index)
     if mode == "unconstrained":
-        start: int | None = None
-    elif label:
+        if total < need:
+            return PlacementResult(None, total)
+        return _result(_least_free(lowest, need, sums, room, index), need)
+    if label:
         start = index.level_of(label)
         if start is None:
             return PlacementResult(None, 0)
     else:
         start = lowest  # the lowest level above the nodes themselves
-    if start is not None:
-        for k in range(start, -1, -1):
-            fitting = [(s, p) for p, s in sums[k].items() if s >= need]
-            if fitting:
-                _, domain = min(fitting)
-                return _result(_descend(domain, k, need, sums, room, index), need)
-            if mode == "required":
-                return PlacementResult(None, max(sums[k].values(), default=0))
+    for k in range(start, -1, -1):
+        fitting = [(s, p) for p, s in sums[k].items() if s >= need]
+        if fitting:
+            _, domain = min(fitting)
+            return _result(_descend(domain, k, need, sums, room, index), need)
+        if mode == "required":
+            return PlacementResult(None, max(sums[k].values(), default=0))
     if total < need:
         return PlacementResult(None, total)
     return _result(_descend((), -1, need, sums, room, index), need)
+
+
+def _least_free(
+    level: int,
+    need: int,
+    sums: list[dict[Path, int]],
+    room: dict[NodeSlot, int],
+    index: DomainIndex,
+) -> list[tuple[NodeSlot, int]]:
+    """Kueue's LeastFreeCapacity (``unconstrained``): the domains of ``level`` with
+    the least room first, and in each the nodes with the least room first."""
+    out: list[tuple[NodeSlot, int]] = []
+    for _, domain in sorted((n, p) for p, n in sums[level].items() if n > 0):
+        nodes = sorted((room[s], s.name, s) for s in room if index.paths[s][: level + 1] == domain)
+        for n, _, slot in nodes:
+            take = min(n, need)
+            out.append((slot, take))
+            need -= take
+            if not need:
+                return out
+    return out
 
 
 def _on_few_domains(
