@@ -38,6 +38,9 @@ test: venv test-deps lint
 
 bench: venv
 	$(BIN)/python bench/engine.py --json
+	$(BIN)/python bench/engine.py --json --backfill --fair-share
+	$(BIN)/python bench/engine.py --json --topology
+	$(BIN)/python bench/topology.py
 	$(BIN)/python bench/api.py $$(test -f ../shared/peers/slurm/start-slurm.sh && echo --slurm)
 	$(BIN)/python bench/sbatch.py $$(test -f ../shared/peers/slurm/start-slurm.sh || echo --no-slurm)
 	$(BIN)/python bench/kueue_baseline.py --json

@@ -236,3 +236,21 @@ def test_what_fits_where_is_kept_up_to_date_as_jobs_come_and_go(
                 assert [{p: n for p, n in level.items() if n} for level in kept.sums] == [
                     {p: n for p, n in level.items() if n} for level in fresh.sums
                 ]
+
+
+def test_a_job_one_node_holds_goes_to_the_tightest_node_anywhere() -> None:
+    engine, where = _cluster()
+    busy = {n: 8 for n in where if n.startswith("b0r0")} | {"b0r0n0": 7, "b0r1n0": 6}
+    busy |= {n: 4 for n in where if n.startswith("b1r0")}
+    busy |= {n: 8 for n in where if n.startswith("b1r1")}
+    _occupy(engine, busy)
+
+    # The tightest rack that holds 2 GPUs is b1r0 (16 free); the tightest node is b0r1n0.
+    def two_gpus(request: TopologyRequest | None = None) -> Job:
+        pod_set = PodSet(count=1, requests={GPU: 2}, topology=request)
+        return Job(id=next(_ids), cluster_queue="cq", pod_sets=[pod_set])
+
+    assert _placed(engine, two_gpus()) == ["b0r1n0"]
+    # Asked to keep within a rack, it goes to the tightest rack that holds it.
+    placed = _placed(engine, two_gpus(TopologyRequest(required=RACK)))
+    assert placed is not None and where[placed[0]][1] == "b1r0"

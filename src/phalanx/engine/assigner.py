@@ -459,9 +459,13 @@ class FlavorAssigner:
                 return failed
         node_filter = _node_filter(pod_set, flavor, index.tainted > 0, tuple(chosen))
         domains = self._domain_index(flavor, index)
-        if domains is not None:
+        if domains is not None and (
+            pod_set.topology is not None or domains.spans_nodes(pod_set, index.primary)
+        ):
+            # A request, or a gang over several nodes: within the topology. A pod set
+            # that one node holds goes to the tightest node, wherever it is.
             placed = place_in_topology(pod_set, index, domains, node_filter, overlay, memo_key)
-        elif pod_set.topology is not None and pod_set.topology[0] == "required":
+        elif domains is None and pod_set.topology is not None and pod_set.topology[0] == "required":
             # A required topology needs a flavor with one.
             placed = PlacementResult(None, 0)
         else:

@@ -47,6 +47,8 @@ class DomainIndex:
     key: tuple[object, ...]
     leaves: dict[Path, list[NodeSlot]] = field(default_factory=dict)
     """The nodes of each domain of the lowest level."""
+    most: int = 0
+    """The most of the flavor's bucketed resource one node has."""
     rooms: dict[object, Room] = field(default_factory=dict, compare=False)
     """Per pod set (and filter), what fits where, kept up to date incrementally."""
 
@@ -66,7 +68,15 @@ class DomainIndex:
         leaves: dict[Path, list[NodeSlot]] = {}
         for slot, path in paths.items():
             leaves.setdefault(path, []).append(slot)
-        return cls(levels, paths, (id(nodes), nodes.membership, levels), leaves)
+        most = max((s.capacity.get(nodes.primary, 0) for s in nodes.members), default=0)
+        return cls(levels, paths, (id(nodes), nodes.membership, levels), leaves, most)
+
+    def spans_nodes(self, pod_set: PodSetShape, primary: str) -> bool:
+        """Whether ``pod_set`` needs more than one node (a gang the topology matters
+        for): several one-per-node units, or more than a node has."""
+        if pod_set.one_unit_per_node:
+            return pod_set.units > 1
+        return pod_set.total(primary) > self.most
 
     def level_of(self, label: str) -> int | None:
         try:
