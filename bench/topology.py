@@ -17,6 +17,10 @@ under each placement policy:
     The same Topology, every pod set ``unconstrained``: what Kueue's Topology
     Aware Scheduling does for a pod set without an annotation in a TAS queue
     (LeastFreeCapacity).
+``slurm-tree``
+    The same Topology under ``EngineConfig(topology_policy="slurm-tree")``: as Slurm's
+    ``topology/tree``, every job (single-node ones too) on the lowest switch that holds
+    it, best fit, then best fit over its leaf switches.
 ``flat``
     No Topology: best fit over nodes (Slurm's ``topology/flat``, the default).
 
@@ -57,7 +61,7 @@ PHILLY = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "phi
 BLOCK, RACK, HOST = "network.example/block", "network.example/rack", "kubernetes.io/hostname"
 NODES, NODE_GPUS, RACK_NODES, BLOCK_RACKS = 256, 8, 32, 4
 GANG_NODES = 32
-POLICIES = ("phalanx", "kueue-tas", "flat")
+POLICIES = ("phalanx", "kueue-tas", "slurm-tree", "flat")
 PHILLY_SIZES = {1: 76627, 2: 1818, 4: 1870, 8: 1643, 16: 199, 32: 67, 64: 6, 128: 3}
 """GPUs per job in the trace (its README), for when the trace is absent."""
 
@@ -106,7 +110,11 @@ def workload(args: argparse.Namespace) -> list[tuple[float, int, float]]:
 
 
 def cluster(policy: str) -> tuple[Engine, dict[str, tuple[str, str]]]:
-    engine = Engine(EngineConfig(preset="kueue"))
+    engine = Engine(
+        EngineConfig(
+            preset="kueue", topology_policy="slurm-tree" if policy == "slurm-tree" else "phalanx"
+        )
+    )
     topology = policy != "flat"
     if topology:
         engine.apply(

@@ -17,10 +17,10 @@ _ids = iter(range(1, 10**6))
 
 
 def _cluster(
-    blocks: int = 2, racks: int = 2, per_rack: int = 4
+    blocks: int = 2, racks: int = 2, per_rack: int = 4, policy: str = "phalanx"
 ) -> tuple[Engine, dict[str, tuple[str, str]]]:
     """``blocks`` x ``racks`` x ``per_rack`` nodes of 8 GPUs; where each node is."""
-    engine = Engine(EngineConfig(preset="kueue"))
+    engine = Engine(EngineConfig(preset="kueue", topology_policy=policy))
     engine.apply(Upsert(TOPOLOGY))
     engine.apply(
         Upsert(ResourceFlavor(name="f", node_labels={"pool": "gpu"}, topology_name="fabric"))
@@ -251,6 +251,18 @@ def test_a_job_one_node_holds_goes_to_the_tightest_node_anywhere() -> None:
         return Job(id=next(_ids), cluster_queue="cq", pod_sets=[pod_set])
 
     assert _placed(engine, two_gpus()) == ["b0r1n0"]
+    # Slurm's topology/tree: the tightest leaf switch that holds it, then its node.
+    slurm, _ = _cluster(policy="slurm-tree")
+    _occupy(slurm, busy)
+    placed_slurm = _placed(slurm, two_gpus())
+    assert placed_slurm is not None and where[placed_slurm[0]][1] == "b1r0"
     # Asked to keep within a rack, it goes to the tightest rack that holds it.
     placed = _placed(engine, two_gpus(TopologyRequest(required=RACK)))
     assert placed is not None and where[placed[0]][1] == "b1r0"
+
+
+def test_an_unknown_topology_policy_is_refused() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="topology_policy must be one of phalanx, slurm-tree"):
+        EngineConfig(topology_policy="torus")

@@ -179,9 +179,15 @@ class FlavorAssigner:
     """Assigns flavors and nodes to a job in one ClusterQueue, against the cache."""
 
     def __init__(
-        self, cache: ClusterCache, placement: PlacementPolicy, ignore_undeclared: bool
+        self,
+        cache: ClusterCache,
+        placement: PlacementPolicy,
+        ignore_undeclared: bool,
+        topology_single_nodes: bool = False,
     ) -> None:
         self.cache = cache
+        self.topology_single_nodes = topology_single_nodes
+        """Place pod sets one node holds through the Topology too (Slurm's topology/tree)."""
         self.placement = placement
         self.ignore_undeclared = ignore_undeclared
         self.generation = 0
@@ -460,7 +466,9 @@ class FlavorAssigner:
         node_filter = _node_filter(pod_set, flavor, index.tainted > 0, tuple(chosen))
         domains = self._domain_index(flavor, index)
         if domains is not None and (
-            pod_set.topology is not None or domains.spans_nodes(pod_set, index.primary)
+            pod_set.topology is not None
+            or self.topology_single_nodes
+            or domains.spans_nodes(pod_set, index.primary)
         ):
             # A request, or a gang over several nodes: within the topology. A pod set
             # that one node holds goes to the tightest node, wherever it is.

@@ -19,8 +19,11 @@ from phalanx.engine.priority import ResetPeriod, decay_factor, parse_billing_wei
 from phalanx.engine.priority.multifactor import DEFAULT_MAX_AGE_S, parse_tres_weights
 from phalanx.model.preemptmode import PREEMPT_MODES, preemption_overrides
 
+TOPOLOGY_POLICIES = ("phalanx", "slurm-tree")
+
 __all__ = [
     "PRESETS",
+    "TOPOLOGY_POLICIES",
     "AdmissionFairSharingConfig",
     "BackfillConfig",
     "EngineConfig",
@@ -287,6 +290,11 @@ class EngineConfig:
     """Reservations and backfill; ``None`` admits whatever fits in priority order."""
     preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
     """What happens to preempted jobs, unless their ClusterQueue says otherwise."""
+    topology_policy: str = "phalanx"
+    """How flavors with a Topology place pod sets without a request: ``phalanx`` (a
+    multi-node gang in the lowest domain that holds it, a pod set one node holds on the
+    tightest node anywhere) or ``slurm-tree`` (Slurm's topology/tree: every job on the
+    lowest switch that holds it, best fit, single-node jobs too)."""
     missing_namespace_selector_matches_all: bool = True
     """What a ClusterQueue without ``namespaceSelector`` admits: every namespace (phalanx's
     dialects create such queues for everyone), or none (Kueue's nil selector; the
@@ -299,6 +307,11 @@ class EngineConfig:
             raise ValueError("priority_calc_period_s must be positive")
         if self.heads_per_cycle is not None and self.heads_per_cycle < 1:
             raise ValueError("heads_per_cycle must be at least 1 (or None)")
+        if self.topology_policy not in TOPOLOGY_POLICIES:
+            raise ValueError(
+                f"topology_policy must be one of {', '.join(TOPOLOGY_POLICIES)}, "
+                f"got {self.topology_policy!r}"
+            )
 
     @classmethod
     def for_preset(cls, preset: str, **overrides: object) -> EngineConfig:

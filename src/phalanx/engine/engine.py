@@ -177,7 +177,10 @@ class Engine:
         self.cache = ClusterCache()
         self.queues = QueueManager()
         self.assigner = FlavorAssigner(
-            self.cache, self.policies.placement, self.config.ignore_undeclared_resources
+            self.cache,
+            self.policies.placement,
+            self.config.ignore_undeclared_resources,
+            topology_single_nodes=self.config.topology_policy == "slurm-tree",
         )
         self._shapes = ShapeInterner(with_time_limits=self.config.backfill is not None)
         self._objects: dict[tuple[str, str], Any] = {}
