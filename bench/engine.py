@@ -109,6 +109,7 @@ from phalanx.engine import (
     Upsert,
 )
 from phalanx.engine.config import BackfillConfig
+from phalanx.engine.placement import check_placement
 from phalanx.model import (
     CPU,
     GPU,
@@ -370,9 +371,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"a Topology block > rack > hostname ({RACK_NODES}-node racks, {BLOCK_RACKS} a "
         "block) on every flavor: every gang placed in the tightest domain",
     )
+    parser.add_argument(
+        "--placement", default="phalanx", help="placement policy (EngineConfig.placement)"
+    )
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     parser.add_argument("--profile", metavar="FILE", help="write a cProfile dump of phases 3+4")
     args = parser.parse_args(argv)
+    try:
+        check_placement(args.placement)
+    except ValueError as exc:
+        parser.error(str(exc))
     for name in ("nodes", "pending", "cluster_queues", "cohorts", "flavors"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -402,7 +410,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     admitted = Admitted(workload, random.Random(rng.getrandbits(64)))
     total_gpus = args.nodes * NODE_GPUS
     engine = Engine(
-        EngineConfig(preset=args.preset, backfill=BackfillConfig() if args.backfill else None)
+        EngineConfig(
+            preset=args.preset,
+            backfill=BackfillConfig() if args.backfill else None,
+            placement=args.placement,
+        )
     )
     usage_rng = random.Random(rng.getrandbits(64))
 
@@ -416,6 +428,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "preset": args.preset,
+        "placement": args.placement,
         "seed": args.seed,
         "nodes": args.nodes,
         "gpus": total_gpus,

@@ -66,7 +66,7 @@ def _brute_force(engine: Engine, unit: dict[str, int], need: int, one_per_node: 
             for rec in running:
                 if rec.job.time_limit is not None and rec.job.time_limit <= t:
                     continue
-                for on, amounts, _ in rec.admission.allocations:  # type: ignore[union-attr]
+                for on, amounts, _, _ in rec.admission.allocations:  # type: ignore[union-attr]
                     if on is slot:
                         for resource, amount in amounts.items():
                             free[resource] -= amount

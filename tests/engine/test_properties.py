@@ -44,6 +44,7 @@ from phalanx.engine import (
 from phalanx.model import (
     CPU,
     GPU,
+    GPU_MILLI,
     MEMORY,
     AdminState,
     ClusterQueue,
@@ -728,7 +729,10 @@ class Checker:
             assert _nonzero(qnode.usage) == _nonzero(tree_usage["co:" + name]), name
         used, holders = self.node_usage()
         for name, slot in cache.nodes.items():
-            assert _nonzero(slot.used) == _nonzero(used.get(name, {})), name
+            expected = dict(used.get(name, {}))
+            # A node counts its GPUs in thousandths too (no shares in these scenarios).
+            expected[GPU_MILLI] = 1000 * expected.get(GPU, 0)
+            assert _nonzero(slot.used) == _nonzero(expected), name
             assert set(slot.jobs) == {j for j, _ in holders.get(name, [])}, name
 
     # liveness --------------------------------------------------------------

@@ -34,6 +34,8 @@ from phalanx.model import (
     JobSubmission,
     LocalQueue,
     Node,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
     PodSet,
     PriorityClass,
     PriorityClassLimits,
@@ -811,6 +813,25 @@ ROUND_TRIP: list[PhalanxModel] = [
     SignalSpec(signal=10, seconds=120, batch_only=True),
     ArraySpec(indices=[3, 1, 2], throttle=2, text="1-3%2"),
     TopologyRequest(switches=2, wait_s=300),
+    NodeSelectorRequirement(key="nvidia.com/gpu.product", operator="In", values=("A100", "H100")),
+    NodeSelectorTerm.model_validate(
+        {
+            "matchExpressions": [{"key": "rack", "operator": "Exists"}],
+            "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}],
+        }
+    ),
+    PodSet(
+        name="shared",
+        count=4,
+        requests={"cpu": "2", GPU: "0.5"},
+        node_affinity=[
+            {
+                "matchExpressions": [
+                    {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["T4"]}
+                ]
+            }
+        ],
+    ),
 ]
 
 

@@ -408,7 +408,12 @@ def delete(kind: str, name: str) -> None:
 
 @app.command(context_settings={"allow_interspersed_args": False})
 @click.argument("command", nargs=-1, required=True)
-@click.option("--gpus", "-G", type=int, help="GPUs in total, spread evenly over --nodes")
+@click.option(
+    "--gpus",
+    "-G",
+    help="GPUs in total, spread evenly over --nodes; a fraction below 1 (0.5) is a share "
+    "of one GPU for a single task",
+)
 @click.option("--nodes", "-N", type=int, default=1, show_default=True, help="nodes")
 @click.option("--ntasks", "-n", type=int, help="tasks in total (default: one per node)")
 @click.option("--cpus", "-c", help="CPUs per task")

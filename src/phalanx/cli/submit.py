@@ -46,7 +46,7 @@ def _split_memory(mem: str, tasks_per_node: int) -> str | int:
 def build_submission(
     command: Sequence[str],
     *,
-    gpus: int | None = None,
+    gpus: int | str | None = None,
     nodes: int = 1,
     ntasks: int | None = None,
     cpus: str | None = None,
@@ -74,6 +74,11 @@ def build_submission(
         raise Invalid(f"--ntasks {tasks} cannot be spread evenly over --nodes {nodes}")
     per_node_tasks = tasks // nodes
     requests: dict[str, Any] = {}
+    gpus, share = _gpus(gpus)
+    if share is not None:
+        if tasks > 1:
+            raise Invalid(f"--gpus {share}: a share of one GPU is for a single task")
+        requests[GPU] = share
     if gpus:
         if gpus < 0:
             raise Invalid(f"--gpus {gpus}: must not be negative")
@@ -122,3 +127,21 @@ def build_submission(
         if value is not None:
             submission[key] = value
     return submission
+
+
+def _gpus(value: int | str | None) -> tuple[int, str | None]:
+    """``--gpus``: a whole number of GPUs, or a share of one (``0.5``) for one task."""
+    if value is None or isinstance(value, int):
+        return value or 0, None
+    text = value.strip()
+    try:
+        return int(text), None
+    except ValueError:
+        pass
+    try:
+        amount = float(text)
+    except ValueError:
+        raise Invalid(f"--gpus {value}: expected a number of GPUs, or a share of one like 0.5") from None
+    if not 0 < amount < 1:
+        raise Invalid(f"--gpus {value}: a share of one GPU is between 0 and 1; whole GPUs are integers")
+    return 0, text

@@ -1,8 +1,10 @@
-"""Which GPU indices of a node each task gets: lowest free first, like Slurm's gres plugin.
+"""Which GPU indices of a node each task sees, for ``CUDA_VISIBLE_DEVICES``.
 
-The engine decides how many GPUs a task takes on which node; the control plane
-picks the device indices, so that two jobs on one node never see the same GPU
-in ``CUDA_VISIBLE_DEVICES``.
+The engine picks the devices (whole GPUs on the lowest-numbered free devices,
+like Slurm's gres plugin; GPU shares on the device placement scored) and
+sends them with each admission. The control plane records which jobs hold
+which devices, for the node views and for admissions that carry no devices
+(older records), which get the lowest free indices here.
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ __all__ = ["GpuAllocator"]
 
 
 class GpuAllocator:
-    """Free and taken GPU indices per node."""
+    """The jobs holding each GPU index of each node (several for a shared device)."""
 
     def __init__(self) -> None:
         self._capacity: dict[str, int] = {}
-        self._taken: dict[str, dict[int, int]] = {}
-        """node -> {index: job id}"""
+        self._taken: dict[str, dict[int, dict[int, None]]] = {}
+        """node -> {index: {job id: None}}"""
 
     def set_capacity(self, node: str, gpus: int) -> None:
         self._capacity[node] = gpus
@@ -25,7 +27,7 @@ class GpuAllocator:
         self._capacity.pop(node, None)
 
     def take(self, node: str, count: int, job_id: int) -> list[int]:
-        """The ``count`` lowest free indices of ``node``, now held by ``job_id``.
+        """The ``count`` lowest indices of ``node`` nobody holds, now held by ``job_id``.
 
         The engine has already checked that the node has ``count`` GPUs free; if
         the indices disagree (a node shrank under running jobs) the job gets
@@ -38,22 +40,25 @@ class GpuAllocator:
             if index not in taken:
                 chosen.append(index)
             index += 1
-        for i in chosen:
-            taken[i] = job_id
+        self.hold(node, chosen, job_id)
         return chosen
 
     def hold(self, node: str, indices: list[int], job_id: int) -> None:
-        """Record indices a job already holds (recovery)."""
+        """Record indices a job holds (the engine's choice, or recovery)."""
         taken = self._taken.setdefault(node, {})
         for i in indices:
-            taken[i] = job_id
+            taken.setdefault(i, {})[job_id] = None
 
     def release(self, job_id: int, nodes: list[str]) -> None:
         for node in nodes:
             taken = self._taken.get(node)
-            if taken:
-                for i in [i for i, j in taken.items() if j == job_id]:
+            if not taken:
+                continue
+            for i in [i for i, jobs in taken.items() if job_id in jobs]:
+                del taken[i][job_id]
+                if not taken[i]:
                     del taken[i]
 
     def taken(self, node: str) -> list[int]:
+        """The indices anything holds on ``node``."""
         return sorted(self._taken.get(node, {}))

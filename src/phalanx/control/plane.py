@@ -62,12 +62,16 @@ from phalanx.engine import (
 )
 from phalanx.engine.decisions import decision_from_dict
 from phalanx.errors import Conflict, Forbidden, Invalid, NotFound, PhalanxError, Unauthorized
-from phalanx.model import CPU, GPU, MEMORY, Job, JobState, JobSubmission
+from phalanx.model import CPU, GPU, GPU_MILLI, MEMORY, Job, JobState, JobSubmission
 from phalanx.runtime.base import Runtime
 from phalanx.runtime.spec import AlreadyLaunched, Exited, LaunchSpec, Started, TaskSpec
 from phalanx.store import JobEventRow, JobRow, NewJob, Store, TokenRow, Tx
 
-__all__ = ["ControlPlane"]
+__all__ = ["SHARE_ENV", "ControlPlane"]
+
+SHARE_ENV = "PHALANX_GPU_MILLI"
+"""Set in a task that holds a share of a GPU: its thousandths of the device (a job may
+cap its memory with it, e.g. ``torch.cuda.set_per_process_memory_fraction``)."""
 
 log = logging.getLogger("phalanx.control")
 
@@ -1232,20 +1236,30 @@ class ControlPlane:
         submission = JobSubmission.model_validate(row.submission)
         tasks: list[TaskSpec] = []
         gpu_map: dict[str, list[int]] = {}
-        requests = {p.name: p.requests.get(GPU, 0) for p in submission.pod_sets}
+        requests = {p.name: _gpus_per_task(p.requests) for p in submission.pod_sets}
+        shares = {p.name: p.requests.get(GPU_MILLI, 0) for p in submission.pod_sets}
         for pod_set in decision.pod_sets:
             per_task = requests.get(pod_set.name, 0)
+            share = shares.get(pod_set.name, 0)
+            env = {SHARE_ENV: str(share)} if share else {}
             for placed in pod_set.nodes:
-                for _ in range(placed.count):
-                    indices = (
-                        self.gpus.take(placed.node, per_task, decision.job_id) if per_task else []
-                    )
+                chosen = list(placed.gpus)
+                if chosen:
+                    self.gpus.hold(placed.node, chosen, decision.job_id)
+                for task in range(placed.count):
+                    if not per_task:
+                        indices: list[int] = []
+                    elif chosen:
+                        indices = chosen[task * per_task : (task + 1) * per_task]
+                    else:
+                        indices = self.gpus.take(placed.node, per_task, decision.job_id)
                     gpu_map.setdefault(placed.node, []).extend(indices)
                     tasks.append(
                         TaskSpec(
                             node=placed.node,
                             rank=len(tasks),
                             gpus=tuple(indices),
+                            env=env,
                             pod_set=pod_set.name,
                         )
                     )
@@ -1254,7 +1268,13 @@ class ControlPlane:
             "admit": decision.to_dict(),
             "gpus": gpu_map,
             "tasks": [
-                {"node": t.node, "rank": t.rank, "gpus": list(t.gpus), "podSet": t.pod_set}
+                {
+                    "node": t.node,
+                    "rank": t.rank,
+                    "gpus": list(t.gpus),
+                    "podSet": t.pod_set,
+                    **({"env": t.env} if t.env else {}),
+                }
                 for t in tasks
             ],
             "attempt": attempt,
@@ -1386,6 +1406,7 @@ class ControlPlane:
                         node=t["node"],
                         rank=t["rank"],
                         gpus=tuple(t["gpus"]),
+                        env=dict(t.get("env") or {}),
                         pod_set=t.get("podSet", ""),
                     )
                     for t in row.assignment.get("tasks", [])
@@ -1586,3 +1607,8 @@ def _internal(exc: Exception) -> PhalanxError:
     from phalanx.errors import Unavailable
 
     return Unavailable(f"the store rejected the change ({type(exc).__name__}); nothing was applied")
+
+
+def _gpus_per_task(requests: dict[str, int]) -> int:
+    """The GPU devices one task sees: its whole GPUs, or the one device of its share."""
+    return requests.get(GPU, 0) or (1 if requests.get(GPU_MILLI, 0) else 0)

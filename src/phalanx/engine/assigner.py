@@ -30,7 +30,13 @@ from dataclasses import dataclass, field
 
 from phalanx.engine.cache import ClusterCache, ClusterQueueInfo, GroupInfo
 from phalanx.engine.capacity import FlavorNodes, NodeSlot
-from phalanx.engine.placement import NodeFilter, Overlay, PlacementPolicy, PlacementResult
+from phalanx.engine.placement import (
+    NodeFilter,
+    Overlay,
+    PlacementPolicy,
+    PlacementResult,
+    add_to_overlay,
+)
 from phalanx.engine.quota import (
     FlavorResource,
     available,
@@ -45,6 +51,7 @@ from phalanx.model import (
     Toleration,
     WhenCanBorrow,
     WhenCanPreempt,
+    affinity_matches,
     tolerates,
 )
 
@@ -57,6 +64,9 @@ __all__ = [
     "flavor_matches",
     "node_filter",
 ]
+
+Placed = tuple[tuple[tuple[NodeSlot, int], ...], tuple[int, ...] | None]
+"""A pod set's nodes ``((node, units), ...)`` and its share devices (see PlacementResult)."""
 
 Oracle = Callable[[FlavorResource, int], tuple[int, int] | None]
 """Simulates preemption for ``needed`` of one flavor-resource: ``(mode, borrowing
@@ -94,6 +104,8 @@ class PodSetResult:
     shape: PodSetShape
     flavors: dict[str, str] = field(default_factory=dict)
     nodes: tuple[tuple[NodeSlot, int], ...] = ()
+    share_devices: tuple[int, ...] | None = None
+    """Per node, the GPU device the placement scored for the first share (-1: none)."""
     attempts: list[FlavorAttempt] = field(default_factory=list)
     ok: bool = True
     memo: dict[str, object] = field(default_factory=dict)
@@ -132,6 +144,12 @@ def _flavor_matches(pod_set: PodSetShape, flavor: ResourceFlavor) -> bool:
     for key, value in pod_set.node_selector:
         if key in labels and labels[key] != value:
             return False
+    if pod_set.node_affinity and not any(
+        # As Kueue: only the expressions on labels the flavor sets count.
+        all(e.matches(labels.get(e.key)) for e in term.match_expressions if e.key in labels)
+        for term in pod_set.node_affinity
+    ):
+        return False
     if flavor.node_taints:
         tolerations = (*pod_set.tolerations, *flavor.tolerations)
         if not tolerates(tolerations, flavor.node_taints):
@@ -146,10 +164,18 @@ def _node_filter(
     other_flavors: tuple[ResourceFlavor, ...],
 ) -> NodeFilter | None:
     selector = pod_set.node_selector
+    affinity = pod_set.node_affinity
     tolerations: tuple[Toleration, ...] = (*pod_set.tolerations, *flavor.tolerations)
     extra = tuple(f for f in other_flavors if f.node_labels)
     allowed, excluded = pod_set.node_names, pod_set.exclude_nodes
-    if not selector and not tainted and not extra and allowed is None and not excluded:
+    if (
+        not selector
+        and not affinity
+        and not tainted
+        and not extra
+        and allowed is None
+        and not excluded
+    ):
         return None
 
     def accept(slot: NodeSlot) -> bool:
@@ -162,6 +188,8 @@ def _node_filter(
         for key, value in selector:
             if labels.get(key) != value:
                 return False
+        if affinity and not affinity_matches(affinity, node.name, labels):
+            return False
         if node.taints and not tolerates(tolerations, node.taints):
             return False
         return all(f.selects(node) for f in extra)
@@ -332,17 +360,14 @@ class FlavorAssigner:
                     usage[fr] = usage.get(fr, 0) + total
                     result.flavors[resource] = flavor_name
             if placement is not None:
-                result.nodes = placement
+                result.nodes, result.share_devices = placement
                 if not last:
                     # Later pod sets of the job must see what this one takes.
-                    unit = pod_set.unit_request()
-                    for slot, units in placement:
-                        extra = overlay.setdefault(slot, {})
-                        amounts = dict(slot.capacity) if pod_set.exclusive else unit
-                        for resource, amount in amounts.items():
-                            extra[resource] = extra.get(resource, 0) + amount * (
-                                1 if pod_set.exclusive else units
-                            )
+                    prefer = result.share_devices or ()
+                    for i, (slot, units) in enumerate(result.nodes):
+                        add_to_overlay(
+                            overlay, pod_set, slot, units, prefer[i] if i < len(prefer) else -1
+                        )
         return result, borrow
 
     def _pick_flavor(
@@ -355,12 +380,12 @@ class FlavorAssigner:
         overlay: Overlay,
         chosen: list[ResourceFlavor],
         result: PodSetResult,
-    ) -> tuple[str, tuple[tuple[NodeSlot, int], ...] | None, int] | None:
+    ) -> tuple[str, Placed | None, int] | None:
         node = cq.node
         try_next_on_borrow = (
             cq.model.flavor_fungibility.when_can_borrow is WhenCanBorrow.TRY_NEXT_FLAVOR
         )
-        best: tuple[int, str, tuple[tuple[NodeSlot, int], ...] | None] | None = None
+        best: tuple[int, str, Placed | None] | None = None
         requested = self._requested.get((pod_set, group))
         if requested is None:
             # GPUs first: the scarcest resource fails fastest and is the one worth naming.
@@ -420,15 +445,15 @@ class FlavorAssigner:
                 ):
                     preempting = (mode, mode_borrow, flavor_name)
                 continue
-            placement: tuple[tuple[NodeSlot, int], ...] | None = None
+            placement: Placed | None = None
             if places:
                 placed = self._place(pod_set, flavor, chosen, overlay)
-                if not placed.ok:
+                if placed.nodes is None:
                     result.attempts.append(
                         FlavorAttempt(flavor_name, PLACEMENT, max_units=placed.max_units)
                     )
                     continue
-                placement = placed.nodes
+                placement = (placed.nodes, placed.share_devices)
             borrow = 0
             for resource, total in requested:
                 fr = (flavor_name, resource)
@@ -504,7 +529,8 @@ class FlavorAssigner:
         for result in assignment.pod_sets:
             shape = result.shape
             unit = shape.unit_request()
-            for slot, units in result.nodes:
+            prefer = result.share_devices or ()
+            for i, (slot, units) in enumerate(result.nodes):
                 if not slot.schedulable:
                     return False
                 if shape.exclusive:
@@ -512,9 +538,7 @@ class FlavorAssigner:
                         return False
                     overlay[slot] = dict(slot.capacity)
                     continue
-                if slot.fit_units(unit, overlay.get(slot)) < units:
+                if slot.fit_units(unit, overlay.get(slot), shape.share) < units:
                     return False
-                extra = overlay.setdefault(slot, {})
-                for resource, amount in unit.items():
-                    extra[resource] = extra.get(resource, 0) + amount * units
+                add_to_overlay(overlay, shape, slot, units, prefer[i] if i < len(prefer) else -1)
         return True

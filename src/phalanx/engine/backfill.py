@@ -225,7 +225,7 @@ class Timeline:
             return
         end = planned_end(rec.job.time_limit, adm)
         mine: list[Release] = []
-        for slot, amounts, exclusive in adm.allocations:
+        for slot, amounts, exclusive, _ in adm.allocations:
             given = dict(slot.capacity) if exclusive else amounts
             entry = (end, self._count, slot, given)
             self._count += 1

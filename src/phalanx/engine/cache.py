@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from phalanx.engine.capacity import FlavorNodes, NodeSlot
+from phalanx.engine.capacity import FlavorNodes, NodeSlot, node_capacity
 from phalanx.engine.quota import FlavorResource, QuotaNode
 from phalanx.engine.reasons import Reason, ReasonCode
 from phalanx.model import (
@@ -93,19 +93,24 @@ class ClusterCache:
     flavor_nodes: dict[str, FlavorNodes] = field(default_factory=dict)
     cohort_nodes: dict[str, QuotaNode] = field(default_factory=dict)
     cluster_gpus: int = 0
+    nodes_seen: int = 0
+    """Nodes ever added: the next node's rank (its place in the tie-break order)."""
 
     # nodes -----------------------------------------------------------------
 
     def upsert_node(self, node: Node) -> NodeSlot:
         slot = self.nodes.get(node.name)
         if slot is None:
-            slot = self.nodes[node.name] = NodeSlot(node=node, capacity=dict(node.capacity))
+            slot = self.nodes[node.name] = NodeSlot(
+                node=node, capacity=node_capacity(node), rank=self.nodes_seen
+            )
+            self.nodes_seen += 1
         else:
             for index in slot.flavors:
                 index.remove(slot)
             if slot.schedulable:
                 self.cluster_gpus -= slot.capacity.get(GPU, 0)
-            slot.node, slot.capacity = node, dict(node.capacity)
+            slot.reset(node, node_capacity(node))
         slot.flavors = [index for index in self.flavor_nodes.values() if index.flavor.selects(node)]
         for index in slot.flavors:
             index.add(slot)

@@ -14,7 +14,12 @@ from phalanx.engine.ordering import (
     PerQueueOrdering,
     SlurmOrdering,
 )
-from phalanx.engine.placement import BestFit, PlacementPolicy
+from phalanx.engine.placement import (
+    PlacementPolicy,
+    WorkloadProfile,
+    check_placement,
+    placement_policy,
+)
 from phalanx.engine.priority import ResetPeriod, decay_factor, parse_billing_weights
 from phalanx.engine.priority.multifactor import DEFAULT_MAX_AGE_S, parse_tres_weights
 from phalanx.model.preemptmode import PREEMPT_MODES, preemption_overrides
@@ -295,6 +300,12 @@ class EngineConfig:
     multi-node gang in the lowest domain that holds it, a pod set one node holds on the
     tightest node anywhere) or ``slurm-tree`` (Slurm's topology/tree: every job on the
     lowest switch that holds it, best fit, single-node jobs too)."""
+    placement: str = "phalanx"
+    """How pod sets get nodes (:mod:`phalanx.engine.placement`): ``phalanx`` (node
+    scoring against fragmentation), ``tight``, ``fgd``, ``best-fit``, ``dot-product``,
+    ``random``, or a comma-separated chain of scorers."""
+    placement_seed: int = 0
+    """Seeds the ``random`` placement (its choices are a function of it and the events)."""
     missing_namespace_selector_matches_all: bool = True
     """What a ClusterQueue without ``namespaceSelector`` admits: every namespace (phalanx's
     dialects create such queues for everyone), or none (Kueue's nil selector; the
@@ -312,6 +323,7 @@ class EngineConfig:
                 f"topology_policy must be one of {', '.join(TOPOLOGY_POLICIES)}, "
                 f"got {self.topology_policy!r}"
             )
+        check_placement(self.placement)
 
     @classmethod
     def for_preset(cls, preset: str, **overrides: object) -> EngineConfig:
@@ -341,12 +353,14 @@ class Policies:
     placement: PlacementPolicy
 
     @classmethod
-    def for_config(cls, config: EngineConfig) -> Policies:
-        """Every preset's ordering, so that each ClusterQueue may pick its own."""
+    def for_config(cls, config: EngineConfig, workload: WorkloadProfile) -> Policies:
+        """Every preset's ordering, so that each ClusterQueue may pick its own, and the
+        placement reading ``workload``."""
         by_preset: dict[str, OrderingPolicy] = {
             "phalanx": FairShareOrdering(config.weights),
             "kueue": KueueOrdering(),
             "slurm": SlurmOrdering(config.slurm_priority),
         }
         ordering = PerQueueOrdering(config.preset, by_preset)
-        return cls(ordering=ordering, placement=BestFit())
+        placement = placement_policy(config.placement, workload, config.placement_seed)
+        return cls(ordering=ordering, placement=placement)

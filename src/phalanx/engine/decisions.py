@@ -21,10 +21,19 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class NodeAssignment:
-    """``count`` tasks of a pod set on ``node``."""
+    """``count`` tasks of a pod set on ``node``; ``gpus`` are the GPU device indices
+    its tasks see, task after task (each task's whole GPUs, or the one device of its
+    share), empty when the tasks ask for no GPU."""
 
     node: str
     count: int
+    gpus: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"node": self.node, "count": self.count}
+        if self.gpus:
+            out["gpus"] = list(self.gpus)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +55,7 @@ class PodSetAssignment:
             "name": self.name,
             "flavors": dict(self.flavors),
             "count": self.count,
-            "nodes": [{"node": n.node, "count": n.count} for n in self.nodes],
+            "nodes": [n.to_dict() for n in self.nodes],
         }
 
 
@@ -191,7 +200,12 @@ def decision_from_dict(data: dict[str, Any]) -> Decision:
                 PodSetAssignment(
                     name=p["name"],
                     flavors=tuple(sorted(p["flavors"].items())),
-                    nodes=tuple(NodeAssignment(n["node"], int(n["count"])) for n in p["nodes"]),
+                    nodes=tuple(
+                        NodeAssignment(
+                            n["node"], int(n["count"]), tuple(int(g) for g in n.get("gpus", ()))
+                        )
+                        for n in p["nodes"]
+                    ),
                     count=int(p.get("count", -1)),
                 )
                 for p in data["pod_sets"]

@@ -49,7 +49,7 @@ from phalanx.engine.backfill import (
     round_up,
 )
 from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
-from phalanx.engine.capacity import NodeSlot
+from phalanx.engine.capacity import MILLI, Devices, NodeSlot
 from phalanx.engine.config import EngineConfig, Policies, PreemptionConfig
 from phalanx.engine.decisions import (
     Admit,
@@ -88,16 +88,17 @@ from phalanx.engine.fairsharing import (
 from phalanx.engine.limits import Key, Limits
 from phalanx.engine.namespaces import selector_matches
 from phalanx.engine.ordering import PriorityContext, PriorityTables, TenantShare, job_facts
-from phalanx.engine.placement import unit_amounts
+from phalanx.engine.placement import WorkloadProfile, plan_devices, unit_amounts
 from phalanx.engine.preemption import Candidate, Preemptor, considers, contested, may_preempt
 from phalanx.engine.priority.tables import build_tables
 from phalanx.engine.queues import ClusterQueueQueue, QueueManager, ShapeQueue
 from phalanx.engine.quota import FlavorResource, QuotaNode, available
 from phalanx.engine.reasons import Reason, ReasonCode
-from phalanx.engine.shapes import JobShape, ShapeInterner
-from phalanx.engine.state import Admission, JobRecord
+from phalanx.engine.shapes import JobShape, PodSetShape, ShapeInterner
+from phalanx.engine.state import Admission, Allocation, JobRecord
 from phalanx.model import (
     GPU,
+    GPU_MILLI,
     ClusterQueue,
     Cohort,
     Job,
@@ -168,12 +169,24 @@ def _pods_ready_block() -> Reason:
     )
 
 
+def _recorded_devices(shape: PodSetShape, placed: NodeAssignment) -> Devices:
+    """The GPU devices an admission recorded for ``placed`` (none recorded, or an
+    exclusive pod set, which holds every device: empty, to be planned again)."""
+    if not placed.gpus or shape.exclusive:
+        return ()
+    share = shape.request(GPU_MILLI)
+    milli = share if share else MILLI
+    return tuple((index, milli) for index in placed.gpus)
+
+
 class Engine:
     """Quotas, cohorts, gang placement and ordering; pure and incremental."""
 
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config or EngineConfig()
-        self.policies = Policies.for_config(self.config)
+        self.workload = WorkloadProfile()
+        """The task shapes submitted so far (fragmentation-aware placement reads it)."""
+        self.policies = Policies.for_config(self.config, self.workload)
         self.cache = ClusterCache()
         self.queues = QueueManager()
         self.assigner = FlavorAssigner(
@@ -502,6 +515,7 @@ class Engine:
         rec = JobRecord(job=job, shape=self._shapes.job(job), facts=facts)
         rec.order_time = job.submit_time
         self.jobs[job.id] = rec
+        self.workload.observe(rec.shape.pod_sets)
         self._pending_by_tenant.setdefault(job.tenant, {})[job.id] = rec
         self._set_priority(rec, self._context(job.submit_time))
         waits = [
@@ -543,7 +557,7 @@ class Engine:
         info = self.cache.cluster_queues.get(decision.cluster_queue)
         shapes = {p.name: p for p in rec.shape.pod_sets}
         usage: dict[FlavorResource, int] = {}
-        allocations: list[tuple[NodeSlot, dict[str, int], bool]] = []
+        allocations: list[Allocation] = []
         for assigned in decision.pod_sets:
             shape = shapes[assigned.name]
             for resource, flavor in assigned.flavors:
@@ -553,13 +567,14 @@ class Engine:
                 slot = self.cache.nodes.get(placed.node)
                 if slot is None:
                     continue
+                units = placed.count // shape.unit_size
                 amounts = unit_amounts(shape, slot)
                 if not shape.exclusive:
-                    units = placed.count // shape.unit_size
                     amounts = {r: a * units for r, a in amounts.items()}
-                slot.take(rec.id, amounts, shape.exclusive)
+                devices = _recorded_devices(shape, placed) or plan_devices(slot, shape, units)[0]
+                slot.take(rec.id, amounts, shape.exclusive, devices)
                 self.cache.reindex(slot)
-                allocations.append((slot, amounts, shape.exclusive))
+                allocations.append((slot, amounts, shape.exclusive, devices))
         if info is not None:
             for fr, amount in usage.items():
                 info.node.add_usage(fr, amount)
@@ -775,8 +790,8 @@ class Engine:
             levels = {fr: top.subtree.get(fr, 0) - top.usage.get(fr, 0) for fr in admission.usage}
         nodes = self.cache.nodes
         reserved = self._holds
-        for slot, amounts, exclusive in admission.allocations:
-            slot.give_back(rec.id, amounts, exclusive)
+        for slot, amounts, exclusive, devices in admission.allocations:
+            slot.give_back(rec.id, amounts, exclusive, devices)
             if slot in reserved.owner:
                 # Absorbed by the hold: nothing is free there for anyone but its holder.
                 reserved.absorb(slot)
@@ -792,7 +807,7 @@ class Engine:
             root, admission.usage if root else {}, levels, list(dict.fromkeys(keys))
         )
         if self._reservations:
-            self._wake_holders(root, (slot for slot, _, _ in admission.allocations))
+            self._wake_holders(root, (a[0] for a in admission.allocations))
         if self._held and root:
             # A held reservation hides what this release freed from the blocked head's
             # wake condition: any release in its tree re-nominates it.
@@ -1818,10 +1833,10 @@ class Engine:
         adm = rec.admission
         assert adm is not None
         held = self._holds.owner
-        for slot, amounts, exclusive in adm.allocations:
+        for slot, amounts, exclusive, devices in adm.allocations:
             # A held node stays closed: what a job there frees belongs to the reservation.
             if slot not in held:
-                slot.give_back(rec.id, amounts, exclusive)
+                slot.give_back(rec.id, amounts, exclusive, devices)
                 self.cache.reindex(slot)
 
     def _put_back(self, rec: JobRecord) -> None:
@@ -1829,9 +1844,9 @@ class Engine:
         adm = rec.admission
         assert adm is not None
         held = self._holds.owner
-        for slot, amounts, exclusive in adm.allocations:
+        for slot, amounts, exclusive, devices in adm.allocations:
             if slot not in held:
-                slot.take(rec.id, amounts, exclusive)
+                slot.take(rec.id, amounts, exclusive, devices)
                 self.cache.reindex(slot)
 
     def _reserve(
@@ -1965,19 +1980,23 @@ class Engine:
         node = info.node
         for fr, amount in assignment.usage.items():
             node.add_usage(fr, amount)
-        allocations = []
+        allocations: list[Allocation] = []
         pod_sets = []
         for result in assignment.pod_sets:
             shape = result.shape
             placed = []
-            for slot, units in result.nodes:
+            prefer = result.share_devices or ()
+            for i, (slot, units) in enumerate(result.nodes):
                 amounts = unit_amounts(shape, slot)
                 if not shape.exclusive:
                     amounts = {r: a * units for r, a in amounts.items()}
-                slot.take(rec.id, amounts, shape.exclusive)
+                devices, gpus = plan_devices(
+                    slot, shape, units, prefer[i] if i < len(prefer) else -1
+                )
+                slot.take(rec.id, amounts, shape.exclusive, devices)
                 self.cache.reindex(slot)
-                allocations.append((slot, amounts, shape.exclusive))
-                placed.append(NodeAssignment(slot.name, units * shape.unit_size))
+                allocations.append((slot, amounts, shape.exclusive, devices))
+                placed.append(NodeAssignment(slot.name, units * shape.unit_size, gpus))
             pod_sets.append(
                 PodSetAssignment(
                     shape.name,

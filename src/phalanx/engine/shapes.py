@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from phalanx.model import Job, PodSet, Toleration
+from phalanx.model import GPU_MILLI, Job, NodeSelectorTerm, PodSet, Toleration
 
 __all__ = ["JobShape", "PodSetShape", "ShapeInterner"]
 
@@ -33,6 +33,8 @@ class PodSetShape:
     topology: tuple[str, str] | None = None
     """``("required" | "preferred", level)``, ``("switches", count)`` or
     ``("unconstrained", "")``."""
+    node_affinity: tuple[NodeSelectorTerm, ...] | None = None
+    """Required node affinity terms (a node must match one)."""
 
     @property
     def units(self) -> int:
@@ -55,6 +57,13 @@ class PodSetShape:
 
     def total(self, resource: str) -> int:
         return self.count * self.request(resource)
+
+    @property
+    def share(self) -> tuple[int, int] | None:
+        """``(thousandths per task, tasks per unit)`` when each task asks for a share of
+        one GPU, else None."""
+        milli = self.request(GPU_MILLI)
+        return (milli, self.unit_size) if milli else None
 
     def unit_request(self) -> dict[str, int]:
         size = self.unit_size
@@ -111,6 +120,7 @@ class ShapeInterner:
             exclude_nodes=frozenset(pod_set.exclude_nodes),
             min_count=pod_set.min_count,
             topology=_topology(pod_set),
+            node_affinity=tuple(pod_set.node_affinity) if pod_set.node_affinity else None,
         )
         return self._pod_sets.setdefault(shape, shape)
 

@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any
 
 from phalanx.engine.backfill import Reservation
+from phalanx.engine.capacity import Devices
 from phalanx.engine.config import (
     AdmissionFairSharingConfig,
     BackfillConfig,
@@ -28,7 +29,7 @@ from phalanx.engine.ordering import FairShareWeights, TenantShare, job_facts
 from phalanx.engine.queues import ClusterQueueQueue, Condition, ShapeQueue
 from phalanx.engine.reasons import reason_from_dict
 from phalanx.engine.shapes import PodSetShape
-from phalanx.engine.state import Admission, JobRecord
+from phalanx.engine.state import Admission, Allocation, JobRecord
 from phalanx.model import (
     ClusterQueue,
     Cohort,
@@ -94,7 +95,10 @@ def export_state(engine: Engine) -> dict[str, Any]:
             entry["admission"] = {
                 "cluster_queue": adm.cluster_queue,
                 "usage": [[f, r, v] for (f, r), v in adm.usage.items()],
-                "allocations": [[s.name, a, x] for s, a, x in adm.allocations],
+                "allocations": [
+                    [s.name, a, x, [list(d) for d in devices]]
+                    for s, a, x, devices in adm.allocations
+                ],
                 "decision": adm.decision.to_dict(),
                 "evicting": adm.evicting,
                 "admitted_at": adm.admitted_at,
@@ -150,7 +154,12 @@ def export_state(engine: Engine) -> dict[str, Any]:
             ),
             "backfill": dataclasses.asdict(cfg.backfill) if cfg.backfill else None,
             "usage": dataclasses.asdict(cfg.usage),
+            "topology_policy": cfg.topology_policy,
+            "placement": cfg.placement,
+            "placement_seed": cfg.placement_seed,
+            "missing_namespace_selector_matches_all": cfg.missing_namespace_selector_matches_all,
         },
+        "workload": {"fixed": engine.workload.fixed, **engine.workload.export()},
         "objects": [{"kind": k, "object": o.to_dict()} for (k, _), o in engine._objects.items()],
         "shares": {t: [s.usage, s.allocation, s.billing] for t, s in engine._shares.items()},
         "priority_time": engine._prio_time,
@@ -162,6 +171,7 @@ def export_state(engine: Engine) -> dict[str, Any]:
             name: {
                 "members": [s.name for s in index.members],
                 "buckets": [[k, [s.name for s in b]] for k, b in index.buckets.items()],
+                "version": index.version,
             }
             for name, index in engine.cache.flavor_nodes.items()
         },
@@ -219,8 +229,18 @@ def load_state(data: dict[str, Any]) -> Engine:
             ),
             backfill=BackfillConfig(**c["backfill"]) if c.get("backfill") else None,
             usage=UsageConfig(**c.get("usage", {})),
+            topology_policy=c.get("topology_policy", "phalanx"),
+            placement=c.get("placement", "phalanx"),
+            placement_seed=int(c.get("placement_seed", 0)),
+            missing_namespace_selector_matches_all=c.get(
+                "missing_namespace_selector_matches_all", True
+            ),
         )
     )
+    workload = data.get("workload")
+    if workload:
+        engine.workload.fixed = bool(workload.get("fixed", False))
+        engine.workload.load(workload)
     from phalanx.engine.events import Upsert
 
     for entry in data["objects"]:
@@ -279,12 +299,13 @@ def load_state(data: dict[str, Any]) -> Engine:
         usage = {(f, r): v for f, r, v in adm["usage"]}
         for fr, amount in usage.items():
             info.node.add_usage(fr, amount)
-        allocations = []
-        for name, amounts, exclusive in adm["allocations"]:
+        allocations: list[Allocation] = []
+        for name, amounts, exclusive, *rest in adm["allocations"]:
             slot = cache.nodes[name]
-            slot.take(job.id, amounts, bool(exclusive))
+            devices: Devices = tuple((int(i), int(m)) for i, m in (rest[0] if rest else ()))
+            slot.take(job.id, amounts, bool(exclusive), devices)
             cache.reindex(slot)
-            allocations.append((slot, dict(amounts), bool(exclusive)))
+            allocations.append((slot, dict(amounts), bool(exclusive), devices))
         decision = decision_from_dict(adm["decision"])
         assert isinstance(decision, Admit)
         rec.local_queue = engine._resolve(rec)[1]
@@ -335,6 +356,8 @@ def load_state(data: dict[str, Any]) -> Engine:
         index.buckets = {k: {cache.nodes[n]: None for n in names} for k, names in layout["buckets"]}
         index._where = {slot: k for k, b in index.buckets.items() for slot in b}
         index._keys = None
+        index._classes, index._class_of = None, {}
+        index.version = int(layout.get("version", index.version))
     engine._outbox = [decision_from_dict(d) for d in data["outbox"]]
     engine._drain = dict.fromkeys(data["drain"])
     engine._prio_dirty = data["priority_dirty"]

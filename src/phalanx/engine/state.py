@@ -12,12 +12,15 @@ from phalanx.engine.shapes import JobShape
 from phalanx.model import Job
 
 if TYPE_CHECKING:
-    from phalanx.engine.capacity import NodeSlot
+    from phalanx.engine.capacity import Devices, NodeSlot
     from phalanx.engine.decisions import Admit
     from phalanx.engine.queues import ShapeQueue, SortKey
     from phalanx.engine.quota import QuotaNode
 
-__all__ = ["Admission", "JobRecord"]
+__all__ = ["Admission", "Allocation", "JobRecord"]
+
+Allocation = tuple["NodeSlot", dict[str, int], bool, "Devices"]
+"""``(node, amounts taken, exclusive, GPU devices taken)``."""
 
 
 @dataclass(eq=False, slots=True)
@@ -27,8 +30,7 @@ class Admission:
     cluster_queue: str
     quota_node: QuotaNode
     usage: dict[FlavorResource, int]
-    allocations: list[tuple[NodeSlot, dict[str, int], bool]]
-    """``(node, amounts taken, exclusive)``."""
+    allocations: list[Allocation]
     decision: Admit
     evicting: bool = False
     admitted_at: float = 0.0

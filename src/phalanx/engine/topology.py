@@ -159,7 +159,7 @@ def _units(
         return 0
     if pod_set.exclusive:
         return 1 if slot.idle and slot not in overlay else 0
-    n = slot.fit_units(pod_set.unit_request(), overlay.get(slot))
+    n = slot.fit_units(pod_set.unit_request(), overlay.get(slot), pod_set.share)
     return min(n, 1) if pod_set.one_unit_per_node else n
 
 

@@ -4,13 +4,30 @@ Everything here is a frozen pydantic v2 model whose wire names follow Kueue's
 v1beta2 spelling; quantities are exact integers (milli-cores, bytes, devices).
 """
 
+from phalanx.model.affinity import (
+    NodeSelectorOperator,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    affinity_matches,
+)
 from phalanx.model.flavor import HOSTNAME_LABEL, ResourceFlavor, Topology, TopologyLevel
 from phalanx.model.job import Job, JobState, PodSet, TopologyRequest
 from phalanx.model.limits import PriorityClassLimits, TenantLimits
-from phalanx.model.node import AdminState, Node, NodeState, Taint, Toleration, tolerates
+from phalanx.model.node import (
+    GPU_MODEL_LABELS,
+    GPU_PRODUCT_LABEL,
+    GPU_TYPE_LABEL,
+    AdminState,
+    Node,
+    NodeState,
+    Taint,
+    Toleration,
+    tolerates,
+)
 from phalanx.model.quantity import (
     CPU,
     GPU,
+    GPU_MILLI,
     MEMORY,
     QuantityError,
     format_quantity,
@@ -44,6 +61,10 @@ __all__ = [
     "CPU",
     "DEFAULT_KILL_WAIT_S",
     "GPU",
+    "GPU_MILLI",
+    "GPU_MODEL_LABELS",
+    "GPU_PRODUCT_LABEL",
+    "GPU_TYPE_LABEL",
     "HOSTNAME_LABEL",
     "MEMORY",
     "AdminState",
@@ -61,6 +82,9 @@ __all__ = [
     "JobSubmission",
     "LocalQueue",
     "Node",
+    "NodeSelectorOperator",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
     "NodeState",
     "PodSet",
     "PriorityClass",
@@ -82,6 +106,7 @@ __all__ = [
     "TopologyRequest",
     "WhenCanBorrow",
     "WhenCanPreempt",
+    "affinity_matches",
     "format_quantity",
     "parse_quantity",
     "tolerates",

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from phalanx.model.affinity import NodeSelectorTerm
 from phalanx.model.base import PhalanxModel
 from phalanx.model.node import Toleration
-from phalanx.model.quantity import GPU
+from phalanx.model.quantity import GPU, GPU_MILLI, QuantityError, gpu_share
 from phalanx.model.resources import ResourceList, parse_resources
 
 __all__ = ["Job", "JobState", "PodSet", "TopologyRequest"]
@@ -108,6 +110,10 @@ class PodSet(PhalanxModel):
     ``tasksPerNode`` places tasks in groups of exactly that many per node (Slurm's
     ``--nodes N --ntasks-per-node K``); ``exclusive`` gives every node used the
     whole node (Slurm's ``--exclusive``).
+
+    A task asks for whole GPUs (``nvidia.com/gpu``) or for a share of one GPU
+    (``phalanx.io/gpu-milli``, thousandths: ``500`` is half a GPU); ``nvidia.com/gpu``
+    written as a fraction below one (``0.5``, ``500m``) is taken as that share.
     """
 
     name: str = Field(default="main", min_length=1)
@@ -126,11 +132,38 @@ class PodSet(PhalanxModel):
     (partial admission) when the full ``count`` does not fit."""
     topology: TopologyRequest | None = None
     """Where its tasks go in the flavor's Topology (see :class:`TopologyRequest`)."""
+    node_affinity: list[NodeSelectorTerm] | None = Field(default=None, max_length=64)
+    """Required node affinity: only nodes matching one of these terms (Kubernetes'
+    ``requiredDuringSchedulingIgnoredDuringExecution``), e.g. any of several GPU models."""
 
     @field_validator("requests", mode="before")
     @classmethod
     def _parse_requests(cls, value: Any) -> dict[str, int]:
+        if isinstance(value, Mapping) and GPU in value and GPU_MILLI not in value:
+            try:
+                share = gpu_share(value[GPU])
+            except QuantityError as exc:
+                raise ValueError(f"{GPU}: {exc}") from None
+            if share is not None:
+                value = {k: v for k, v in value.items() if k != GPU}
+                value[GPU_MILLI] = share
         return parse_resources(value)
+
+    @field_validator("requests", mode="after")
+    @classmethod
+    def _one_kind_of_gpu(cls, value: dict[str, int]) -> dict[str, int]:
+        share = value.get(GPU_MILLI)
+        if share is not None:
+            if not 1 <= share <= 1000:
+                raise ValueError(
+                    f"{GPU_MILLI}: a task's share of one GPU is 1 to 1000 thousandths, "
+                    f"got {share}; ask for whole GPUs with {GPU}"
+                )
+            if value.get(GPU, 0) > 0:
+                raise ValueError(
+                    f"a task asks for whole GPUs ({GPU}) or a share of one ({GPU_MILLI}), not both"
+                )
+        return value
 
     @model_validator(mode="after")
     def _tasks_per_node_divides(self) -> PodSet:

@@ -10,7 +10,24 @@ from pydantic import Field, field_validator
 from phalanx.model.base import PhalanxModel
 from phalanx.model.resources import ResourceList, parse_resources
 
-__all__ = ["AdminState", "Node", "NodeState", "Taint", "Toleration", "tolerates"]
+__all__ = [
+    "GPU_MODEL_LABELS",
+    "GPU_PRODUCT_LABEL",
+    "GPU_TYPE_LABEL",
+    "AdminState",
+    "Node",
+    "NodeState",
+    "Taint",
+    "Toleration",
+    "tolerates",
+]
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+"""NVIDIA GPU feature discovery's label for a node's GPU model (``NVIDIA-A100-SXM4-80GB``)."""
+GPU_TYPE_LABEL = "slurm.phalanx.io/gpu-type"
+"""A node's Slurm GRES type (``gpu:h100:8`` -> ``h100``), from slurm.conf."""
+GPU_MODEL_LABELS = (GPU_PRODUCT_LABEL, GPU_TYPE_LABEL)
+"""The labels that name a node's GPU model, first found wins."""
 
 
 class AdminState(StrEnum):
@@ -83,3 +100,13 @@ class Node(PhalanxModel):
     @classmethod
     def _parse_capacity(cls, value: Any) -> dict[str, int]:
         return parse_resources(value)
+
+    @property
+    def gpu_model(self) -> str:
+        """The node's GPU model from its labels (:data:`GPU_MODEL_LABELS`), or ``""``."""
+        labels = self.labels
+        for label in GPU_MODEL_LABELS:
+            model = labels.get(label)
+            if model:
+                return model
+        return ""

@@ -7,7 +7,8 @@ Quota arithmetic never touches floats. A quantity string such as ``8``,
 
 * ``cpu`` is counted in milli-cores (``"2"`` -> ``2000``, ``"500m"`` -> ``500``);
 * every other resource (``memory`` in bytes, ``nvidia.com/gpu`` in devices,
-  any extended resource) is counted in whole units.
+  ``phalanx.io/gpu-milli`` in thousandths of one GPU, any extended resource) is
+  counted in whole units.
 
 Like Kubernetes' ``Quantity.Value()``, a fractional amount of a whole-unit
 resource is rounded *up* (``"0.5"`` bytes is one byte); a fractional number of
@@ -22,9 +23,11 @@ from fractions import Fraction
 __all__ = [
     "CPU",
     "GPU",
+    "GPU_MILLI",
     "MEMORY",
     "QuantityError",
     "format_quantity",
+    "gpu_share",
     "is_milli_resource",
     "parse_quantity",
 ]
@@ -32,6 +35,9 @@ __all__ = [
 CPU = "cpu"
 MEMORY = "memory"
 GPU = "nvidia.com/gpu"
+GPU_MILLI = "phalanx.io/gpu-milli"
+"""A task's share of one GPU device in thousandths (1 to 1000): GPU sharing. A node
+offers 1000 per GPU it has; a device serves whole-GPU tasks or shares, never both."""
 
 _MILLI_RESOURCES = frozenset({CPU})
 
@@ -68,16 +74,8 @@ def _ceil(value: Fraction) -> int:
     return -((-value.numerator) // value.denominator)
 
 
-def parse_quantity(value: str | int, resource: str) -> int:
-    """Parse ``value`` into the integer base unit of ``resource``.
-
-    >>> parse_quantity("500m", "cpu")
-    500
-    >>> parse_quantity("1.5Ti", "memory")
-    1649267441664
-    >>> parse_quantity(8, "nvidia.com/gpu")
-    8
-    """
+def _fraction(value: str | int | float) -> Fraction:
+    """The exact non-negative amount a quantity spells, in its written unit."""
     if isinstance(value, bool):
         raise QuantityError(f"expected a quantity such as 8, 500m or 16Gi, got {value!r}")
     if isinstance(value, int):
@@ -108,9 +106,40 @@ def parse_quantity(value: str | int, resource: str) -> int:
         raise QuantityError(f"expected a quantity such as 8, 500m or 16Gi, got {value!r}")
     if amount < 0:
         raise QuantityError(f"expected a non-negative quantity, got {value!r}")
+    return amount
+
+
+def parse_quantity(value: str | int, resource: str) -> int:
+    """Parse ``value`` into the integer base unit of ``resource``.
+
+    >>> parse_quantity("500m", "cpu")
+    500
+    >>> parse_quantity("1.5Ti", "memory")
+    1649267441664
+    >>> parse_quantity(8, "nvidia.com/gpu")
+    8
+    """
+    amount = _fraction(value)
     if is_milli_resource(resource):
         amount *= 1000
     return _ceil(amount)
+
+
+def gpu_share(value: str | int | float) -> int | None:
+    """Thousandths of one GPU when ``value`` is a fraction of one GPU (``0.5``,
+    ``500m``), None when it is a whole number of GPUs.
+
+    >>> gpu_share("0.25"), gpu_share("2")
+    (250, None)
+    """
+    amount = _fraction(value)
+    if amount.denominator == 1:
+        return None
+    if amount > 1:
+        raise QuantityError(
+            f"expected whole GPUs or a share of one GPU (0.001 to 1), got {value!r}"
+        )
+    return _ceil(amount * 1000)
 
 
 def _is_bytes(resource: str) -> bool:

@@ -1,13 +1,10 @@
-"""Gang placement: every task of a pod set on concrete nodes, or nothing.
+"""Gang placement over the capacity buckets: the fewest nodes, the tightest fit.
 
-Placement is a policy object behind :class:`PlacementPolicy`, so a
-topology-aware policy can replace the default. The engine supplies the
-flavor's node index, a node filter (schedulability, node selector, taints,
-the labels of the other flavors assigned to the pod set) and an *overlay* of
-what earlier pod sets of the same job have already tentatively taken.
-
-:class:`BestFit`, the default, places a pod set on the fewest nodes with the
-tightest fit:
+:class:`BestFit` places a pod set on the fewest nodes with the tightest fit of
+the flavor's primary resource (GPUs), which is what a gang spanning nodes
+wants; the scored placements (:mod:`phalanx.engine.placement.chain`) hand it
+the pod sets that no single node holds. It is also the ``tight`` policy on its
+own (phalanx's placement before node scoring):
 
 * one unit per node (``tasksPerNode`` or ``exclusive``): walk the buckets from
   the smallest free amount that holds a unit upwards and take the first nodes
@@ -22,56 +19,17 @@ rejects gangs that cannot fit, in O(buckets).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
-
 from phalanx.engine.capacity import FlavorNodes, NodeSlot
+from phalanx.engine.placement.base import NodeFilter, Overlay, PlacementResult
 from phalanx.engine.shapes import PodSetShape
 
-__all__ = ["BestFit", "NodeFilter", "Overlay", "PlacementPolicy", "PlacementResult"]
-
-NodeFilter = Callable[[NodeSlot], bool]
-Overlay = dict[NodeSlot, dict[str, int]]
-
-
-@dataclass(frozen=True, slots=True)
-class PlacementResult:
-    """``nodes`` is ``((slot, units), ...)`` on success; ``max_units`` bounds what fits."""
-
-    nodes: tuple[tuple[NodeSlot, int], ...] | None
-    max_units: int
-
-    @property
-    def ok(self) -> bool:
-        return self.nodes is not None
-
-
-class PlacementPolicy(Protocol):
-    """Chooses nodes for one pod set in one flavor."""
-
-    name: str
-
-    def place(
-        self,
-        pod_set: PodSetShape,
-        nodes: FlavorNodes,
-        node_filter: NodeFilter | None,
-        overlay: Overlay,
-    ) -> PlacementResult: ...
-
-
-def unit_amounts(pod_set: PodSetShape, slot: NodeSlot) -> dict[str, int]:
-    """What one unit of ``pod_set`` takes from ``slot`` (the whole node when exclusive)."""
-    if pod_set.exclusive:
-        return dict(slot.capacity)
-    return pod_set.unit_request()
+__all__ = ["BestFit"]
 
 
 class BestFit:
     """Fewest nodes, tightest fit."""
 
-    name = "best-fit"
+    name = "tight"
 
     def place(
         self,
@@ -92,7 +50,7 @@ class BestFit:
             return PlacementResult(None, bound)
         if one_per_node:
             return self._spread(pod_set, unit, units, per_unit, nodes, node_filter, overlay)
-        return self._pack(unit, units, amount, nodes, node_filter, overlay)
+        return self._pack(unit, units, amount, nodes, node_filter, overlay, pod_set.share)
 
     @staticmethod
     def _fits(
@@ -100,10 +58,11 @@ class BestFit:
         unit: dict[str, int],
         node_filter: NodeFilter | None,
         overlay: Overlay,
+        share: tuple[int, int] | None = None,
     ) -> int:
         if node_filter is not None and not node_filter(slot):
             return 0
-        return slot.fit_units(unit, overlay.get(slot))
+        return slot.fit_units(unit, overlay.get(slot), share)
 
     def _spread(
         self,
@@ -117,10 +76,11 @@ class BestFit:
     ) -> PlacementResult:
         chosen: list[tuple[NodeSlot, int]] = []
         exclusive = pod_set.exclusive
+        share = pod_set.share
         for slot in nodes.candidates_ascending(per_unit):
             if exclusive and (not slot.idle or slot in overlay):
                 continue
-            if self._fits(slot, unit, node_filter, overlay):
+            if self._fits(slot, unit, node_filter, overlay, share):
                 chosen.append((slot, 1))
                 if len(chosen) == units:
                     return PlacementResult(tuple(chosen), units)
@@ -134,6 +94,7 @@ class BestFit:
         nodes: FlavorNodes,
         node_filter: NodeFilter | None,
         overlay: Overlay,
+        share: tuple[int, int] | None,
     ) -> PlacementResult:
         keys = nodes.sorted_keys()
         top = keys[-1] if keys else 0
@@ -146,15 +107,15 @@ class BestFit:
             need = remaining * amount // scale
             if amount == 0 or need <= top:
                 for slot in nodes.candidates_ascending(need):
-                    if slot not in taken and self._fits(slot, unit, node_filter, overlay) >= (
-                        remaining
-                    ):
+                    if slot not in taken and self._fits(
+                        slot, unit, node_filter, overlay, share
+                    ) >= (remaining):
                         chosen.append((slot, remaining))
                         return PlacementResult(tuple(chosen), units)
             for slot in largest:
                 if slot in taken:
                     continue
-                n = self._fits(slot, unit, node_filter, overlay)
+                n = self._fits(slot, unit, node_filter, overlay, share)
                 if n:
                     take = min(n, remaining)
                     chosen.append((slot, take))

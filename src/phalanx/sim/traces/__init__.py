@@ -1,0 +1,1 @@
+"""Readers of public cluster traces (node lists, job and pod lists)."""
