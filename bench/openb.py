@@ -66,7 +66,9 @@ def expected() -> dict[tuple[str, str], dict[int, float]]:
     return {k: {lv: sum(v) / len(v) for lv, v in c.items()} for k, c in sums.items()}
 
 
-def one(task: tuple[str, str, int]) -> tuple[str, str, int, dict[int, float], dict[str, int], float]:
+def one(
+    task: tuple[str, str, int],
+) -> tuple[str, str, int, dict[int, float], dict[str, int], float]:
     """Replay one workload under one policy with one seed."""
     workload, policy, seed = task
     start = time.perf_counter()
@@ -132,7 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "authors": {str(lv): round(theirs[lv], 2) for lv in LEVELS if lv in theirs},
                 "max_gap": round(gaps[worst], 2) if worst is not None else None,
                 "max_gap_at": worst,
-                "failed_per_seed": {k: round(v / len(runs), 1) for k, v in failed[(workload, policy)].items()},
+                "failed_per_seed": {
+                    k: round(v / len(runs), 1) for k, v in failed[(workload, policy)].items()
+                },
             }
         )
     print(

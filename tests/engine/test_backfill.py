@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from phalanx.engine import Admit, Engine, EngineConfig, Finish, Submit, Upsert
 from phalanx.engine.config import BackfillConfig
 from phalanx.engine.snapshot import export_state, load_state
-from phalanx.model import Job, PodSet
+from phalanx.model import Job, PodSet, ResourceFlavor, Topology, TopologyRequest
 from tests.engine.helpers import GPU, cluster_queue, flavor, node
 from tests.engine.timeline import drive
 
@@ -327,3 +327,38 @@ def test_a_shorter_job_of_the_same_size_backfills_behind_a_longer_one() -> None:
     assert _admitted(engine.cycle(2.0)) == {}
     engine.apply(Submit(_job(5, 1, 60, priority=1)))
     assert _admitted(engine.cycle(3.0)) == {5: ["n4"]}
+
+
+def _topology_engine() -> Engine:
+    """Two racks of two 8-GPU nodes, the flavor naming the Topology rack > hostname;
+    a1 busy until 100, a2 until 400, b1 until 200, b2 until 300."""
+    engine = Engine(EngineConfig(preset="kueue", backfill=_BACKFILL))
+    levels = [{"nodeLabel": "rack"}, {"nodeLabel": "kubernetes.io/hostname"}]
+    engine.apply(Upsert(Topology.model_validate({"name": "t", "levels": levels})))
+    engine.apply(Upsert(ResourceFlavor(name="f", node_labels={"pool": "x"}, topology_name="t")))
+    for name, rack in (("a1", "ra"), ("a2", "ra"), ("b1", "rb"), ("b2", "rb")):
+        engine.apply(Upsert(node(name, pool="x", rack=rack)))
+    engine.apply(Upsert(cluster_queue("cq", {"f": 32})))
+    for job_id, name, limit in (
+        (1, "a1", 100.0),
+        (2, "a2", 400.0),
+        (3, "b1", 200.0),
+        (4, "b2", 300.0),
+    ):
+        pod_set = PodSet(count=1, requests={GPU: 8}, node_names=[name])
+        job = Job(id=job_id, cluster_queue="cq", priority=10, time_limit=limit, pod_sets=[pod_set])
+        engine.apply(Submit(job))
+    assert set(_admitted(engine.cycle(0.0))) == {1, 2, 3, 4}
+    return engine
+
+
+def test_a_reservation_keeps_to_the_topology_placement_will_use() -> None:
+    # Anywhere, two nodes are free soonest at 200 (a1, b1); within one rack, at 300 (rb).
+    for request in (TopologyRequest(required="rack"), None):  # None: phalanx's default
+        engine = _topology_engine()
+        gang = PodSet(count=2, tasks_per_node=1, requests={GPU: 8}, topology=request)
+        engine.apply(Submit(Job(id=5, cluster_queue="cq", priority=5, pod_sets=[gang])))
+        engine.cycle(1.0)
+        [reservation] = engine.reservations()
+        assert sorted(reservation.nodes) == ["b1", "b2"], request
+        assert reservation.start == 300.0

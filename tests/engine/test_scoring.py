@@ -34,7 +34,9 @@ def _key(devices: list[int], cpu: int, model: str = "") -> ClassKey:
     return (model, tuple(sorted(devices)), (("cpu", cpu),))
 
 
-def _block(cpu: int, gpus: int = 0, milli: int = 1000, models: frozenset[str] | None = None) -> Block:
+def _block(
+    cpu: int, gpus: int = 0, milli: int = 1000, models: frozenset[str] | None = None
+) -> Block:
     task = TaskShape(cpu, gpus, milli if gpus else 0, models)
     amounts = [("cpu", cpu)]
     if gpus and milli < 1000:
@@ -52,7 +54,9 @@ def _profile(weights: dict[TaskShape, float]) -> WorkloadProfile:
 
 def test_best_fit_score_is_the_authors_formula() -> None:
     # Free 64 cores and 5 GPUs; a 1-GPU 16-core task leaves 48 cores and 4 GPUs.
-    value, device = BestFitScore().score(_key([1000] * 5 + [0] * 3, 64_000), _block(16_000, 1), SCALE)
+    value, device = BestFitScore().score(
+        _key([1000] * 5 + [0] * 3, 64_000), _block(16_000, 1), SCALE
+    )
     assert value == int((1 - (48_000 / 128_000 * 0.5 + 4_000 / 8_000 * 0.5)) * 100) == 56
     assert device is None
 
@@ -118,7 +122,11 @@ def test_profile_learns_from_submissions_and_refreshes() -> None:
 
 def _engine(placement: str, *nodes: Node) -> Engine:
     engine = Engine(EngineConfig(placement=placement))
-    for obj in (flavor("f"), *nodes, cluster_queue("cq", {"f": [quota(GPU, 100), quota("cpu", 1000)]})):
+    for obj in (
+        flavor("f"),
+        *nodes,
+        cluster_queue("cq", {"f": [quota(GPU, 100), quota("cpu", 1000)]}),
+    ):
         engine.apply(Upsert(obj))
     return engine
 

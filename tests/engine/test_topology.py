@@ -266,3 +266,78 @@ def test_an_unknown_topology_policy_is_refused() -> None:
 
     with pytest.raises(ValueError, match="topology_policy must be one of phalanx, slurm-tree"):
         EngineConfig(topology_policy="torus")
+
+
+# --- Kueue's topology slices -----------------------------------------------------------
+
+
+def _sliced(pods: int, size: int, level: str = RACK, gpus: int = 2, **whole: object) -> Job:
+    request = TopologyRequest(slice_required=level, slice_size=size, **whole)  # type: ignore[arg-type]
+    pod_set = PodSet(count=pods, requests={GPU: gpus}, topology=request)
+    return Job(id=next(_ids), cluster_queue="cq", pod_sets=[pod_set])
+
+
+def _per(engine: Engine, job: Job, where: dict[str, tuple[str, str]], k: int) -> dict[str, int]:
+    """Tasks of ``job`` per domain (``k`` 0: block, 1: rack), or {} when pending."""
+    engine.apply(Submit(job))
+    counts: dict[str, int] = {}
+    for d in engine.cycle(1.0):
+        if isinstance(d, Admit) and d.job_id == job.id:
+            for p in d.pod_sets:
+                for n in p.nodes:
+                    counts[where[n.node][k]] = counts.get(where[n.node][k], 0) + n.count
+    return counts
+
+
+def test_each_slice_stays_within_one_rack() -> None:
+    engine, where = _cluster(per_rack=2)  # racks of 2 nodes x 8 GPUs: 8 tasks of 2 GPUs
+    # Racks b0r0 and b0r1 have room for 6 tasks, b1r0 for 8, b1r1 for 2.
+    _occupy(engine, {"b0r0n0": 4, "b0r1n1": 4, "b1r1n0": 8, "b1r1n1": 4})
+    counts = _per(engine, _sliced(12, 4), where, 1)
+    assert sum(counts.values()) == 12
+    assert all(n % 4 == 0 for n in counts.values()), counts
+
+
+def test_slices_that_fit_nowhere_wait_though_the_tasks_would_fit() -> None:
+    engine, where = _cluster(per_rack=2)
+    # Every rack has room for exactly 3 tasks of 2 GPUs: 12 tasks fit, no slice of 4 does.
+    _occupy(
+        engine,
+        {f"b{b}r{r}n{n}": (8 if n else 2) for b in range(2) for r in range(2) for n in range(2)},
+    )
+    assert _per(engine, _sliced(4, 4), where, 1) == {}
+    assert sum(_per(engine, _sliced(4, 2), where, 1).values()) == 4
+
+
+def test_a_required_block_with_rack_slices() -> None:
+    engine, where = _cluster(per_rack=2)
+    _occupy(engine, {"b0r0n0": 8})
+    job = _sliced(16, 8, required=BLOCK)
+    blocks = _per(engine, job, where, 0)
+    assert blocks == {"b1": 16}
+    engine2, where2 = _cluster(per_rack=2)
+    racks = _per(engine2, _sliced(16, 8, required=BLOCK), where2, 1)
+    assert sorted(racks.values()) == [8, 8] and len({r[:2] for r in racks}) == 1
+
+
+def test_a_slice_level_below_a_required_level_is_refused_at_placement() -> None:
+    engine, where = _cluster(per_rack=2)
+    # Slices by block inside a required rack: the slice level is above the pod set's.
+    assert _per(engine, _sliced(4, 4, level=BLOCK, required=RACK), where, 1) == {}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 8), min_size=8, max_size=8),
+    st.sampled_from([1, 2, 4]),
+    st.integers(1, 4),
+    st.sampled_from(["", "required", "preferred"]),
+)
+def test_slices_are_never_split(used: list[int], size: int, slices: int, whole: str) -> None:
+    engine, where = _cluster(per_rack=2)
+    _occupy(engine, {name: gpus for name, gpus in zip(sorted(where), used, strict=True)})
+    extra = {whole: BLOCK} if whole else {}
+    counts = _per(engine, _sliced(size * slices, size, **extra), where, 1)
+    assert all(n % size == 0 for n in counts.values()), counts
+    if counts and whole == "required":
+        assert len({rack[:2] for rack in counts}) == 1

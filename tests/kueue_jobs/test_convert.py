@@ -237,12 +237,57 @@ def _path(path: tuple[str | int, ...]) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
 
 
-def test_topology_slices_are_refused_naming_the_annotation() -> None:
+def test_topology_slices_become_the_pod_sets_slice_request() -> None:
+    [pod_set] = _convert(_doc("jobs/sample-jobset-tas-sliced.yaml")).submission.pod_sets
+    assert pod_set.topology is not None
+    assert (pod_set.topology.slice_required, pod_set.topology.slice_size) == (
+        "cloud.provider.com/topology-rack",
+        4,
+    )
+    assert not pod_set.topology.required and not pod_set.topology.unconstrained
+    [pod_set] = _convert(_doc("jobs/sample-jobset-tas-combined.yaml")).submission.pod_sets
+    assert pod_set.topology is not None
+    assert pod_set.topology.required == "cloud.provider.com/topology-block"
+    assert pod_set.topology.slice_size == 4
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        ({"kueue.x-k8s.io/podset-slice-size": None}, "podset-slice-size", "must be set"),
+        ({"kueue.x-k8s.io/podset-slice-size": "four"}, "podset-slice-size", "whole number"),
+        ({"kueue.x-k8s.io/podset-slice-size": "0"}, "podset-slice-size", "whole number"),
+        (
+            {"kueue.x-k8s.io/podset-slice-required-topology-constraints": "[]"},
+            "podset-slice-required-topology-constraints",
+            "multi-layer",
+        ),
+    ],
+)
+def test_bad_slice_annotations_name_the_annotation(
+    change: dict[str, str | None], field: str, message: str
+) -> None:
     doc = _doc("jobs/sample-jobset-tas-sliced.yaml")
+    template = doc["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    annotations = template["metadata"]["annotations"]
+    for key, value in change.items():
+        if value is None:
+            annotations.pop(key)
+        else:
+            annotations[key] = value
     with pytest.raises(JobFieldError) as caught:
         _convert(doc)
-    assert caught.value.path[-1] == "kueue.x-k8s.io/podset-slice-required-topology"
-    assert "remove the annotation" in caught.value.message
+    assert str(caught.value.path[-1]).endswith(field)
+    assert message in caught.value.message
+
+
+def test_a_slice_that_does_not_divide_the_pods_is_refused() -> None:
+    doc = _doc("jobs/sample-jobset-tas-sliced.yaml")
+    template = doc["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    template["metadata"]["annotations"]["kueue.x-k8s.io/podset-slice-size"] = "3"
+    with pytest.raises(JobFieldError) as caught:
+        _convert(doc)
+    assert "sliceSize (3) must divide count (8)" in caught.value.message
 
 
 def test_topology_annotations_become_the_pod_sets_topology_request() -> None:

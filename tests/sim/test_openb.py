@@ -68,7 +68,7 @@ def test_bad_node_lists_name_file_and_line(tmp_path: Path, text: str, message: s
 def test_bad_pod_lists_name_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(Invalid, match=r"p.csv:3: gpu_milli: a pod of 2 GPUs takes them whole"):
         load_pods(_write(tmp_path, "p.csv", PODS + "a,1,1,1,500,\nb,1,1,2,500,\n"))
-    with pytest.raises(Invalid, match="missing.csv"):
+    with pytest.raises(Invalid, match=r"missing\.csv"):
         load_pods(tmp_path / "missing.csv")
 
 
@@ -88,7 +88,11 @@ def _small_cluster(tmp_path: Path) -> tuple[list, list[OpenbPod]]:
         _write(
             tmp_path,
             "n.csv",
-            NODES + "".join(f"n{i},{16000 * (1 + i % 3)},65536,{(1, 2, 4, 8)[i % 4]},M{i % 2}\n" for i in range(12)),
+            NODES
+            + "".join(
+                f"n{i},{16000 * (1 + i % 3)},65536,{(1, 2, 4, 8)[i % 4]},M{i % 2}\n"
+                for i in range(12)
+            ),
         )
     )
     rows = []

@@ -141,7 +141,11 @@ def _gpus(value: int | str | None) -> tuple[int, str | None]:
     try:
         amount = float(text)
     except ValueError:
-        raise Invalid(f"--gpus {value}: expected a number of GPUs, or a share of one like 0.5") from None
+        raise Invalid(
+            f"--gpus {value}: expected a number of GPUs, or a share of one like 0.5"
+        ) from None
     if not 0 < amount < 1:
-        raise Invalid(f"--gpus {value}: a share of one GPU is between 0 and 1; whole GPUs are integers")
+        raise Invalid(
+            f"--gpus {value}: a share of one GPU is between 0 and 1; whole GPUs are integers"
+        )
     return 0, text

@@ -46,6 +46,7 @@ from phalanx.engine.shapes import JobShape, PodSetShape
 from phalanx.engine.topology import DomainIndex, place_in_topology
 from phalanx.model import (
     GPU,
+    HOSTNAME_LABEL,
     FungibilityPreference,
     ResourceFlavor,
     Toleration,
@@ -498,14 +499,43 @@ class FlavorAssigner:
             # A request, or a gang over several nodes: within the topology. A pod set
             # that one node holds goes to the tightest node, wherever it is.
             placed = place_in_topology(pod_set, index, domains, node_filter, overlay, memo_key)
-        elif domains is None and pod_set.topology is not None and pod_set.topology[0] == "required":
-            # A required topology needs a flavor with one.
+        elif (
+            domains is None
+            and pod_set.topology is not None
+            and (pod_set.topology[0] == "required" or pod_set.slice is not None)
+        ):
+            # A required topology (or slice) needs a flavor with one.
             placed = PlacementResult(None, 0)
         else:
             placed = self.placement.place(pod_set, index, node_filter, overlay)
         if not placed.ok and memo:
             self._failed[memo_key] = placed
         return placed
+
+    def topology_level(
+        self, pod_set: PodSetShape, flavor: ResourceFlavor
+    ) -> tuple[DomainIndex, int, bool] | None:
+        """Where :meth:`_place` keeps ``pod_set`` in ``flavor``'s Topology: the domain
+        index, the level whose one domain should hold the whole pod set, and whether
+        that is required; None when placement is not held to one domain (no Topology,
+        ``unconstrained``, or a pod set one node holds). Backfill plans with it."""
+        index = self.cache.flavor_nodes.get(flavor.name)
+        if index is None:
+            return None
+        domains = self._domain_index(flavor, index)
+        if domains is None:
+            return None
+        mode, label = pod_set.topology or ("", "")
+        depth = len(domains.levels)
+        lowest = depth - 2 if domains.levels[-1] == HOSTNAME_LABEL and depth > 1 else depth - 1
+        if mode in ("required", "preferred"):
+            level = domains.level_of(label)
+            return (domains, level if level is not None else -1, mode == "required")
+        if mode in ("unconstrained", "switches"):
+            return None
+        if self.topology_single_nodes or domains.spans_nodes(pod_set, index.primary):
+            return (domains, lowest, False)
+        return None
 
     def _domain_index(self, flavor: ResourceFlavor, index: FlavorNodes) -> DomainIndex | None:
         topology = self.cache.topologies.get(flavor.topology_name or "")

@@ -20,6 +20,12 @@ ends) is absorbed into the hold.
 Jobs without a time limit never end in the plan: nodes they run on are never
 planned free, and they never backfill onto held nodes.
 
+A pod set that placement keeps within one domain of its flavor's Topology (a
+``required`` or ``preferred`` level, or phalanx's default for a gang over nodes)
+is planned the same way (:func:`plan_in_domains`): in the domain where it fits
+soonest, so that the reservation holds nodes it can actually start on. Topology
+slices are planned as their whole pod set is, without their slices.
+
 The :class:`Timeline` (when each running job ends, per flavor, sorted) is kept
 up to date as jobs start and end, so a pass does not rebuild it.
 """
@@ -42,12 +48,14 @@ from phalanx.model import GPU
 
 if TYPE_CHECKING:
     from phalanx.engine.state import Admission, JobRecord
+    from phalanx.engine.topology import DomainIndex
 
 __all__ = [
     "Holds",
     "QuotaEnds",
     "Reservation",
     "Timeline",
+    "plan_in_domains",
     "plan_nodes",
     "plan_quota",
     "planned_end",
@@ -516,6 +524,67 @@ def plan_nodes(
         if got >= need:
             return max(now, at), list(chosen)
     return None
+
+
+def plan_in_domains(
+    pod_set: PodSetShape,
+    flavor: str,
+    cache: ClusterCache,
+    timeline: Timeline,
+    now: float,
+    closed: Callable[[NodeSlot], bool],
+    taken: set[NodeSlot],
+    accept: Callable[[NodeSlot], bool] | None,
+    before: float,
+    domains: DomainIndex,
+    level: int,
+    required: bool,
+) -> tuple[float, list[NodeSlot]] | None:
+    """:func:`plan_nodes` held to the Topology as placement will hold the pod set: all
+    its nodes within one domain of ``level``, the domain where it fits soonest. Not
+    ``required`` (``preferred``, phalanx's default), it may climb a level at a time
+    and at last go anywhere, as placement does; ``required`` and nowhere: None."""
+    paths = domains.paths
+    if level < 0:
+        return None
+    # The plan anywhere starts no later than any plan in one domain: when its nodes
+    # happen to share a domain, it is the plan.
+    anywhere = plan_nodes(pod_set, flavor, cache, timeline, now, closed, taken, accept, before)
+    if anywhere is None:
+        return None
+    if len({paths.get(slot, ())[: level + 1] for slot in anywhere[1]}) == 1 and all(
+        slot in paths for slot in anywhere[1]
+    ):
+        return anywhere
+    for k in range(level, -1, -1):
+        groups: dict[tuple[str, ...], int] = {}
+        for slot in paths:
+            if slot.schedulable and not closed(slot) and slot not in taken:
+                key = paths[slot][: k + 1]
+                groups[key] = groups.get(key, 0) + 1
+        best: tuple[float, list[NodeSlot]] | None = None
+        most = 1 if pod_set.one_unit_per_node else 1 << 30
+        for domain, count in sorted(groups.items()):
+            if count * most < pod_set.units:
+                continue  # too few nodes there, however free
+
+            def within(slot: NodeSlot, domain: tuple[str, ...] = domain, k: int = k) -> bool:
+                path = paths.get(slot)
+                return (
+                    path is not None
+                    and path[: k + 1] == domain
+                    and (accept is None or accept(slot))
+                )
+
+            cutoff = min(before, best[0]) if best is not None else before
+            found = plan_nodes(pod_set, flavor, cache, timeline, now, closed, taken, within, cutoff)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = found
+                if found[0] <= now:
+                    break
+        if best is not None or required:
+            return best
+    return anywhere
 
 
 def _plan_first_units(

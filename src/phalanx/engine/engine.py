@@ -43,6 +43,7 @@ from phalanx.engine.backfill import (
     QuotaEnds,
     Reservation,
     Timeline,
+    plan_in_domains,
     plan_nodes,
     plan_quota,
     planned_end,
@@ -1277,9 +1278,24 @@ class Engine:
                     continue
                 accept = node_filter(pod_set, flavor, index.tainted > 0, ())
                 cutoff = best[0] if best is not None else math.inf
-                found = plan_nodes(
-                    pod_set, name, cache, timeline, now, closed, taken, accept, cutoff
-                )
+                held_to = self.assigner.topology_level(pod_set, flavor)
+                if held_to is not None:
+                    found = plan_in_domains(
+                        pod_set,
+                        name,
+                        cache,
+                        timeline,
+                        now,
+                        closed,
+                        taken,
+                        accept,
+                        cutoff,
+                        *held_to,
+                    )
+                else:
+                    found = plan_nodes(
+                        pod_set, name, cache, timeline, now, closed, taken, accept, cutoff
+                    )
                 if found is not None and (best is None or found[0] < best[0]):
                     best = (found[0], found[1], name)
                     if found[0] <= now:

@@ -35,6 +35,8 @@ class PodSetShape:
     ``("unconstrained", "")``."""
     node_affinity: tuple[NodeSelectorTerm, ...] | None = None
     """Required node affinity terms (a node must match one)."""
+    slice: tuple[str, int] | None = None
+    """``(level, units)``: every slice of that many units within one domain of the level."""
 
     @property
     def units(self) -> int:
@@ -90,6 +92,11 @@ def _topology(pod_set: PodSet) -> tuple[str, str] | None:
     request = pod_set.topology
     if request is None:
         return None
+    if request.slice_required is not None and not (
+        request.required or request.preferred or request.unconstrained
+    ):
+        # Kueue: a slice request alone leaves the pod set unconstrained.
+        return ("unconstrained", "")
     if request.required is not None:
         return ("required", request.required)
     if request.preferred is not None:
@@ -97,6 +104,13 @@ def _topology(pod_set: PodSet) -> tuple[str, str] | None:
     if request.switches is not None:
         return ("switches", str(request.switches))
     return ("unconstrained", "")
+
+
+def _slice(pod_set: PodSet) -> tuple[str, int] | None:
+    request = pod_set.topology
+    if request is None or request.slice_required is None or request.slice_size is None:
+        return None
+    return (request.slice_required, request.slice_size // (pod_set.tasks_per_node or 1))
 
 
 class ShapeInterner:
@@ -121,6 +135,7 @@ class ShapeInterner:
             min_count=pod_set.min_count,
             topology=_topology(pod_set),
             node_affinity=tuple(pod_set.node_affinity) if pod_set.node_affinity else None,
+            slice=_slice(pod_set),
         )
         return self._pod_sets.setdefault(shape, shape)
 

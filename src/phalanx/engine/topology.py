@@ -197,6 +197,8 @@ def place_in_topology(
     total = sum(sums[0].values())
     mode, label = pod_set.topology or ("preferred", "")
     lowest = depth - 2 if index.levels[-1] == HOSTNAME_LABEL and depth > 1 else depth - 1
+    if pod_set.slice is not None:
+        return _in_slices(pod_set.slice, mode, label, need, sums, room, index)
     if mode == "switches":
         return _on_few_domains(int(label), lowest, need, sums, room, index)
     if mode == "unconstrained":
@@ -232,13 +234,107 @@ def _least_free(
     the least room first, and in each the nodes with the least room first."""
     out: list[tuple[NodeSlot, int]] = []
     for _, domain in sorted((n, p) for p, n in sums[level].items() if n > 0):
-        nodes = sorted((room[s], s.name, s) for s in room if index.paths[s][: level + 1] == domain)
-        for n, _, slot in nodes:
-            take = min(n, need)
-            out.append((slot, take))
-            need -= take
-            if not need:
-                return out
+        need -= _least_free_nodes(domain, level, need, room, index, out)
+        if not need:
+            return out
+    return out
+
+
+def _least_free_nodes(
+    domain: Path,
+    level: int,
+    need: int,
+    room: dict[NodeSlot, int],
+    index: DomainIndex,
+    out: list[tuple[NodeSlot, int]],
+) -> int:
+    """Up to ``need`` units on the nodes of ``domain``, least room first; how many."""
+    placed = 0
+    nodes = sorted((room[s], s.name, s) for s in room if index.paths[s][: level + 1] == domain)
+    for n, _, slot in nodes:
+        take = min(n, need - placed)
+        out.append((slot, take))
+        placed += take
+        if placed == need:
+            break
+    return placed
+
+
+def _in_slices(
+    slice_: tuple[str, int],
+    mode: str,
+    label: str,
+    need: int,
+    sums: list[dict[Path, int]],
+    room: dict[NodeSlot, int],
+    index: DomainIndex,
+) -> PlacementResult:
+    """Kueue's topology slices: the pod set's units in slices of ``per``, each slice
+    within one domain of the slice level; the whole pod set as its request says
+    (``required`` / ``preferred`` a level at or above the slice level, or
+    ``unconstrained``: the least free slice domains first)."""
+    slice_label, per = slice_
+    level = index.level_of(slice_label)
+    if level is None:
+        return PlacementResult(None, 0)
+    # Slices each domain holds: what its nodes hold, in whole slices, summed upwards.
+    caps: list[dict[Path, int]] = [{} for _ in range(level + 1)]
+    for domain, units in sums[level].items():
+        if units >= per:
+            caps[level][domain] = units // per
+    for k in range(level - 1, -1, -1):
+        for domain, n in caps[k + 1].items():
+            caps[k][domain[: k + 1]] = caps[k].get(domain[: k + 1], 0) + n
+    wanted = need // per
+    total = sum(caps[0].values())
+    chosen: list[tuple[Path, int]]
+    if mode == "unconstrained":
+        if total < wanted:
+            return PlacementResult(None, total * per)
+        chosen = []
+        left = wanted
+        for n, domain in sorted((n, p) for p, n in caps[level].items()):
+            take = min(n, left)
+            chosen.append((domain, take))
+            left -= take
+            if not left:
+                break
+        out: list[tuple[NodeSlot, int]] = []
+        for domain, n in chosen:
+            _least_free_nodes(domain, level, n * per, room, index, out)
+        return _result(out, need)
+    start = index.level_of(label) if label else level
+    if start is None or start > level:
+        return PlacementResult(None, 0)  # unknown level, or below the slices'
+    for k in range(start, -1, -1):
+        fitting = [(n, p) for p, n in caps[k].items() if n >= wanted]
+        if fitting:
+            _, domain = min(fitting)
+            chosen = _slice_domains(domain, k, wanted, level, caps)
+            break
+        if mode == "required":
+            return PlacementResult(None, max(caps[k].values(), default=0) * per)
+    else:
+        if total < wanted:
+            return PlacementResult(None, total * per)
+        chosen = _slice_domains((), -1, wanted, level, caps)
+    placed: list[tuple[NodeSlot, int]] = []
+    for domain, n in chosen:
+        placed.extend(_descend(domain, level, n * per, sums, room, index))
+    return _result(placed, need)
+
+
+def _slice_domains(
+    domain: Path, k: int, wanted: int, level: int, caps: list[dict[Path, int]]
+) -> list[tuple[Path, int]]:
+    """The domains of the slice level under ``domain`` (at level ``k``) that take
+    ``wanted`` slices: the fewest at each level, as :func:`_descend` does for units."""
+    if k == level:
+        return [(domain, wanted)]
+    children = [(n, p) for p, n in caps[k + 1].items() if p[: k + 1] == domain]
+    out: list[tuple[Path, int]] = []
+    for child, take in _pick(children, wanted):
+        out.extend(_slice_domains(child, k + 1, take, level, caps))
     return out
 
 

@@ -86,6 +86,11 @@ class TopologyRequest(PhalanxModel):
     unconstrained: bool = False
     switches: int | None = Field(default=None, ge=1)
     wait_s: float | None = Field(default=None, ge=0)
+    slice_required: str | None = Field(default=None, min_length=1)
+    """Kueue's ``podset-slice-required-topology``: every slice of ``sliceSize`` tasks
+    within one domain of this level (with or without a request for the whole pod set;
+    alone, the pod set is otherwise ``unconstrained``)."""
+    slice_size: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _one_kind(self) -> TopologyRequest:
@@ -95,10 +100,15 @@ class TopologyRequest(PhalanxModel):
             + self.unconstrained
             + (self.switches is not None)
         )
-        if kinds != 1:
+        if (self.slice_required is None) != (self.slice_size is None):
+            raise ValueError("sliceRequired and sliceSize go together")
+        if kinds > 1 or (kinds == 0 and self.slice_required is None):
             raise ValueError(
-                "expected exactly one of required, preferred, unconstrained or switches"
+                "expected exactly one of required, preferred, unconstrained or switches "
+                "(or a slice request alone)"
             )
+        if self.switches is not None and self.slice_required is not None:
+            raise ValueError("switches and topology slices do not go together")
         if self.wait_s is not None and self.switches is None:
             raise ValueError("waitS goes with switches")
         return self
@@ -175,6 +185,22 @@ class PodSet(PhalanxModel):
             raise ValueError(
                 f"minCount ({self.min_count}) must be less than or equal to count ({self.count})"
             )
+        size = self.topology.slice_size if self.topology is not None else None
+        if size is not None:
+            if size > self.count or self.count % size:
+                raise ValueError(
+                    f"topology.sliceSize ({size}) must divide count ({self.count}): "
+                    "every slice is whole"
+                )
+            if self.tasks_per_node is not None and size % self.tasks_per_node:
+                raise ValueError(
+                    f"topology.sliceSize ({size}) must be a multiple of tasksPerNode "
+                    f"({self.tasks_per_node})"
+                )
+            if self.min_count is not None:
+                raise ValueError(
+                    "minCount (partial admission) and topology slices do not go together"
+                )
         return self
 
     def total(self, resource: str) -> int:

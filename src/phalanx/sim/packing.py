@@ -71,7 +71,7 @@ def alloc_curve(
     by_level: dict[int, list[float]] = {}
     gpus = capacity_milli / 1000
     for a, u in zip(arrived, allocated, strict=True):
-        level = int(round(a / gpus / 10))
+        level = round(a / gpus / 10)
         by_level.setdefault(level, []).append(round(u / gpus / 10, 2))
     curve: dict[int, float] = {}
     for level in range(131):
@@ -183,7 +183,9 @@ def replay(
             pod_set = pod_sets[pod] = pod.pod_set()
         now = float(i)
         engine.apply(
-            Submit(Job(id=i, name=pod.name, cluster_queue=QUEUE, pod_sets=[pod_set], submit_time=now))
+            Submit(
+                Job(id=i, name=pod.name, cluster_queue=QUEUE, pod_sets=[pod_set], submit_time=now)
+            )
         )
         admitted = any(isinstance(d, Admit) and d.job_id == i for d in engine.cycle(now))
         arrived += pod.gpu_total_milli

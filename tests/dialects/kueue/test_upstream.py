@@ -43,16 +43,9 @@ SETUP_OF = {
 }
 """A sample job -> the setup file that creates its LocalQueue."""
 
-_SLICES = "not supported: topology slices are not placed yet"
 REFUSED = {
     "admin/minimal-cq.yaml": (
         "spec.admissionChecksStrategy: not supported: phalanx does not run Kueue AdmissionChecks"
-    ),
-    "jobs/sample-jobset-tas-combined.yaml": (
-        '.metadata.annotations["kueue.x-k8s.io/podset-slice-required-topology"]: ' + _SLICES
-    ),
-    "jobs/sample-jobset-tas-sliced.yaml": (
-        '.metadata.annotations["kueue.x-k8s.io/podset-slice-required-topology"]: ' + _SLICES
     ),
 }
 """Files phalanx refuses -> the field and reason the refusal names (see docs/kueue.md)."""

@@ -338,48 +338,60 @@ TOPOLOGY_ANNOTATIONS = {
     "kueue.x-k8s.io/podset-unconstrained-topology": "unconstrained",
 }
 """Kueue's topology requests on a pod template -> :class:`~phalanx.model.TopologyRequest`."""
-SLICE_TOPOLOGY_ANNOTATIONS = (
-    "kueue.x-k8s.io/podset-slice-required-topology",
-    "kueue.x-k8s.io/podset-slice-required-topology-constraints",
-)
-"""Topology slices (each slice of ``podset-slice-size`` pods within one domain), which
-phalanx does not place yet."""
+SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
+SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+SLICE_CONSTRAINTS = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
+"""Kueue's topology slices: every ``podset-slice-size`` pods within one domain of the
+slice level (the multi-layer constraints form is Kueue's alpha TASMultiLayerTopology)."""
 
 
 def _topology_request(template: Mapping[str, Any], path: Path) -> dict[str, Any] | None:
-    """The pod template's topology request (one annotation at most), or None.
-
-    A slice request is refused rather than placed without its slices kept whole.
-    """
+    """The pod template's topology request (one annotation at most, and a slice
+    request), or None."""
     metadata = _mapping(template, "metadata", path)
     where = (*path, "metadata", "annotations")
     annotations = _string_map(metadata, "annotations", (*path, "metadata"))
-    for key in SLICE_TOPOLOGY_ANNOTATIONS:
-        if key in annotations:
-            raise JobFieldError(
-                (*where, key),
-                "not supported: topology slices are not placed yet, so slices of "
-                f"kueue.x-k8s.io/podset-slice-size pods cannot be kept within one "
-                f"{annotations[key]!r} domain; remove the annotation or use "
-                "kueue.x-k8s.io/podset-required-topology for the whole pod set",
-            )
+    if SLICE_CONSTRAINTS in annotations:
+        raise JobFieldError(
+            (*where, SLICE_CONSTRAINTS),
+            "not supported: multi-layer slice constraints (Kueue's alpha "
+            f"TASMultiLayerTopology); use {SLICE_REQUIRED} with {SLICE_SIZE}",
+        )
     found = [(k, v) for k, v in annotations.items() if k in TOPOLOGY_ANNOTATIONS]
     if len(found) > 1:
         raise JobFieldError(
             (*where, found[1][0]),
             f"expected one topology request, got {found[0][0]} and {found[1][0]}",
         )
-    if not found:
-        return None
-    key, value = found[0]
-    kind = TOPOLOGY_ANNOTATIONS[key]
-    if kind == "unconstrained":
-        if value.lower() != "true":
-            raise JobFieldError((*where, key), f'expected "true", got {value!r}')
-        return {"unconstrained": True}
-    if not value:
-        raise JobFieldError((*where, key), "expected a topology level (a node label)")
-    return {kind: value}
+    request: dict[str, Any] = {}
+    if found:
+        key, value = found[0]
+        kind = TOPOLOGY_ANNOTATIONS[key]
+        if kind == "unconstrained":
+            if value.lower() != "true":
+                raise JobFieldError((*where, key), f'expected "true", got {value!r}')
+            request["unconstrained"] = True
+        elif not value:
+            raise JobFieldError((*where, key), "expected a topology level (a node label)")
+        else:
+            request[kind] = value
+    level, size = annotations.get(SLICE_REQUIRED), annotations.get(SLICE_SIZE)
+    if level is not None and size is None:
+        raise JobFieldError((*where, SLICE_SIZE), f"must be set when {SLICE_REQUIRED} is")
+    if size is not None and level is None:
+        raise JobFieldError((*where, SLICE_SIZE), f"may not be set without {SLICE_REQUIRED}")
+    if level is not None and size is not None:
+        if not level:
+            raise JobFieldError(
+                (*where, SLICE_REQUIRED), "expected a topology level (a node label)"
+            )
+        if not size.strip().isdigit() or int(size) < 1:
+            raise JobFieldError(
+                (*where, SLICE_SIZE), f"expected a whole number of pods >= 1, got {size!r}"
+            )
+        request["sliceRequired"] = level
+        request["sliceSize"] = int(size)
+    return request or None
 
 
 def _pod_set(name: str, count: int, pod: _Pod, path: Path, min_count: int | None = None) -> PodSet:

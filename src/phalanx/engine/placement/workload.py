@@ -11,8 +11,9 @@ pod list.
 A :class:`TaskShape` is what fragmentation is measured in: a task's CPU, its
 GPUs (whole devices, or one share of ``milli`` thousandths) and the GPU models
 it may run on (memory is left out, as in the FGD paper: it is checked when a
-task is placed, not counted as stranding GPUs). The profile is re-read at most every ``refresh`` observations,
-so that scores computed against it can be kept until then.
+task is placed, not counted as stranding GPUs). The profile is re-read at most
+every ``refresh`` observations, so that scores computed against it can be kept
+until then.
 """
 
 from __future__ import annotations

@@ -75,7 +75,12 @@ class OpenbPod:
                 }
             ]
         return PodSet.model_validate(
-            {"name": "main", "count": 1, "requests": _quantities(requests), "nodeAffinity": affinity}
+            {
+                "name": "main",
+                "count": 1,
+                "requests": _quantities(requests),
+                "nodeAffinity": affinity,
+            }
         )
 
 
@@ -91,8 +96,10 @@ def _rows(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[str, st
             header = reader.fieldnames or []
             missing = [c for c in required if c not in header]
             if missing:
-                raise Invalid(f"{path}:1: expected the columns {', '.join(required)}; "
-                              f"missing {', '.join(missing)}")
+                raise Invalid(
+                    f"{path}:1: expected the columns {', '.join(required)}; "
+                    f"missing {', '.join(missing)}"
+                )
             return [(i + 2, row) for i, row in enumerate(reader)]
     except OSError as exc:
         raise Invalid(f"{path}: {exc.strerror or exc}") from None
@@ -145,8 +152,7 @@ def load_pods(path: Path) -> list[OpenbPod]:
         milli = min(milli, 1000)
         if num_gpu > 1 and milli < 1000:
             raise Invalid(
-                f"{path}:{line}: gpu_milli: a pod of {num_gpu} GPUs takes them whole, "
-                f"got {milli}"
+                f"{path}:{line}: gpu_milli: a pod of {num_gpu} GPUs takes them whole, got {milli}"
             )
         spec = (row.get("gpu_spec") or "").strip()
         models = tuple(m for m in spec.split("|") if m and m != "nan")
