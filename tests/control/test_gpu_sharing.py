@@ -10,6 +10,8 @@ import pytest
 
 from phalanx.auth import ADMIN
 from phalanx.control.plane import SHARE_ENV, ControlPlane
+from phalanx.control.server import start_server
+from phalanx.errors import Invalid
 from phalanx.model import (
     GPU,
     GPU_MILLI,
@@ -94,3 +96,9 @@ def test_shares_run_side_by_side_on_one_device(plane: ControlPlane, tmp_path: Pa
     wait_for(plane, third, "COMPLETED")
     assert (tmp_path / f"out-{third}.log").read_text() in ("0 600\n", "1 600\n")
     assert plane.node_status()["gpu-0"]["gpu_indices_used"] == []
+
+
+def test_an_unknown_placement_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    with pytest.raises(Invalid, match="--placement.*placement must be one of"):
+        start_server(tmp_path / "state", port=0, placement="tightest")
+    assert not (tmp_path / "state").exists()

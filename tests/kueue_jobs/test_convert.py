@@ -305,3 +305,38 @@ def test_topology_annotations_become_the_pod_sets_topology_request() -> None:
     with pytest.raises(JobFieldError) as caught:
         _convert(doc)
     assert "expected one topology request" in caught.value.message
+
+
+def test_required_node_affinity_becomes_the_pod_sets_affinity() -> None:
+    doc = _doc("jobs/sample-job.yaml")
+    spec = doc["spec"]["template"]["spec"]
+    spec["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "nvidia.com/gpu.product",
+                                "operator": "In",
+                                "values": ["A100", "H100"],
+                            }
+                        ]
+                    }
+                ]
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": []}}
+            ],
+        },
+        "podAntiAffinity": {},
+    }
+    [pod_set] = _convert(doc).submission.pod_sets
+    assert pod_set.node_affinity is not None
+    [term] = pod_set.node_affinity
+    assert term.match_expressions[0].values == ("A100", "H100")
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    terms["nodeSelectorTerms"][0]["matchExpressions"][0]["operator"] = "Near"
+    with pytest.raises(JobFieldError) as caught:
+        _convert(doc)
+    assert "nodeSelectorTerms[0].matchExpressions[0].operator" in _path(caught.value.path)

@@ -125,6 +125,19 @@ def presets() -> None:
     default=None,
     help="reserve nodes for blocked jobs and backfill around them; default: the preset's",
 )
+@click.option(
+    "--placement",
+    default=None,
+    help="node placement: phalanx (default), tight, fgd, best-fit, dot-product, random, "
+    "or a comma-separated chain of scorers (docs/placement.md)",
+)
+@click.option(
+    "--topology-policy",
+    type=click.Choice(["phalanx", "slurm-tree"]),
+    default=None,
+    help="gangs in flavors with a Topology: phalanx (default) or slurm-tree (Slurm's "
+    "topology/tree: every job on the lowest switch that holds it)",
+)
 def up(
     state_dir: Path | None,
     host: str,
@@ -137,6 +150,8 @@ def up(
     runtime: str,
     heads_per_cycle: str | None,
     backfill: bool | None,
+    placement: str | None,
+    topology_policy: str | None,
 ) -> None:
     """Run the control plane, the API and the local runtime in the foreground."""
     from phalanx.control.server import run_server
@@ -164,6 +179,8 @@ def up(
         runtime=runtime,
         heads_per_cycle=heads,
         backfill=backfill,
+        placement=placement,
+        topology_policy=topology_policy,
     )
 
 

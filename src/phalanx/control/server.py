@@ -91,6 +91,8 @@ def start_server(
     runtime: str = "local",
     heads_per_cycle: int | str | None = "preset",
     backfill: bool | BackfillConfig | None = None,
+    placement: str | None = None,
+    topology_policy: str | None = None,
 ) -> RunningServer:
     """Start phalanx in this process (``port=0`` picks a free port).
 
@@ -99,6 +101,7 @@ def start_server(
     overrides the preset's (``None``: rounds until nothing more fits, phalanx's cycle;
     ``1``: Kueue's one head per ClusterQueue per cycle). ``backfill`` turns
     reservations and backfill on or off, or sets them (``None``: as the preset has it).
+    ``placement`` and ``topology_policy`` set the engine's (``None``: its defaults).
     """
     from phalanx.control.configs import read_configs
     from phalanx.runtime.base import Runtime
@@ -123,9 +126,13 @@ def start_server(
                 overrides["backfill"] = backfill
             else:
                 overrides["backfill"] = BackfillConfig() if backfill else None
+        if placement is not None:
+            overrides["placement"] = placement
+        if topology_policy is not None:
+            overrides["topology_policy"] = topology_policy
         config = EngineConfig.for_preset(preset, **{**settings, **overrides})
     except ValueError as exc:
-        raise Invalid(f"--preset/--heads-per-cycle: {exc}") from None
+        raise Invalid(f"--preset/--placement/--topology-policy: {exc}") from None
     detected = []
     if detect:
         from phalanx.runtime.detect import detect_gpus
@@ -179,6 +186,8 @@ def run_server(
     runtime: str = "local",
     heads_per_cycle: int | str | None = "preset",
     backfill: bool | None = None,
+    placement: str | None = None,
+    topology_policy: str | None = None,
 ) -> None:
     """Run phalanx in the foreground until SIGINT or SIGTERM."""
     running = start_server(
@@ -193,6 +202,8 @@ def run_server(
         runtime=runtime,
         heads_per_cycle=heads_per_cycle,
         backfill=backfill,
+        placement=placement,
+        topology_policy=topology_policy,
     )
     # A long-lived process with a large, stable heap: keep the start-up objects out
     # of the collector's way and collect the young generation less often.

@@ -50,7 +50,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from phalanx.dialects.kueue.values import describe
-from phalanx.model import JobSubmission, PodSet, RunSpec
+from phalanx.model import JobSubmission, NodeSelectorTerm, PodSet, RunSpec
 from phalanx.model.node import Toleration
 from phalanx.model.quantity import QuantityError, parse_quantity
 from phalanx.model.resources import format_resources
@@ -295,6 +295,7 @@ class _Pod:
     node_selector: dict[str, str]
     tolerations: list[Toleration]
     topology: dict[str, Any] | None = None
+    node_affinity: list[dict[str, Any]] | None = None
 
 
 def _pod_template(template: Any, path: Path) -> _Pod:
@@ -329,7 +330,29 @@ def _pod_template(template: Any, path: Path) -> _Pod:
         except ValidationError as exc:
             err = exc.errors()[0]
             raise JobFieldError((*where, *(str(p) for p in err["loc"])), str(err["msg"])) from None
-    return _Pod(containers, inits, total, selector, tolerations, topology)
+    affinity = _node_affinity(spec, spath)
+    return _Pod(containers, inits, total, selector, tolerations, topology, affinity)
+
+
+def _node_affinity(spec: Mapping[str, Any], path: Path) -> list[dict[str, Any]] | None:
+    """The required node affinity's terms (``preferred...`` scheduling hints and pod
+    (anti-)affinity are accepted and ignored, as other unused fields are)."""
+    affinity = _mapping(spec, "affinity", path)
+    node = _mapping(affinity, "nodeAffinity", (*path, "affinity"))
+    where = (*path, "affinity", "nodeAffinity")
+    required = _mapping(node, "requiredDuringSchedulingIgnoredDuringExecution", where)
+    where = (*where, "requiredDuringSchedulingIgnoredDuringExecution")
+    terms = _list(required, "nodeSelectorTerms", where)
+    out: list[dict[str, Any]] = []
+    for i, term in enumerate(terms):
+        try:
+            out.append(NodeSelectorTerm.model_validate(term).to_dict())
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = (p if isinstance(p, int) else str(p) for p in err["loc"])
+            at = (*where, "nodeSelectorTerms", i, *loc)
+            raise JobFieldError(at, str(err["msg"])) from None
+    return out or None
 
 
 TOPOLOGY_ANNOTATIONS = {
@@ -403,6 +426,7 @@ def _pod_set(name: str, count: int, pod: _Pod, path: Path, min_count: int | None
         "node_selector": pod.node_selector,
         "tolerations": pod.tolerations,
         "topology": pod.topology,
+        "node_affinity": pod.node_affinity,
     }
     if min_count is not None:
         fields["min_count"] = min_count
