@@ -99,6 +99,6 @@ def test_shares_run_side_by_side_on_one_device(plane: ControlPlane, tmp_path: Pa
 
 
 def test_an_unknown_placement_is_refused_before_anything_starts(tmp_path: Path) -> None:
-    with pytest.raises(Invalid, match="--placement.*placement must be one of"):
+    with pytest.raises(Invalid, match=r"--placement.*placement must be one of"):
         start_server(tmp_path / "state", port=0, placement="tightest")
     assert not (tmp_path / "state").exists()
