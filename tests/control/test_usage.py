@@ -370,3 +370,23 @@ def test_a_job_that_stops_and_starts_again_before_a_tick_loses_no_stretch(store:
     assert ledger.usage()[ROOT][0] == 100.0 + 180.0
     [charge] = store.job_charges([job_id])
     assert (charge.gpu_seconds, charge.charged_until) == (280.0, 300.0)
+
+
+def test_a_gpu_share_is_charged_its_fraction_of_a_gpu(store: Store) -> None:
+    submission = JobSubmission(
+        name="share",
+        tenant="nlp",
+        pod_sets=[PodSet(count=2, requests={"nvidia.com/gpu": "0.25", "cpu": 1})],
+        run=RunSpec(command=["true"]),
+    )
+    alloc = allocated_tres(submission, [{"podSet": "main", "node": "n"}] * 2)
+    assert alloc["gres/gpu-milli"] == 500 and "gres/gpu" not in alloc
+    ledger = _ledger(half_life_s=0)
+    [job_id] = _jobs(store, 1)
+    _tick(ledger, store, 0.0)
+    with store.begin() as tx:
+        ledger.start(
+            tx, job_id, tenant="nlp", user="alice", alloc_tres=alloc, weights=None, since=0.0
+        )
+    _tick(ledger, store, 300.0)
+    assert ledger.usage()[("nlp", "alice")][0] == 150.0  # half a GPU for 300 s

@@ -38,7 +38,7 @@ from phalanx.engine.priority import (
     resets_at_start,
     usage_reset_due,
 )
-from phalanx.model import CPU, GPU, MEMORY, ClusterQueue, JobSubmission, Tenant
+from phalanx.model import CPU, GPU, GPU_MILLI, MEMORY, ClusterQueue, JobSubmission, Tenant
 from phalanx.model.priorityannotations import TRES_BILLING_ANNOTATION
 from phalanx.store import JobChargeRow, JobRow, Tx, UsageRow
 
@@ -71,11 +71,11 @@ def billing_weights(spec: str) -> dict[str, float]:
 def allocated_tres(submission: JobSubmission, tasks: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """A job's allocated TRES from its placed tasks (``assignment["tasks"]``).
 
-    Whole CPUs per task, memory in megabytes, GPUs as ``gres/gpu``, and the
-    number of distinct nodes.
+    Whole CPUs per task, memory in megabytes, GPUs as ``gres/gpu``, shares of GPUs
+    as ``gres/gpu-milli`` (thousandths), and the number of distinct nodes.
     """
     requests = {p.name: p.requests for p in submission.pod_sets}
-    cpus = mem = gpus = 0
+    cpus = mem = gpus = milli = 0
     nodes: set[str] = set()
     for task in tasks:
         asked = requests.get(str(task.get("podSet") or ""))
@@ -84,13 +84,22 @@ def allocated_tres(submission: JobSubmission, tasks: Iterable[Mapping[str, Any]]
         cpus += max(1, -(-asked.get(CPU, 0) // 1000))
         mem += asked.get(MEMORY, 0)
         gpus += asked.get(GPU, 0)
+        milli += asked.get(GPU_MILLI, 0)
         nodes.add(str(task.get("node")))
     alloc = {"cpu": cpus, "node": len(nodes)}
     if mem:
         alloc["mem"] = -(-mem // _MB)
     if gpus:
         alloc["gres/gpu"] = gpus
+    if milli:
+        alloc["gres/gpu-milli"] = milli
     return alloc
+
+
+def gpu_rate(row: JobChargeRow) -> float:
+    """The GPUs a charged job holds, its shares as fractions of a GPU."""
+    shares: int = (row.alloc_tres or {}).get("gres/gpu-milli", 0)
+    return row.gpus + shares / 1000
 
 
 def tenant_path(tenant: str, tenants: Mapping[str, Tenant]) -> list[str]:
@@ -225,13 +234,13 @@ class UsageLedger:
             self._owed.append(
                 (
                     (old.tenant, old.user),
-                    new_usage(run, old.gpus, self.half_life_s),
+                    new_usage(run, gpu_rate(old), self.half_life_s),
                     new_usage(run, old.billing, self.half_life_s),
                 )
             )
             previous.row = replace(
                 old,
-                gpu_seconds=old.gpu_seconds + old.gpus * run,
+                gpu_seconds=old.gpu_seconds + gpu_rate(old) * run,
                 billing_seconds=old.billing_seconds + old.billing * run,
             )
         before = previous.row if previous is not None else tx.get_job_charge(job_id)
@@ -294,13 +303,13 @@ class UsageLedger:
             start = row.charged_until if row.charged_until is not None else until
             run = max(0.0, until - start)
             key = (row.tenant, row.user)
-            gpu_new[key] = gpu_new.get(key, 0.0) + new_usage(run, row.gpus, self.half_life_s)
+            gpu_new[key] = gpu_new.get(key, 0.0) + new_usage(run, gpu_rate(row), self.half_life_s)
             billing_new[key] = billing_new.get(key, 0.0) + new_usage(
                 run, row.billing, self.half_life_s
             )
             row = replace(
                 row,
-                gpu_seconds=row.gpu_seconds + row.gpus * run,
+                gpu_seconds=row.gpu_seconds + gpu_rate(row) * run,
                 billing_seconds=row.billing_seconds + row.billing * run,
                 charged_until=None if job.ended is not None else until,
             )

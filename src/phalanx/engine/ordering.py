@@ -80,7 +80,8 @@ class JobFacts:
     tenant: str
     submit_time: float
     priority_value: int
-    gpus: int
+    gpus: float
+    """GPUs asked for, a share counting as its fraction of one GPU."""
     user: str = ""
     cluster_queue: str | None = None
     """The ClusterQueue the job waits in (None until it has one)."""
@@ -109,7 +110,7 @@ def job_facts(job: Job, priority_value: int) -> JobFacts:
         job.tenant,
         job.submit_time,
         priority_value,
-        job.gpus,
+        job.gpu_amount,
         user=job.user,
         nodes=max(1, nodes),
         cpus=sum(p.total(CPU) for p in job.pod_sets) / 1000.0,

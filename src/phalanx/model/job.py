@@ -242,5 +242,10 @@ class Job(PhalanxModel):
 
     @property
     def gpus(self) -> int:
-        """Total GPUs over every pod set."""
+        """Total whole GPUs over every pod set."""
         return sum(p.total(GPU) for p in self.pod_sets)
+
+    @property
+    def gpu_amount(self) -> float:
+        """GPUs over every pod set, a share counting as its fraction of one GPU."""
+        return self.gpus + sum(p.total(GPU_MILLI) for p in self.pod_sets) / 1000
