@@ -33,6 +33,16 @@ def test_ntasks_per_node_split_gpus_and_memory() -> None:
     assert pod_set["requests"] == {"nvidia.com/gpu": 1, "cpu": "4", "memory": 8 * 2**30}
 
 
+def test_a_fraction_of_a_gpu_is_a_share_for_one_task() -> None:
+    sub = build_submission(["x"], gpus="0.5")
+    assert sub["podSets"][0]["requests"]["nvidia.com/gpu"] == "0.5"
+    assert build_submission(["x"], gpus="2")["podSets"][0]["requests"]["nvidia.com/gpu"] == 2
+    from phalanx.model import JobSubmission
+
+    parsed = JobSubmission.model_validate({**sub, "tenant": "t"})
+    assert parsed.pod_sets[0].requests == {"cpu": 1000, "phalanx.io/gpu-milli": 500}
+
+
 def test_single_node_memory_is_passed_through() -> None:
     assert build_submission(["x"], mem="10Gi")["podSets"][0]["requests"]["memory"] == "10Gi"
 
@@ -46,6 +56,9 @@ def test_single_node_memory_is_passed_through() -> None:
         ({"nodes": 0}, "--nodes 0"),
         ({"time_limit": "soon"}, "'soon'"),
         ({"env": ["NOEQUALS"]}, "KEY=VALUE"),
+        ({"gpus": "1.5"}, "whole GPUs are integers"),
+        ({"gpus": "half"}, "share of one like 0.5"),
+        ({"gpus": "0.5", "ntasks": 2}, "for a single task"),
     ],
 )
 def test_errors_name_the_option(options: dict, needle: str) -> None:

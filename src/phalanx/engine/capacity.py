@@ -352,6 +352,8 @@ class FlavorNodes:
         self._dropped = 0
         self._classes: dict[ClassKey, NodeClass] | None = None
         self._class_of: dict[NodeSlot, ClassKey] = {}
+        self._unclassified: dict[NodeSlot, None] = {}
+        """Nodes whose free state changed since :meth:`classes` last looked."""
 
     @property
     def name(self) -> str:
@@ -415,16 +417,19 @@ class FlavorNodes:
                     self._drop(slot)
                 self._insert(slot)
             elif self._classes is not None:
-                self._classify(slot)
+                self._unclassified[slot] = None
         self.version += 1
 
     def classes(self) -> dict[ClassKey, NodeClass]:
         """The schedulable nodes grouped by free state; built at the first call, then
-        kept up to date with every change."""
+        brought up to date with the nodes that changed since the last."""
         if self._classes is None:
             self._classes = {}
-            for slot in self._where:
+            self._unclassified = dict.fromkeys(self._where)
+        if self._unclassified:
+            for slot in self._unclassified:
                 self._classify(slot)
+            self._unclassified = {}
         return self._classes
 
     def _classify(self, slot: NodeSlot) -> None:
@@ -493,11 +498,12 @@ class FlavorNodes:
         bucket[slot] = None
         self._where[slot] = key
         if self._classes is not None:
-            self._classify(slot)
+            self._unclassified[slot] = None
 
     def _drop(self, slot: NodeSlot) -> None:
         if self._classes is not None:
             self._declassify(slot)
+            self._unclassified.pop(slot, None)
         key = self._where.pop(slot, None)
         if key is None:
             return
@@ -510,7 +516,7 @@ class FlavorNodes:
     def _reindex(self) -> None:
         self.buckets, self._where, self._keys = {}, {}, None
         if self._classes is not None:
-            self._classes, self._class_of = {}, {}
+            self._classes, self._class_of, self._unclassified = {}, {}, {}
         for slot in self.members:
             if slot.schedulable:
                 self._insert(slot)

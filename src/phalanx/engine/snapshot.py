@@ -356,7 +356,7 @@ def load_state(data: dict[str, Any]) -> Engine:
         index.buckets = {k: {cache.nodes[n]: None for n in names} for k, names in layout["buckets"]}
         index._where = {slot: k for k, b in index.buckets.items() for slot in b}
         index._keys = None
-        index._classes, index._class_of = None, {}
+        index._classes, index._class_of, index._unclassified = None, {}, {}
         index.version = int(layout.get("version", index.version))
     engine._outbox = [decision_from_dict(d) for d in data["outbox"]]
     engine._drain = dict.fromkeys(data["drain"])
