@@ -22,12 +22,12 @@ from phalanx.engine.placement import (
     WorkloadProfile,
     check_placement,
 )
-from phalanx.engine.placement.scores import Block, FlavorScale
+from phalanx.engine.placement.scores import Block, FlavorView
 from phalanx.engine.shapes import PodSetShape
 from phalanx.model import GPU_MILLI, Job, Node, PodSet
 from tests.engine.helpers import GPU, admits, cluster_queue, flavor, quota, step
 
-SCALE = FlavorScale(cpu=128_000, gpu_milli=8_000)
+SCALE = FlavorView(cpu=128_000, gpu_milli=8_000)
 
 
 def _key(devices: list[int], cpu: int, model: str = "") -> ClassKey:
@@ -96,19 +96,29 @@ def test_fgd_reads_only_the_typical_shapes() -> None:
     assert profile.typical(1.0) == [(common, 0.96), (rare, 0.04)]
 
 
-def test_capacity_counts_how_many_fit() -> None:
-    one = TaskShape(10_000, 1, 1000)
-    cap = CapacityScore(_profile({one: 1.0}))
+def _view(*nodes: tuple[str, int, str]) -> FlavorView:
+    """A flavor of nodes ``(name, gpus, cpu)``, as the chain sees it."""
+    engine = _engine("phalanx", *(_node(n, g, c) for n, g, c in nodes))
+    return FlavorView(cpu=0, gpu_milli=0, nodes=engine.cache.flavor_nodes["f"])
+
+
+def test_capacity_counts_how_many_fit_and_how_scarce_they_are() -> None:
+    one, eight = TaskShape(10_000, 1, 1000), TaskShape(10_000, 8, 1000)
+    # Equal GPU demand for 1-GPU and 8-GPU tasks; one node of 8, four of 2.
+    cap = CapacityScore(_profile({one: 8.0, eight: 1.0}))
     cap.refresh()
-    # Four free GPUs but CPU for two tasks: two GPUs are stranded for this shape.
-    assert cap.fragmentation("", (1000,) * 4, 25_000) == pytest.approx(2000)
-    assert cap.fragmentation("", (1000,) * 4, 40_000) == pytest.approx(0)
-
-
-def test_gpu_demand_weights_favour_large_shapes() -> None:
-    small, big = TaskShape(1_000, 1, 1000), TaskShape(1_000, 8, 1000)
-    weights = dict(_profile({small: 64.0, big: 1.0}).by_gpu_demand())
-    assert weights[small] == pytest.approx(weights[big]) == pytest.approx(0.5)
+    view = _view(("big", 8, "96"), *((f"s{i}", 2, "64") for i in range(4)))
+    assert cap.prepare(view) and not cap.prepare(view)
+    # Taking a GPU of the only 8-GPU node costs the 8-GPU shape all its room: worse
+    # than taking one of the plentiful small nodes', whatever fits of 1-GPU tasks.
+    on_big, _ = cap.score(_key([1000] * 8, 96_000), _block(10_000, 1), view)
+    on_small, _ = cap.score(_key([1000] * 2, 64_000), _block(10_000, 1), view)
+    assert on_small > on_big
+    # Four free GPUs but CPU for two tasks: a CPU-only task there takes room from
+    # the 1-GPU shape; with CPU to spare it takes none.
+    tight, _ = cap.score(_key([1000] * 4, 25_000), _block(6_000, 0), view)
+    roomy, _ = cap.score(_key([1000] * 4, 96_000), _block(6_000, 0), view)
+    assert tight < roomy == 0
 
 
 def test_profile_learns_from_submissions_and_refreshes() -> None:

@@ -36,7 +36,7 @@ from typing import Protocol
 
 from phalanx.engine.capacity import MILLI, ClassKey, FlavorNodes, NodeClass, NodeSlot
 from phalanx.engine.placement.base import NodeFilter, Overlay, PlacementPolicy, PlacementResult
-from phalanx.engine.placement.scores import Block, FlavorScale, NodeScorer
+from phalanx.engine.placement.scores import Block, FlavorView, NodeScorer
 from phalanx.engine.placement.workload import task_shape
 from phalanx.engine.shapes import PodSetShape
 from phalanx.model import CPU, GPU_MILLI
@@ -162,13 +162,15 @@ class ScoredPlacement:
     ) -> None:
         self.name = name
         self.scorers = tuple(scorers)
+        self._learning = tuple(s for s in self.scorers if getattr(s, "learns", True))
+        """The scorers that read the workload profile or the flavor's state."""
         self.picker = picker
         self.gang = gang
         self.filters = tuple(filters)
         self._generation = 0
         """Bumped when a scorer's inputs change: the classes' memoised scores are stale."""
         self._blocks: dict[tuple[PodSetShape, int], Block] = {}
-        self._scales: dict[int, tuple[int, FlavorScale]] = {}
+        self._views: dict[int, tuple[int, FlavorView]] = {}
 
     def place(
         self,
@@ -188,9 +190,13 @@ class ScoredPlacement:
             if units > 1:
                 return self.gang.place(pod_set, nodes, node_filter, overlay)
             return PlacementResult(None, 0)
-        if any([scorer.refresh() for scorer in self.scorers]):
-            self._generation += 1
-        found = self._best(pod_set, block, nodes, node_filter, overlay)
+        view = self._view(nodes)
+        if self._learning:
+            if any([scorer.refresh() for scorer in self._learning]):
+                self._generation += 1
+            if any([scorer.prepare(view) for scorer in self._learning]):
+                view.version += 1
+        found = self._best(pod_set, block, nodes, view, node_filter, overlay)
         if found is not None:
             share = block.task.milli if block.task.gpus and block.task.milli < MILLI else 0
             salt = f"{nodes.name}:{nodes.version}:{pod_set.name}:{units}"
@@ -217,24 +223,27 @@ class ScoredPlacement:
             )
         return block
 
-    def _scale(self, nodes: FlavorNodes) -> FlavorScale:
-        cached = self._scales.get(id(nodes))
-        if cached is not None and cached[0] == nodes.membership:
+    def _view(self, nodes: FlavorNodes) -> FlavorView:
+        cached = self._views.get(id(nodes))
+        if cached is not None and cached[0] == nodes.membership and cached[1].nodes is nodes:
             return cached[1]
-        scale = FlavorScale(
+        view = FlavorView(
             cpu=max((s.capacity.get(CPU, 0) for s in nodes.members), default=0),
             gpu_milli=max((s.capacity.get(GPU_MILLI, 0) for s in nodes.members), default=0),
+            nodes=nodes,
         )
-        self._scales[id(nodes)] = (nodes.membership, scale)
-        return scale
+        if cached is not None:
+            view.version = cached[1].version + 1
+        self._views[id(nodes)] = (nodes.membership, view)
+        return view
 
-    def _entry(self, key: ClassKey, block: Block, scale: FlavorScale) -> _Entry:
+    def _entry(self, key: ClassKey, block: Block, view: FlavorView) -> _Entry:
         entry: _Entry = None
         if _fits(key, block):
             values: list[float] = []
             shares: frozenset[int] | None = None
             for scorer in self.scorers:
-                value, chosen = scorer.score(key, block, scale)
+                value, chosen = scorer.score(key, block, view)
                 values.append(value)
                 if shares is None and chosen is not None:
                     shares = chosen
@@ -246,13 +255,13 @@ class ScoredPlacement:
         pod_set: PodSetShape,
         block: Block,
         nodes: FlavorNodes,
+        view: FlavorView,
         node_filter: NodeFilter | None,
         overlay: Overlay,
     ) -> list[Candidates] | None:
         """The feasible candidates grouped by score, best first (None: nothing fits)."""
-        scale = self._scale(nodes)
         accept = self._accept(pod_set, node_filter, overlay)
-        generation = self._generation
+        generation = (self._generation, view.version)
         scored: list[tuple[tuple[float, ...], NodeClass | NodeSlot, Shares]] = []
         for group in nodes.classes().values():
             memo = group.scores
@@ -262,7 +271,7 @@ class ScoredPlacement:
             else:
                 if len(memo) > 256:
                     memo.clear()
-                entry = self._entry(group.key, block, scale)
+                entry = self._entry(group.key, block, view)
                 memo[block] = (generation, entry)
             if entry is not None:
                 scored.append((entry[0], group, entry[1]))
@@ -274,7 +283,7 @@ class ScoredPlacement:
                 continue
             if not all(f.admits(slot, pod_set) for f in self.filters):
                 continue
-            entry = self._entry(_effective_key(slot, extra), block, scale)
+            entry = self._entry(_effective_key(slot, extra), block, view)
             if entry is not None:
                 scored.append((entry[0], slot, entry[1]))
         if not scored:

@@ -23,12 +23,12 @@ Descent", USENIX ATC'23), with the definitions of the authors' simulator:
 
 And phalanx's own:
 
-* :class:`CapacityScore`: the decrease of *capacity fragmentation*: for each
-  task shape of the workload, weighted by the square of the GPU it asks for (the
-  large shapes are the ones fragmentation starves), the free GPU left once as
-  many of that shape as fit (given devices, CPU together) were placed.
-  Where FGD asks "does one fit?", this asks "how many fit?", so CPU running
-  short on a node counts before it is gone.
+* :class:`CapacityScore`: the *usable capacity* a placement takes from the
+  workload: for each task shape, how much of it the node could still take
+  (devices and CPU together), weighted by the shape's demand over what the whole
+  flavor still has for it. Where FGD asks "does one fit?", this asks "how many
+  fit, and how scarce are they?", so the last nodes a shape can use (the empty
+  8-GPU nodes, the nodes of the one model it may run on) are kept for it.
 * :class:`CpuNodesScore`: tasks without GPUs on nodes without GPUs, which both
   fragmentation measures see as equal to any other.
 """
@@ -38,10 +38,10 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from phalanx.engine.capacity import MILLI, ClassKey
+from phalanx.engine.capacity import MILLI, ClassKey, FlavorNodes
 from phalanx.engine.placement.workload import TaskShape, WorkloadProfile
 from phalanx.model import CPU
 
@@ -51,7 +51,7 @@ __all__ = [
     "CapacityScore",
     "CpuNodesScore",
     "DotProductScore",
-    "FlavorScale",
+    "FlavorView",
     "FragmentationScore",
     "NodeScorer",
     "Score",
@@ -78,23 +78,35 @@ class Block:
         return self.task.gpu_milli * self.tasks
 
 
-@dataclass(frozen=True, slots=True)
-class FlavorScale:
-    """The largest node of the flavor, to put resources on one scale."""
+@dataclass(eq=False, slots=True)
+class FlavorView:
+    """What scorers know of the flavor: its largest node (to put resources on one
+    scale), its nodes, and each scorer's own state for it. ``version`` counts the
+    changes of that state that make scores computed before it stale."""
 
     cpu: int
     gpu_milli: int
+    nodes: FlavorNodes | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+    version: int = 0
 
 
 class NodeScorer(Protocol):
-    """Scores a node's free state for a block."""
+    """Scores a node's free state for a block. A scorer whose scores depend on nothing
+    but the state and the block says so with ``learns = False`` (the chain then skips
+    its :meth:`refresh` and :meth:`prepare`)."""
 
     name: str
 
-    def score(self, key: ClassKey, block: Block, scale: FlavorScale) -> Score: ...
+    def score(self, key: ClassKey, block: Block, view: FlavorView) -> Score: ...
 
     def refresh(self) -> bool:
         """Re-read the workload profile; True when scores computed before are stale."""
+        ...
+
+    def prepare(self, view: FlavorView) -> bool:
+        """Before a placement in the flavor: update what the scorer keeps of it; True
+        when scores computed before are stale there."""
         ...
 
 
@@ -139,14 +151,18 @@ class BestFitScore:
     """``(1 - (cpu left / largest cpu + GPU left / largest GPU) / 2) * 100``, truncated."""
 
     name = "best-fit"
+    learns = False
 
-    def score(self, key: ClassKey, block: Block, scale: FlavorScale) -> Score:
+    def score(self, key: ClassKey, block: Block, view: FlavorView) -> Score:
         cpu_left = _free(key, CPU) - dict(block.amounts).get(CPU, 0)
         gpu_left = sum(key[1]) - block.gpu_milli
-        leftover = cpu_left / max(scale.cpu, 1) * 0.5 + gpu_left / max(scale.gpu_milli, 1) * 0.5
+        leftover = cpu_left / max(view.cpu, 1) * 0.5 + gpu_left / max(view.gpu_milli, 1) * 0.5
         return float(int((1.0 - leftover) * 100)), None
 
     def refresh(self) -> bool:
+        return False
+
+    def prepare(self, view: FlavorView) -> bool:
         return False
 
 
@@ -154,9 +170,10 @@ class DotProductScore:
     """``(1 - <free, request> / 2) * 100``, truncated, both vectors over the largest node."""
 
     name = "dot-product"
+    learns = False
 
-    def score(self, key: ClassKey, block: Block, scale: FlavorScale) -> Score:
-        cpu_scale, gpu_scale = max(scale.cpu, 1), max(scale.gpu_milli, 1)
+    def score(self, key: ClassKey, block: Block, view: FlavorView) -> Score:
+        cpu_scale, gpu_scale = max(view.cpu, 1), max(view.gpu_milli, 1)
         dot = (_free(key, CPU) / cpu_scale) * (dict(block.amounts).get(CPU, 0) / cpu_scale) + (
             sum(key[1]) / gpu_scale
         ) * (block.gpu_milli / gpu_scale)
@@ -165,16 +182,23 @@ class DotProductScore:
     def refresh(self) -> bool:
         return False
 
+    def prepare(self, view: FlavorView) -> bool:
+        return False
+
 
 class CpuNodesScore:
     """1 for a task without GPUs on a node without GPUs, else 0."""
 
     name = "cpu-nodes"
+    learns = False
 
-    def score(self, key: ClassKey, block: Block, scale: FlavorScale) -> Score:
+    def score(self, key: ClassKey, block: Block, view: FlavorView) -> Score:
         return (1.0 if not block.task.gpus and not key[1] else 0.0), None
 
     def refresh(self) -> bool:
+        return False
+
+    def prepare(self, view: FlavorView) -> bool:
         return False
 
 
@@ -186,6 +210,9 @@ class _ProfileScorer:
         self._generation = -1
         self._frag: dict[tuple[str, tuple[int, ...], int], float] = {}
         self._mix: Sequence[tuple[TaskShape, float]] = ()
+
+    def prepare(self, view: FlavorView) -> bool:
+        return False
 
     def refresh(self) -> bool:
         if self._generation == self.profile.generation:
@@ -241,7 +268,7 @@ class _ProfileScorer:
     def _value(self, gain: float) -> float:
         return gain
 
-    def score(self, key: ClassKey, block: Block, scale: FlavorScale) -> Score:
+    def score(self, key: ClassKey, block: Block, view: FlavorView) -> Score:
         return self._gain(key, block)
 
 
@@ -282,40 +309,95 @@ class FragmentationScore(_ProfileScorer):
         return frag
 
 
-class CapacityScore(_ProfileScorer):
-    """Capacity fragmentation removed, in steps of ``resolution`` thousandths: each
-    shape's free GPU left over once as many of it as fit (GPU devices and CPU
-    together) took their part, weighted by the square of the GPU the shape asks for."""
+class CapacityScore:
+    """The usable capacity a placement takes from the workload, in steps of
+    ``resolution``.
+
+    For each task shape of the workload that asks for GPUs: how many of it a node
+    could still take (GPU devices and CPU together), times the GPU each takes: its
+    *usable* capacity there. A placement's cost is what it removes from every shape's
+    usable capacity, each weighted by the shape's share of the GPU demand over the
+    shape's usable capacity in the whole flavor, so that capacity a shape has little
+    of left (the last empty 8-GPU nodes, the few nodes of the one model a shape may
+    run on) costs more than capacity there is plenty of. The flavor-wide sums are
+    recomputed every ``every`` placements there.
+    """
 
     name = "capacity"
 
-    def __init__(self, profile: WorkloadProfile, resolution: int = 50) -> None:
-        super().__init__(profile)
+    def __init__(
+        self, profile: WorkloadProfile, every: int = 256, resolution: float = 5e-5
+    ) -> None:
+        self.profile = profile
+        self.every = every
         self.resolution = resolution
+        self._generation = -1
+        self._mix: list[tuple[TaskShape, float]] = []
 
-    def _read(self, profile: WorkloadProfile) -> Sequence[tuple[TaskShape, float]]:
-        return profile.by_gpu_demand()
+    def refresh(self) -> bool:
+        if self._generation == self.profile.generation:
+            return False
+        self._generation = self.profile.generation
+        demand = [(s, w * s.gpu_milli) for s, w in self.profile.weights.items() if s.gpus]
+        total = sum(w for _, w in demand)
+        self._mix = [(s, w / total) for s, w in demand] if total > 0 else []
+        return True
 
-    def _value(self, gain: float) -> float:
-        return float(round(gain / self.resolution))
+    def prepare(self, view: FlavorView) -> bool:
+        state = view.state.get(self.name)
+        if state is None:
+            state = view.state[self.name] = {"calls": 0, "generation": -1}
+        calls = state["calls"] = state["calls"] + 1
+        if calls < self.every and state["generation"] == self._generation:
+            return False
+        state["calls"] = 0
+        state["generation"] = self._generation
+        supply: dict[TaskShape, int] = {}
+        if view.nodes is not None:
+            for key, group in view.nodes.classes().items():
+                cpu, size = _free(key, CPU), len(group.members)
+                for task, _ in self._mix:
+                    supply[task] = supply.get(task, 0) + size * _usable(task, key[0], key[1], cpu)
+        state["weights"] = [(t, share / max(supply.get(t, 0), MILLI)) for t, share in self._mix]
+        state["memo"] = {}
+        return True
 
-    def _measure(self, model: str, profile: tuple[int, ...], cpu: int) -> float:
-        total = sum(profile)
-        if total == 0:
-            return 0.0
-        frag = 0.0
-        for task, w in self._mix:
-            if not task.gpus or (task.models is not None and model not in task.models):
-                frag += w * total
-                continue
-            if task.milli < MILLI:
-                fit = sum(f // task.milli for f in profile)
-            else:
-                fit = (len(profile) - bisect_left(profile, MILLI)) // task.gpus
-            if task.cpu:
-                fit = min(fit, cpu // task.cpu)
-            frag += w * (total - fit * task.gpu_milli)
-        return frag
+    def _left(self, state: dict[str, Any], model: str, profile: tuple[int, ...], cpu: int) -> float:
+        memo: dict[tuple[str, tuple[int, ...], int], float] = state["memo"]
+        key = (model, profile, cpu)
+        value = memo.get(key)
+        if value is None:
+            if len(memo) > 200_000:
+                memo.clear()
+            value = memo[key] = sum(
+                w * _usable(task, model, profile, cpu) for task, w in state["weights"]
+            )
+        return value
+
+    def score(self, key: ClassKey, block: Block, view: FlavorView) -> Score:
+        state = view.state.get(self.name)
+        if state is None or "weights" not in state:
+            return 0.0, None
+        model, profile = key[0], key[1]
+        cpu = _free(key, CPU)
+        before = self._left(state, model, profile, cpu)
+        after = self._left(
+            state, model, after_block(profile, block), cpu - block.task.cpu * block.tasks
+        )
+        return float(round((after - before) / self.resolution)), None
+
+
+def _usable(task: TaskShape, model: str, profile: tuple[int, ...], cpu: int) -> int:
+    """The GPU thousandths tasks of ``task`` could take on a node in this state."""
+    if task.models is not None and model not in task.models:
+        return 0
+    if task.milli < MILLI:
+        fit = sum(f // task.milli for f in profile)
+    else:
+        fit = (len(profile) - bisect_left(profile, MILLI)) // task.gpus
+    if task.cpu:
+        fit = min(fit, cpu // task.cpu)
+    return fit * task.gpu_milli
 
 
 SCORERS = (BestFitScore, DotProductScore, FragmentationScore, CapacityScore, CpuNodesScore)

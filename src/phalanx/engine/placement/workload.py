@@ -165,18 +165,6 @@ class WorkloadProfile:
             cumulative += weight
         return [(shape, weight / cumulative) for shape, weight in out]
 
-    def by_gpu_demand(self, power: float = 2.0, floor: int = 100) -> list[tuple[TaskShape, float]]:
-        """Every shape, weighted by the GPU it asks for (at least ``floor`` thousandths,
-        so that CPU-only tasks count a little) to the ``power``, normalised to sum to 1:
-        with the square, a shape that needs a whole 8-GPU node counts 64 times a 1-GPU
-        task, as it is that much harder to place once nodes are fragmented."""
-        weighted = [(s, w * max(s.gpu_milli, floor) ** power) for s, w in self.weights.items()]
-        total = sum(w for _, w in weighted)
-        if total <= 0:
-            return []
-        weighted.sort(key=lambda kv: (-kv[1], _order(kv[0])))
-        return [(s, w / total) for s, w in weighted]
-
     def export(self) -> dict[str, Any]:
         return {
             "weights": [[s.to_list(), w] for s, w in self.weights.items()],
