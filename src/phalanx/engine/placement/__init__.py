@@ -4,7 +4,7 @@ The policies, by name (``EngineConfig.placement``, ``phalanx up --placement``):
 
 ``phalanx`` (default)
     A pod set one node holds is scored (:mod:`.chain`): FGD's fragmentation
-    gradient first, then phalanx's capacity fragmentation (both against the
+    gradient first, then phalanx's usable-capacity cost (both against the
     workload the engine has learned from its submissions), then tasks without
     GPUs to nodes without GPUs, then the fixed node order. Gangs over several
     nodes: fewest nodes, tightest fit, or the tightest topology domain in a
