@@ -67,14 +67,17 @@ def expected() -> dict[tuple[str, str], dict[int, float]]:
 
 
 def one(
-    task: tuple[str, str, int],
+    task: tuple[str, str, int, bool],
 ) -> tuple[str, str, int, dict[int, float], dict[str, int], float]:
     """Replay one workload under one policy with one seed."""
-    workload, policy, seed = task
+    workload, policy, seed, all_nodes = task
     start = time.perf_counter()
-    nodes = load_nodes(OPENB / "openb_node_list_gpu_node.csv")
+    if all_nodes:
+        nodes = load_nodes(OPENB / "openb_node_list_all_node.csv", gpu_only=False)
+    else:
+        nodes = load_nodes(OPENB / "openb_node_list_gpu_node.csv")
     pods = load_pods(OPENB / f"{workload}.csv")
-    capacity = sum(n.capacity["nvidia.com/gpu"] for n in nodes) * 1000
+    capacity = sum(n.capacity.get("nvidia.com/gpu", 0) for n in nodes) * 1000
     arrivals = sample_workload(pods, capacity, seed)
     engine_policy = "phalanx" if policy.startswith("phalanx") else policy
     profile = None if policy == "phalanx-online" else profile_of(pods)
