@@ -11,7 +11,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,ray]'
 	@touch $(STAMP)
 
 lint: venv
@@ -44,6 +44,7 @@ bench: venv
 	$(BIN)/python bench/api.py $$(test -f ../shared/peers/slurm/start-slurm.sh && echo --slurm)
 	$(BIN)/python bench/sbatch.py $$(test -f ../shared/peers/slurm/start-slurm.sh || echo --no-slurm)
 	$(BIN)/python bench/kueue_baseline.py --json
+	$(BIN)/python bench/openb.py
 
 demo: venv
 	$(BIN)/python demo/run.py

@@ -109,10 +109,23 @@ def presets() -> None:
 )
 @click.option(
     "--runtime",
-    type=click.Choice(["local", "noop"]),
+    type=click.Choice(["local", "ray", "noop"]),
     default="local",
     show_default=True,
-    help="local: jobs run on this machine; noop: nothing runs, jobs end after their sleep",
+    help="local: jobs run on this machine; ray: on the Ray cluster at --ray-address; "
+    "noop: nothing runs, jobs end after their sleep",
+)
+@click.option(
+    "--ray-address",
+    metavar="HOST:PORT",
+    default=None,
+    help="the Ray head's GCS address, for --runtime ray (default: $RAY_ADDRESS)",
+)
+@click.option(
+    "--ray-workdir",
+    metavar="DIR",
+    default=None,
+    help="where Ray nodes keep job directories (default: /tmp/phalanx)",
 )
 @click.option(
     "--heads-per-cycle",
@@ -148,6 +161,8 @@ def up(
     detect: bool,
     container_runtime: str | None,
     runtime: str,
+    ray_address: str | None,
+    ray_workdir: str | None,
     heads_per_cycle: str | None,
     backfill: bool | None,
     placement: str | None,
@@ -181,6 +196,8 @@ def up(
         backfill=backfill,
         placement=placement,
         topology_policy=topology_policy,
+        ray_address=ray_address,
+        ray_workdir=ray_workdir,
     )
 
 

@@ -1315,6 +1315,13 @@ class ControlPlane:
     def _launch_spec(
         self, row: JobRow, submission: JobSubmission, tasks: list[TaskSpec], attempt: int
     ) -> LaunchSpec:
+        spec = self._runnable(row, submission, tasks, attempt)
+        requests = {p.name: dict(p.requests) for p in submission.pod_sets}
+        return replace(spec, requests=requests)
+
+    def _runnable(
+        self, row: JobRow, submission: JobSubmission, tasks: list[TaskSpec], attempt: int
+    ) -> LaunchSpec:
         run = submission.run
         out, err = self.output_paths(row)
         if run.kube is not None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import fcntl
 import gc
+import importlib.util
 import json
+import logging
 import os
 import signal
 import socket
@@ -19,22 +21,29 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from phalanx.api.server import ApiServer, listen
 from phalanx.auth import ADMIN, hash_token, new_token
 from phalanx.control.plane import ControlPlane
 from phalanx.engine import EngineConfig
 from phalanx.engine.config import BackfillConfig
-from phalanx.errors import Conflict, Invalid
+from phalanx.errors import Conflict, Invalid, PhalanxError
+
+if TYPE_CHECKING:
+    from phalanx.model import Node
+    from phalanx.runtime.ray import RayRuntime
 
 __all__ = ["RunningServer", "default_state_dir", "run_server", "start_server"]
+
+log = logging.getLogger(__name__)
 
 CLIENT_CONFIG = "client.json"
 LOCK_FILE = "phalanx.lock"
 DEFAULT_PORT = 6900
-RUNTIMES = ("local", "noop")
-"""``phalanx up --runtime``: run jobs on this machine, or run nothing (benchmarks)."""
+RUNTIMES = ("local", "noop", "ray")
+"""``phalanx up --runtime``: run jobs on this machine, on a Ray cluster, or run nothing
+(benchmarks)."""
 
 
 def default_state_dir() -> Path:
@@ -93,6 +102,8 @@ def start_server(
     backfill: bool | BackfillConfig | None = None,
     placement: str | None = None,
     topology_policy: str | None = None,
+    ray_address: str | None = None,
+    ray_workdir: str | None = None,
 ) -> RunningServer:
     """Start phalanx in this process (``port=0`` picks a free port).
 
@@ -102,6 +113,9 @@ def start_server(
     ``1``: Kueue's one head per ClusterQueue per cycle). ``backfill`` turns
     reservations and backfill on or off, or sets them (``None``: as the preset has it).
     ``placement`` and ``topology_policy`` set the engine's (``None``: its defaults).
+    ``runtime="ray"`` runs jobs on the Ray cluster at ``ray_address`` (default:
+    ``RAY_ADDRESS``), whose nodes become phalanx's; ``ray_workdir`` is where the
+    nodes keep job directories (:mod:`phalanx.runtime.ray`).
     """
     from phalanx.control.configs import read_configs
     from phalanx.runtime.base import Runtime
@@ -133,6 +147,12 @@ def start_server(
         config = EngineConfig.for_preset(preset, **{**settings, **overrides})
     except ValueError as exc:
         raise Invalid(f"--preset/--placement/--topology-policy: {exc}") from None
+    if runtime == "ray":
+        ray_address = ray_address or os.environ.get("RAY_ADDRESS")
+        if not ray_address:
+            raise Invalid("--runtime ray: give the Ray head's address, --ray-address HOST:PORT")
+        if importlib.util.find_spec("ray") is None:
+            raise Invalid("--runtime ray: Ray is not installed (pip install 'phalanx[ray]')")
     detected = []
     if detect:
         from phalanx.runtime.detect import detect_gpus
@@ -146,7 +166,15 @@ def start_server(
         sock = listen(host, port)
         url = f"http://{_url_host(host)}:{sock.getsockname()[1]}"
         store = Store.open(database, state_dir=state)
-        backend: Runtime = NoopRuntime(state) if runtime == "noop" else LocalRuntime(state)
+        backend: Runtime
+        ray_backend: RayRuntime | None = None
+        if runtime == "ray":
+            from phalanx.runtime.ray.runtime import DEFAULT_WORKDIR, RayRuntime
+
+            assert ray_address is not None
+            backend = ray_backend = RayRuntime(state, ray_address, ray_workdir or DEFAULT_WORKDIR)
+        else:
+            backend = NoopRuntime(state) if runtime == "noop" else LocalRuntime(state)
         plane = ControlPlane(
             store, backend, state_dir=state, config=config, poll_interval_s=poll_interval_s
         )
@@ -158,6 +186,8 @@ def start_server(
             plane.apply(ADMIN, manifests)
         if detected:
             plane.apply(ADMIN, detected)
+        if ray_backend is not None:
+            _follow_ray(plane, ray_backend)
         from phalanx.api.app import create_app
 
         api = ApiServer(create_app(plane), host, sock=sock).start()
@@ -188,6 +218,8 @@ def run_server(
     backfill: bool | None = None,
     placement: str | None = None,
     topology_policy: str | None = None,
+    ray_address: str | None = None,
+    ray_workdir: str | None = None,
 ) -> None:
     """Run phalanx in the foreground until SIGINT or SIGTERM."""
     running = start_server(
@@ -204,6 +236,8 @@ def run_server(
         backfill=backfill,
         placement=placement,
         topology_policy=topology_policy,
+        ray_address=ray_address,
+        ray_workdir=ray_workdir,
     )
     # A long-lived process with a large, stable heap: keep the start-up objects out
     # of the collector's way and collect the young generation less often.
@@ -231,6 +265,22 @@ def run_server(
 
 
 # ---------------------------------------------------------------------- pieces
+
+
+def _follow_ray(plane: ControlPlane, runtime: RayRuntime) -> None:
+    """The Ray cluster's nodes become phalanx's, now and as they come and go."""
+    nodes = runtime.nodes()
+    if nodes:
+        plane.apply(ADMIN, nodes)
+
+    def apply(changed: list[Node]) -> None:
+        try:
+            plane.apply(ADMIN, changed)
+        except PhalanxError as exc:
+            log.warning("applying the Ray cluster's nodes failed: %s", exc.detail)
+
+    runtime.on_nodes = apply
+    runtime.watch()
 
 
 def _lock_state_dir(state: Path) -> IO[str]:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from phalanx.runtime.batch import slurm_files, write_bin, write_files
 from phalanx.runtime.spec import AlreadyLaunched, Exited, LaunchSpec, RuntimeEvent, Started
 
 __all__ = ["LocalRuntime"]
@@ -206,58 +207,14 @@ class LocalRuntime:
 
     def bin_dir(self) -> Path:
         """``STATE/runtime/bin``: ``srun`` and ``scontrol`` for batch scripts (written once)."""
-        bindir = self.root / "bin"
-        for name, module in (
-            ("srun", "phalanx.runtime.srun"),
-            ("scontrol", "phalanx.runtime.scontrol"),
-        ):
-            text = f'#!/bin/sh\nexec "{sys.executable}" -I -m {module} "$@"\n'
-            target = bindir / name
-            try:
-                if target.read_text(encoding="utf-8") == text:
-                    continue
-            except OSError:
-                pass
-            bindir.mkdir(parents=True, exist_ok=True)
-            tmp = bindir / f".{name}.tmp.{os.getpid()}"
-            tmp.write_text(text, encoding="utf-8")
-            tmp.chmod(0o755)
-            os.replace(tmp, target)
-        return bindir
+        return write_bin(self.root / "bin", sys.executable)
 
     def _prepare_slurm(self, path: Path, spec: LaunchSpec) -> LaunchSpec:
-        """Write ``slurm.json`` and ``script``; make ``tasks[0]`` run the batch script.
-
-        The batch environment (:func:`phalanx.dialects.slurm.environment.batch_env`) is
-        computed here, in the control plane, so that the supervisor stays standard
-        library only. ``SLURM_TASK_PID`` comes from the shell's ``$$`` (a ``sh -c``
-        that ``exec``-s the script, so the pid is the script's).
-        """
-        env_path = spec.env.get("PATH") or os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin"
-        extra: dict[str, str] = {"PATH": f"{self.bin_dir()}:{env_path}"}
-        if spec.slurm is not None:
-            from phalanx.dialects.slurm.environment import batch_env
-
-            context = path / "slurm.json"
-            fd = os.open(context, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(spec.slurm, fh)
-            extra.update(batch_env(spec.slurm))
-            extra["PHALANX_SLURM_CONTEXT"] = str(context)
-        if spec.script is None:
-            tasks = tuple(dataclasses.replace(t, env={**extra, **t.env}) for t in spec.tasks)
-            return dataclasses.replace(spec, tasks=tasks)
-        script = path / "script"
-        fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(spec.script)
-        first = spec.tasks[0]
-        task = dataclasses.replace(first, env={**extra, **first.env})
-        command: tuple[str, ...] = (str(script), *spec.command)
-        if spec.slurm is not None:
-            wrapper = 'SLURM_TASK_PID=$$; export SLURM_TASK_PID; exec "$0" "$@"'
-            command = ("/bin/sh", "-c", wrapper, *command)
-        return dataclasses.replace(spec, command=command, tasks=(task,))
+        """Write ``slurm.json`` and ``script``; make ``tasks[0]`` run the batch script
+        (:func:`phalanx.runtime.batch.slurm_files`)."""
+        spec, files = slurm_files(spec, str(path), str(self.bin_dir()))
+        write_files(path, files)
+        return spec
 
     def _fork(self, path: Path) -> bool:
         """Have the fork server start the supervisor of ``path``; False if it cannot."""

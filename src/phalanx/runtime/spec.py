@@ -53,6 +53,9 @@ class LaunchSpec:
     """A Kubernetes job: ``{"tasks": [[pod, ...] per rank], "backoffLimit", "podNames"}``
     (see :func:`phalanx.dialects.kueue.jobs.pod_plan`); every task runs
     :mod:`phalanx.runtime.kubepod`, which runs its pods' containers."""
+    requests: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per pod set, what one task requests (base units): what a runtime that reserves
+    resources itself (Ray's placement groups) asks for."""
 
 
 @dataclass(frozen=True, slots=True)

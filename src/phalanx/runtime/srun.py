@@ -19,6 +19,11 @@ whole group got those already. While a step runs, its task pids are in
 ``JOBDIR/steps/<id>.pids`` (the supervisor's ``--signal`` target); step ids
 count from 0 per job (``JOBDIR/steps/next``, under ``flock``).
 
+Under the Ray runtime (``PHALANX_RAY_AGENTS`` names each node's agent) a task
+that belongs on another node runs through :mod:`phalanx.runtime.ray.proxy` in its
+place, and this node's tasks see the GPU ids Ray gave the node's bundle
+(``PHALANX_RAY_GPU_MAP``).
+
 Standard library, :mod:`phalanx.dialects.slurm.environment` and
 :mod:`hostlist` only: it starts in a few tens of milliseconds.
 """
@@ -39,6 +44,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.dialects.slurm.environment import STEP_CLEARED, StepRequest, step_env
+
+PROXY = "phalanx.runtime.ray.proxy"
+"""The module srun runs in place of a task that belongs on another Ray node."""
 
 __all__ = ["CONTAINER_ERROR", "SrunOptions", "UsageError", "main", "parse_args"]
 
@@ -432,6 +440,7 @@ class Step:
         self.labels = [f"{t.rank:>{width}}: ".encode() for t in self.tasks]
         files: dict[str, int] = {}
         command = list(opts.command)
+        agents, here, gpu_map = _ray_placement()
         try:
             for index, task in enumerate(self.tasks):
                 out_fd, err_fd = self.task_outputs(task, files)
@@ -439,7 +448,14 @@ class Step:
                 if "NSS_WRAPPER_HOSTNAME" in env:
                     # The task's hostname is its own node's (the batch shell's is node 0's).
                     env["NSS_WRAPPER_HOSTNAME"] = task.node
-                pid = self.spawn(index, command, env, out_fd, err_fd)
+                argv = command
+                if agents and task.node != here and task.node in agents:
+                    # Another Ray node: its agent runs the task (phalanx.runtime.ray.proxy).
+                    argv = [sys.executable, "-I", "-m", PROXY, agents[task.node], "--", *command]
+                elif gpu_map and env.get("CUDA_VISIBLE_DEVICES"):
+                    devices = env["CUDA_VISIBLE_DEVICES"].split(",")
+                    env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_map.get(d, d) for d in devices)
+                pid = self.spawn(index, argv, env, out_fd, err_fd)
                 self.pids[pid] = index
         finally:
             for fd in files.values():
@@ -699,6 +715,17 @@ class Step:
         if signaled:
             return 128 + max(signaled)
         return max((os.WEXITSTATUS(s) for s in self.status.values()), default=0)
+
+
+def _ray_placement() -> tuple[dict[str, str], str, dict[str, str]]:
+    """Under the Ray runtime: the agent of each node, this node's name, and the GPU ids
+    Ray gave this node's bundle for the engine's indices (all empty otherwise)."""
+    try:
+        agents = json.loads(os.environ.get("PHALANX_RAY_AGENTS") or "{}")
+        gpu_map = json.loads(os.environ.get("PHALANX_RAY_GPU_MAP") or "{}")
+    except ValueError:
+        return {}, "", {}
+    return agents, os.environ.get("PHALANX_NODE_NAME", ""), gpu_map
 
 
 def _env_int(name: str) -> int | None:

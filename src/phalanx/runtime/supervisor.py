@@ -5,7 +5,10 @@ of milliseconds. The control plane starts it with ``start_new_session=True``,
 stdin on ``/dev/null`` and stdout/stderr on ``JOBDIR/supervisor.log``; the
 process then forks once more so that the real supervisor is not a child of the
 control plane (the first process exits as soon as the second one holds the job
-lock), and it keeps running when the control plane is killed.
+lock), and it keeps running when the control plane is killed. With
+``--foreground`` (the Ray runtime's node actors start it so) it stays the child
+of the process that started it, and that parent's death counts as the node's:
+the tasks are killed and the attempt ends ``NODE_FAIL``.
 
 Files in ``JOBDIR``:
 
@@ -140,6 +143,8 @@ class Supervisor:
         self.marker_read = False
         self.signal_sent = False
         self.limit_mtime: int | None = None
+        self.parent: int | None = None
+        """With ``--foreground``: the pid whose death means the node is lost."""
         self.status: dict[str, Any] = {
             "state": "starting",
             "pid": os.getpid(),
@@ -221,7 +226,7 @@ class Supervisor:
         env["PHALANX_JOB_ID"] = str(self.spec["job_id"])
         env["PHALANX_NODE_NAME"] = str(task["node"])
         env["PHALANX_TASK_RANK"] = str(task["rank"])
-        env["PHALANX_TASK_COUNT"] = str(len(self.spec["tasks"]))
+        env["PHALANX_TASK_COUNT"] = str(self.spec.get("task_count") or len(self.spec["tasks"]))
         gpus = task.get("gpus") or ()
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
@@ -476,6 +481,9 @@ class Supervisor:
                 # On cancel and time limit the tasks' children (srun's tasks) get
                 # kill_wait seconds too, even when the batch shell died at once.
                 break
+            if self.parent is not None and os.getppid() != self.parent:
+                self.node_lost()
+                return
             now = time.monotonic()
             if self.reason is None:
                 if self.cancelled():
@@ -498,6 +506,13 @@ class Supervisor:
         # Leftover processes in the tasks' groups die with the job, as under Slurm.
         self.signal_groups(signal.SIGKILL)
         self.conclude()
+
+    def node_lost(self) -> None:
+        """The process that started this supervisor died (its node is gone): the tasks
+        die at once, as they would with the machine."""
+        self.signal_groups(signal.SIGKILL)
+        self.reap()
+        self.finish("NODE_FAIL", None, None, "the node's agent died")
 
     def sleep(self, wakeup: int, timeout: float) -> None:
         try:
@@ -556,10 +571,16 @@ def _lock(jobdir: str) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: detach (fork once more), take the job lock and supervise the job."""
     args = sys.argv[1:] if argv is None else argv
+    foreground = bool(args) and args[0] == "--foreground"
+    if foreground:
+        args = args[1:]
     if len(args) != 1:
-        print("usage: python -I -m phalanx.runtime.supervisor JOBDIR", file=sys.stderr)
+        usage = "usage: python -I -m phalanx.runtime.supervisor [--foreground] JOBDIR"
+        print(usage, file=sys.stderr)
         return 2
     jobdir = os.path.abspath(args[0])
+    if foreground:
+        return _foreground(jobdir)
     rfd, wfd = os.pipe()
     child = os.fork()
     if child > 0:
@@ -597,6 +618,28 @@ def main(argv: list[str] | None = None) -> int:
             supervisor.signal_groups(signal.SIGKILL)
             with contextlib.suppress(Exception):
                 supervisor.finish("FAILED", 1, None, f"supervisor error: {exc!r}")
+        raise
+    return 0
+
+
+def _foreground(jobdir: str) -> int:
+    """Supervise without detaching, as the child of a node agent (the Ray runtime's
+    node supervisor actor): when that parent dies, the node is taken as lost."""
+    parent = os.getppid()
+    lock = _lock(jobdir)
+    if lock is None:
+        print(f"supervisor: {jobdir} is supervised already", file=sys.stderr)
+        return 1
+    _write_json_pidfile(jobdir, os.getpid())
+    supervisor = Supervisor(jobdir)
+    supervisor.parent = parent
+    try:
+        supervisor.run()
+    except BaseException as exc:
+        print(f"supervisor: {exc!r}", file=sys.stderr)
+        supervisor.signal_groups(signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            supervisor.finish("FAILED", 1, None, f"supervisor error: {exc!r}")
         raise
     return 0
 

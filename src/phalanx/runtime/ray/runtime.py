@@ -1,0 +1,562 @@
+"""The Ray runtime: admitted jobs run on a Ray cluster, placed exactly where the engine said.
+
+Per job attempt (see :mod:`phalanx.runtime.ray` for the whole picture):
+
+- one placement group, detached and named ``phalanx-<id>/<job>/<attempt>`` (``<id>``
+  is kept in the state directory), with one
+  bundle per (node, pod set) of the engine's placement, each pinned to its
+  node by Ray's ``ray.io/node-id`` label, so Ray reserves what the engine
+  decided and never decides again;
+- one :class:`~phalanx.runtime.ray.agent.NodeAgent` per bundle, which runs the
+  tasks of that node under the standard supervisor.
+
+:meth:`RayRuntime.poll` turns the agents' ``status.json`` into Started (every
+node's tasks running) and Exited (every node's tasks done) events. A node that
+dies (its agent is gone, or Ray marks the node dead) ends the attempt
+``NODE_FAIL`` at once; the other nodes' tasks are killed with the placement
+group. After a restart of the control plane, :meth:`RayRuntime.adopt` finds the
+placement group and the agents by name.
+
+Inventory: a watcher thread reads ``ray.nodes()`` every second
+(:class:`~phalanx.runtime.ray.inventory.Inventory`) and hands the Nodes that
+changed to :attr:`RayRuntime.on_nodes` (the server applies them as the admin).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from phalanx.model import Node
+from phalanx.runtime.batch import slurm_files
+from phalanx.runtime.ray.agent import agent_class
+from phalanx.runtime.ray.connect import NAMESPACE, connect, is_loopback
+from phalanx.runtime.ray.inventory import RAY_NODE_ID_LABEL, Inventory
+from phalanx.runtime.spec import AlreadyLaunched, Exited, LaunchSpec, RuntimeEvent, Started
+
+__all__ = ["RayRuntime"]
+
+log = logging.getLogger(__name__)
+
+STATUS_WAIT_S = 2.0
+"""How long one status call waits in the agent for a change."""
+PLACE_TIMEOUT_S = 120.0
+"""How long a placement group may stay unplaced before the attempt fails NODE_FAIL."""
+INVENTORY_PERIOD_S = 1.0
+DEFAULT_WORKDIR = "/tmp/phalanx"
+GPU = "nvidia.com/gpu"
+GPU_MILLI = "phalanx.io/gpu-milli"
+STATE_ORDER = ("NODE_FAIL", "PREEMPTED", "CANCELLED", "TIMEOUT", "FAILED", "COMPLETED")
+"""How the nodes' ends combine into the job's: the first found in this order."""
+
+
+def _host_lines(address: str, name: str) -> str:
+    """``name``'s lines in a job's hosts file. A loopback node gets ``::1`` too: torch's
+    TCPStore asks for IPv6 first and does not fall back for a name the file knows."""
+    line = f"{address} {name}\n"
+    if is_loopback(address):
+        line += f"::1 {name}\n"
+    return line
+
+
+def _installation_id(state_dir: Path) -> str:
+    """A random id kept in the state directory: names in a Ray cluster that several
+    phalanx installations (or a test's fresh state directories) share stay apart."""
+    path = state_dir / "runtime" / "ray-id"
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        text = ""
+    if not text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = secrets.token_hex(4)
+        tmp = path.with_name("ray-id.tmp")
+        tmp.write_text(text + "\n", encoding="ascii")
+        os.replace(tmp, path)
+    return text
+
+
+@dataclass(slots=True)
+class _Part:
+    """One bundle of an attempt and its agent."""
+
+    bundle: int
+    node: str
+    actor: Any
+    runs_tasks: bool
+    node_id: str | None = None
+    key: list[int] | None = None
+    status: dict[str, Any] = field(default_factory=dict)
+    ref: Any = None
+    lost: str | None = None
+
+
+@dataclass(slots=True)
+class _Attempt:
+    job_id: int
+    attempt: int
+    pg: Any
+    parts: list[_Part]
+    placed: bool = False
+    ready_ref: Any = None
+    started: bool = False
+    exited: bool = False
+    tracked_at: float = field(default_factory=time.monotonic)
+
+
+def bundle_resources(
+    requests: dict[str, int], count: int, offered: Iterable[str]
+) -> dict[str, float]:
+    """What ``count`` tasks of ``requests`` reserve in Ray terms (only resources the Ray
+    node offers; never empty)."""
+    offered = set(offered)
+    out: dict[str, float] = {}
+    for name, amount in requests.items():
+        if name == "cpu":
+            out["CPU"] = out.get("CPU", 0.0) + amount * count / 1000
+        elif name == GPU:
+            out["GPU"] = out.get("GPU", 0.0) + amount * count
+        elif name == GPU_MILLI:
+            out["GPU"] = out.get("GPU", 0.0) + amount * count / 1000
+        elif name == "memory":
+            out["memory"] = float(amount * count)
+        elif name in offered:
+            out[name] = float(amount * count)
+    out = {k: v for k, v in out.items() if v > 0 and (k in offered or k == "CPU")}
+    return out or {"CPU": 0.01}
+
+
+class RayRuntime:
+    """Runs admitted jobs on the Ray cluster at ``address`` (see the module docstring)."""
+
+    def __init__(self, state_dir: Path, address: str, workdir: str = DEFAULT_WORKDIR) -> None:
+        connect(address)
+        import ray
+
+        self._ray = ray
+        self.address = address
+        self.state_dir = Path(state_dir)
+        self.logs_dir = self.state_dir / "runtime" / "logs"
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.id = _installation_id(self.state_dir)
+        self.prefix = f"phalanx-{self.id}"
+        """What every placement group, agent and job directory of this installation
+        is named under."""
+        self.workdir = workdir.rstrip("/") or "/"
+        self.inventory = Inventory()
+        self.on_nodes: Callable[[list[Node]], None] | None = None
+        """Called (from the watcher thread) with the Nodes that changed."""
+        self._lock = threading.Lock()
+        self._attempts: dict[tuple[int, int], _Attempt] = {}
+        self._backlog: list[RuntimeEvent] = []
+        self._cleanup: list[_Attempt] = []
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self.refresh()
+
+    # -- inventory ------------------------------------------------------------
+
+    def refresh(self) -> list[Node]:
+        """Read ``ray.nodes()`` now; the Nodes that changed."""
+        entries = self._ray.nodes()  # type: ignore[no-untyped-call]
+        with self._lock:
+            return self.inventory.update(entries)
+
+    def nodes(self) -> list[Node]:
+        """Every Node the Ray cluster has (down ones too)."""
+        with self._lock:
+            return list(self.inventory.nodes.values())
+
+    def watch(self) -> None:
+        """Follow the cluster from a thread: :attr:`on_nodes` gets each change."""
+        if self._watcher is not None:
+            return
+
+        def run() -> None:
+            while not self._stop.wait(INVENTORY_PERIOD_S):
+                try:
+                    changed = self.refresh()
+                    if changed and self.on_nodes is not None:
+                        self.on_nodes(changed)
+                except Exception:
+                    if not self._stop.is_set():
+                        log.exception("reading the Ray cluster's nodes failed")
+
+        self._watcher = threading.Thread(target=run, name="phalanx-ray-inventory", daemon=True)
+        self._watcher.start()
+
+    # -- paths ----------------------------------------------------------------
+
+    def default_output(self, job_id: int) -> Path:
+        """Where a job's output goes when it names none (a shared filesystem's path
+        when the Ray nodes are other machines)."""
+        return self.logs_dir / f"{job_id}.out"
+
+    def jobdir(self, job_id: int, attempt: int, bundle: int) -> str:
+        return f"{self.workdir}/{self.prefix}/jobs/{job_id}/{attempt}/{bundle}"
+
+    def pg_name(self, job_id: int, attempt: int) -> str:
+        return f"{self.prefix}/{job_id}/{attempt}"
+
+    def agent_name(self, job_id: int, attempt: int, bundle: int) -> str:
+        return f"{self.prefix}/{job_id}/{attempt}/{bundle}"
+
+    # -- launching ------------------------------------------------------------
+
+    def launch(self, spec: LaunchSpec) -> None:
+        """Reserve the placement group and start the agents; :class:`AlreadyLaunched` if
+        this attempt's placement group exists."""
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        key = (spec.job_id, spec.attempt)
+        name = self.pg_name(spec.job_id, spec.attempt)
+        if key in self._attempts or self._find_pg(name) is not None:
+            raise AlreadyLaunched(f"job {spec.job_id} attempt {spec.attempt} was launched already")
+        groups: dict[tuple[str, str], list[int]] = {}
+        for index, task in enumerate(spec.tasks):
+            groups.setdefault((task.node, task.pod_set), []).append(index)
+        bundles = list(groups)
+        with self._lock:
+            live = dict(self.inventory.live)
+        node_ids = {node: (live[node].node_id if node in live else None) for node, _ in bundles}
+        missing = sorted(n for n, i in node_ids.items() if i is None)
+        if missing:
+            self._backlog.append(self._failed(spec, f"node {missing[0]} is not in the Ray cluster"))
+            return
+        agents = {
+            node: self.agent_name(spec.job_id, spec.attempt, b)
+            for b, (node, _) in reversed(list(enumerate(bundles)))
+        }
+        first = spec.tasks[0].node if spec.tasks else ""
+        run = spec
+        files: list[Any] = []
+        if spec.script is not None or spec.slurm is not None:
+            run = dataclasses.replace(
+                spec,
+                env={
+                    **spec.env,
+                    "PHALANX_RAY_ADDRESS": self.address,
+                    "PHALANX_RAY_NAMESPACE": NAMESPACE,
+                    "PHALANX_RAY_AGENTS": json.dumps(agents),
+                },
+            )
+            batch_bundle = bundles.index((first, spec.tasks[0].pod_set))
+            run, files = slurm_files(
+                run, self.jobdir(spec.job_id, spec.attempt, batch_bundle), f"{self.workdir}/bin"
+            )
+        hosts = "".join(_host_lines(n.address, node) for node, n in sorted(live.items()))
+        if spec.kube is not None:
+            for rank, pods in enumerate(spec.kube.get("tasks") or ()):
+                node = spec.tasks[rank].node if rank < len(spec.tasks) else first
+                address = live[node].address if node in live else "127.0.0.1"
+                hosts += "".join(_host_lines(address, pod["name"]) for pod in pods)
+        resources = []
+        for (node, pod_set), indices in groups.items():
+            requests = spec.requests.get(pod_set, {})
+            resources.append(bundle_resources(requests, len(indices), live[node].resources))
+        pg = placement_group(
+            resources,
+            strategy="PACK",
+            name=name,
+            lifetime="detached",
+            bundle_label_selector=[{RAY_NODE_ID_LABEL: str(node_ids[node])} for node, _ in bundles],
+        )
+        parts: list[_Part] = []
+        task_list = list(run.tasks)
+        for bundle, ((node, pod_set), indices) in enumerate(groups.items()):
+            if run is spec or spec.script is None:
+                mine = [task_list[i] for i in indices]
+            else:
+                mine = [task_list[0]] if (node, pod_set) == (first, spec.tasks[0].pod_set) else []
+            gpus = sorted(g for i in indices for g in spec.tasks[i].gpus)
+            plan: dict[str, Any] = {
+                "node": node,
+                "root": self.workdir,
+                "jobdir": self.jobdir(spec.job_id, spec.attempt, bundle),
+                "hosts": hosts,
+                "gpus": gpus,
+                "kube": spec.kube is not None,
+                "files": [
+                    [f.name, f.text, f.mode] for f in files if mine or f.name == "slurm.json"
+                ],
+                "spec": None,
+            }
+            if mine:
+                body = dataclasses.asdict(dataclasses.replace(run, tasks=tuple(mine)))
+                body["task_count"] = len(spec.tasks)
+                plan["spec"] = body
+            actor = (
+                agent_class()
+                .options(
+                    name=self.agent_name(spec.job_id, spec.attempt, bundle),
+                    namespace=NAMESPACE,
+                    lifetime="detached",
+                    num_cpus=0,
+                    num_gpus=resources[bundle].get("GPU", 0),
+                    max_restarts=0,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        pg, placement_group_bundle_index=bundle
+                    ),
+                )
+                .remote(plan)
+            )
+            parts.append(_Part(bundle, node, actor, bool(mine), node_ids[node]))
+        record = _Attempt(spec.job_id, spec.attempt, pg, parts)
+        record.ready_ref = pg.ready()
+        self._attempts[key] = record
+        for part in parts:
+            self._ask(part)
+
+    def _failed(self, spec: LaunchSpec, message: str) -> Exited:
+        return Exited(
+            spec.job_id, spec.attempt, "NODE_FAIL", None, None, None, time.time(), message
+        )
+
+    def _find_pg(self, name: str) -> Any:
+        from ray.util import get_placement_group
+
+        try:
+            return get_placement_group(name)
+        except ValueError:
+            return None
+
+    def _ask(self, part: _Part) -> None:
+        if part.runs_tasks and part.lost is None:
+            part.ref = part.actor.status.remote(part.key, STATUS_WAIT_S)
+
+    # -- commands -------------------------------------------------------------
+
+    def _current(self, job_id: int) -> _Attempt | None:
+        tracked = [a for (j, _), a in self._attempts.items() if j == job_id]
+        return max(tracked, key=lambda a: a.attempt) if tracked else None
+
+    def set_node_names(self, names: Iterable[str]) -> None:
+        """Nothing to do: the hosts files come from the Ray nodes' addresses."""
+
+    def cancel(self, job_id: int, *, preempt_grace_s: float | None = None) -> None:
+        record = self._current(job_id)
+        if record is None:
+            return
+        for part in record.parts:
+            with contextlib.suppress(Exception):
+                part.actor.cancel.remote(preempt_grace_s)
+
+    def signal(self, job_id: int, signum: int, *, batch_only: bool = False) -> None:
+        record = self._current(job_id)
+        if record is None:
+            return
+        for part in record.parts:
+            if part.runs_tasks:
+                part.actor.signal.remote(int(signum), batch_only)
+
+    def set_time_limit(self, job_id: int, seconds: float | None) -> None:
+        record = self._current(job_id)
+        if record is None:
+            return
+        for part in record.parts:
+            if part.runs_tasks:
+                part.actor.set_time_limit.remote(seconds)
+
+    def adopt(self, job_id: int, attempt: int) -> bool:
+        """Find an attempt started before a restart (its placement group and agents)."""
+        key = (job_id, attempt)
+        if key in self._attempts:
+            return True
+        pg = self._find_pg(self.pg_name(job_id, attempt))
+        if pg is None:
+            return False
+        ray = self._ray
+        parts: list[_Part] = []
+        for bundle in range(len(pg.bundle_specs)):
+            try:
+                actor = ray.get_actor(self.agent_name(job_id, attempt, bundle), namespace=NAMESPACE)
+                about = ray.get(actor.about.remote(), timeout=30)
+            except Exception as exc:
+                part = _Part(bundle, "?", None, True)
+                part.lost = f"the agent of bundle {bundle} is gone ({type(exc).__name__})"
+                parts.append(part)
+                continue
+            parts.append(_Part(bundle, about["node"], actor, about["runs_tasks"], about["node_id"]))
+        record = _Attempt(job_id, attempt, pg, parts, placed=True)
+        self._attempts[key] = record
+        for part in parts:
+            self._ask(part)
+        return True
+
+    def forget(self, job_id: int, attempt: int | None = None) -> None:
+        """Stop tracking; the attempt's placement group and agents go at the next poll
+        (after the control plane has stored the attempt's end)."""
+        for key in [k for k in self._attempts if k[0] == job_id and attempt in (None, k[1])]:
+            self._cleanup.append(self._attempts.pop(key))
+        self._backlog = [
+            e for e in self._backlog if not (e.job_id == job_id and attempt in (None, e.attempt))
+        ]
+
+    def close(self) -> None:
+        """Stop watching and disconnect; jobs keep running in their agents."""
+        self._stop.set()
+        self._release(self._cleanup)
+        self._cleanup = []
+        self._attempts.clear()
+        with contextlib.suppress(Exception):
+            self._ray.shutdown()
+
+    def _release(self, records: Sequence[_Attempt]) -> None:
+        from ray.util import remove_placement_group
+
+        for record in records:
+            for part in record.parts:
+                if part.actor is not None:
+                    with contextlib.suppress(Exception):
+                        self._ray.kill(part.actor, no_restart=True)
+            with contextlib.suppress(Exception):
+                remove_placement_group(record.pg)
+
+    # -- events ---------------------------------------------------------------
+
+    def poll(self) -> list[RuntimeEvent]:
+        """Events since the last call: Started once per attempt, then Exited once."""
+        if self._cleanup:
+            self._release(self._cleanup)
+            self._cleanup = []
+        self._collect()
+        events, self._backlog = self._backlog, []
+        return events
+
+    def next_event_time(self) -> float | None:
+        return None
+
+    def wait(self, job_id: int, timeout: float) -> Exited | None:
+        """Poll until ``job_id`` exits (its events stay queued for :meth:`poll`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._collect()
+            for event in self._backlog:
+                if isinstance(event, Exited) and event.job_id == job_id:
+                    return event
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
+
+    def _collect(self) -> None:
+        ray = self._ray
+        records = [r for r in self._attempts.values() if not r.exited]
+        refs: dict[Any, tuple[_Attempt, _Part | None]] = {}
+        for record in records:
+            if not record.placed and record.ready_ref is not None:
+                refs[record.ready_ref] = (record, None)
+            for part in record.parts:
+                if part.ref is not None:
+                    refs[part.ref] = (record, part)
+        if refs:
+            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            for ref in ready:
+                record, found = refs[ref]
+                if found is None:
+                    record.placed = True
+                    with contextlib.suppress(Exception):
+                        ray.get(ref)
+                    continue
+                part = found
+                part.ref = None
+                try:
+                    key, status = ray.get(ref)
+                except Exception as exc:
+                    self._part_error(part, exc)
+                    continue
+                if status:
+                    part.key, part.status = key, status
+                if part.status.get("state") != "exited":
+                    self._ask(part)
+        with self._lock:
+            alive = {ray_node.node_id for ray_node in self.inventory.live.values()}
+        now = time.monotonic()
+        for record in records:
+            for part in record.parts:
+                if part.lost is None and part.node_id is not None and part.node_id not in alive:
+                    part.lost = f"node {part.node} died"
+            if not record.placed and now - record.tracked_at > PLACE_TIMEOUT_S:
+                record.parts[0].lost = record.parts[0].lost or (
+                    f"Ray did not place the job's bundles within {PLACE_TIMEOUT_S:.0f} s"
+                )
+            self._report(record)
+
+    def _part_error(self, part: _Part, exc: Exception) -> None:
+        from ray.exceptions import ActorDiedError, ActorUnavailableError
+
+        if isinstance(exc, ActorUnavailableError):
+            # Perhaps a passing network hiccup: the node's liveness decides; ask again.
+            self._ask(part)
+            return
+        if isinstance(exc, ActorDiedError):
+            part.lost = f"the agent on node {part.node} died"
+            return
+        part.lost = f"the agent on node {part.node} failed: {exc}"
+
+    def _report(self, record: _Attempt) -> None:
+        working = [p for p in record.parts if p.runs_tasks]
+        lost = [p.lost for p in record.parts if p.lost is not None]
+        starts: list[Any] = [p.status.get("start_time") for p in working]
+        if (
+            not record.started
+            and not lost
+            and working
+            and all(
+                p.status.get("state") in ("running", "exited") and p.status.get("ready", True)
+                for p in working
+            )
+            and all(s is not None for s in starts)
+        ):
+            record.started = True
+            self._backlog.append(
+                Started(record.job_id, record.attempt, max(float(s) for s in starts))
+            )
+        known = [float(s) for s in starts if s is not None]
+        if lost:
+            record.exited = True
+            self._backlog.append(
+                Exited(
+                    job_id=record.job_id,
+                    attempt=record.attempt,
+                    state="NODE_FAIL",
+                    exit_code=None,
+                    signal=None,
+                    start_time=min(known) if known and record.started else None,
+                    end_time=time.time(),
+                    message=lost[0],
+                )
+            )
+            # The other nodes' tasks die with the placement group (at the next poll).
+            return
+        if not working or not all(p.status.get("state") == "exited" for p in working):
+            return
+        record.exited = True
+        states = {str(p.status.get("job_state") or "FAILED") for p in working}
+        state = next((s for s in STATE_ORDER if s in states), "FAILED")
+        codes = [p.status.get("exit_code") for p in working]
+        exit_code = max((c for c in codes if isinstance(c, int)), default=None)
+        sig = next((p.status.get("signal") for p in working if p.status.get("signal")), None)
+        messages = [str(p.status.get("message") or "") for p in working]
+        self._backlog.append(
+            Exited(
+                job_id=record.job_id,
+                attempt=record.attempt,
+                state=state,
+                exit_code=exit_code,
+                signal=sig,
+                start_time=min(known) if known else None,
+                end_time=max(float(p.status.get("end_time") or time.time()) for p in working),
+                message=next((m for m in messages if m), ""),
+            )
+        )
