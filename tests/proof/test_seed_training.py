@@ -25,6 +25,7 @@ import pytest
 from phalanx.control.spawn import spawn_server
 from phalanx.errors import PhalanxError
 from phalanx.runtime.local import NSS_WRAPPER
+from tests.needs import require
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "slurm"
@@ -32,19 +33,10 @@ SEED = REPO.parent / "shared" / "examples" / "seed" / "llama3-70b-finetune.sbatc
 BIN = Path(sys.executable).parent
 
 
-def _require(ok: bool, what: str) -> None:
-    if ok:
-        return
-    message = f"{what} is not installed: run `make test-deps`"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    _require(importlib.util.find_spec("torch") is not None, "torch (pip install torch==2.13.0)")
-    _require(NSS_WRAPPER is not None, "nss_wrapper (Debian package libnss-wrapper)")
+    require(importlib.util.find_spec("torch") is not None, "torch (pip install torch==2.13.0)")
+    require(NSS_WRAPPER is not None, "nss_wrapper (Debian package libnss-wrapper)")
     state = tmp_path_factory.mktemp("state")
     env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
     try:

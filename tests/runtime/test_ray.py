@@ -29,6 +29,7 @@ import pytest
 from phalanx.control.spawn import ServerProcess, spawn_server
 from phalanx.errors import PhalanxError
 from phalanx.runtime.local import NSS_WRAPPER
+from tests.needs import require
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -69,18 +70,9 @@ spec: {{clusterQueue: gpu-h100-dedicated}}
 """
 
 
-def _require(ok: bool, what: str) -> None:
-    if ok:
-        return
-    message = f"{what} is not installed: run `make test-deps`"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    _require(importlib.util.find_spec("ray") is not None, "ray (pip install 'phalanx[ray]')")
+    require(importlib.util.find_spec("ray") is not None, "ray (pip install 'phalanx[ray]')")
     # Loopback only: without this, Ray rewrites 127.0.0.1 to the host's address.
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     from ray.cluster_utils import Cluster
@@ -252,8 +244,8 @@ def test_a_two_node_gang_lands_on_two_ray_nodes_with_each_nodes_environment(
 
 
 def test_the_slurm_example_all_reduces_across_two_ray_nodes(phalanx: Phalanx) -> None:
-    _require(importlib.util.find_spec("torch") is not None, "torch (pip install torch==2.13.0)")
-    _require(NSS_WRAPPER is not None, "nss_wrapper (Debian package libnss-wrapper)")
+    require(importlib.util.find_spec("torch") is not None, "torch (pip install torch==2.13.0)")
+    require(NSS_WRAPPER is not None, "nss_wrapper (Debian package libnss-wrapper)")
     work = phalanx.work
     shutil.copy(EXAMPLE / "llama3-70b-finetune.sbatch", work / "job.sbatch")
     shutil.copy(EXAMPLE / "train_distributed.py", work)
@@ -312,6 +304,23 @@ def test_a_restarted_control_plane_re_adopts_a_running_job(phalanx: Phalanx) -> 
     assert (job["state"], job["attempt"]) == ("COMPLETED", 1), job
     text = (phalanx.work / f"out-{job_id}.log").read_text()
     assert text.count("start") == 2 and text.count("done") == 2
+
+
+def test_a_ray_node_that_joins_is_picked_up_live(phalanx: Phalanx) -> None:
+    assert "gpu4" not in phalanx.nodes()
+    phalanx.cluster.gpu_nodes["gpu4"] = phalanx.cluster.add_node(
+        num_cpus=NODE_CPUS,
+        num_gpus=8,
+        memory=NODE_MEMORY,
+        node_ip_address="127.0.0.1",
+        labels={"phalanx.io/node": "gpu4", PARTITION: "true"},
+    )
+    deadline = time.monotonic() + 60
+    while "gpu4" not in phalanx.nodes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    gpu4 = phalanx.nodes()["gpu4"]
+    assert gpu4["status"]["state"] == "idle"
+    assert gpu4["status"]["capacity"]["nvidia.com/gpu"] == "8"
 
 
 def test_a_node_dying_mid_job_is_node_fail_and_the_requeued_job_completes_elsewhere(

@@ -50,8 +50,13 @@ def gated(job: Job, sub: JobSubmission, array_job_id: int | None, task: int | No
 
 
 def requeues(row: JobRow, state: str) -> bool:
-    """Whether a job that ended in ``state`` goes back to the queue (``--requeue``)."""
-    return state == JobState.NODE_FAIL.value and bool(row.submission.get("requeue"))
+    """Whether a job that ended in ``state`` goes back to the queue: on ``NODE_FAIL``, a
+    job submitted with ``--requeue``, and every Kubernetes job (Kueue evicts a workload
+    whose pods are lost with their node and requeues it)."""
+    if state != JobState.NODE_FAIL.value:
+        return False
+    sub = row.submission
+    return bool(sub.get("requeue")) or bool((sub.get("run") or {}).get("kube"))
 
 
 def requeues_after_preemption(row: JobRow) -> bool:

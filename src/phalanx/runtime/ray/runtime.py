@@ -437,18 +437,6 @@ class RayRuntime:
     def next_event_time(self) -> float | None:
         return None
 
-    def wait(self, job_id: int, timeout: float) -> Exited | None:
-        """Poll until ``job_id`` exits (its events stay queued for :meth:`poll`)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            self._collect()
-            for event in self._backlog:
-                if isinstance(event, Exited) and event.job_id == job_id:
-                    return event
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.05)
-
     def _collect(self) -> None:
         ray = self._ray
         records = [r for r in self._attempts.values() if not r.exited]
