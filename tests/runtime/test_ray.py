@@ -291,6 +291,23 @@ def test_200_small_jobs_run_once_each(phalanx: Phalanx) -> None:
         assert phalanx.job(job_id)["attempt"] == 1
 
 
+def test_cancel_ends_the_tasks_on_every_node(phalanx: Phalanx) -> None:
+    pids = phalanx.work / "pids"
+    pids.mkdir()
+    command = f"echo $$ > {pids}/$PHALANX_TASK_RANK; exec sleep 600"
+    job_id = phalanx.submit(gang(phalanx.work, command))
+    phalanx.wait(job_id, lambda j: j["state"] == "RUNNING" and len(list(pids.iterdir())) == 2)
+    assert phalanx.http.delete(f"/api/v1/jobs/{job_id}").status_code in (200, 202, 204)
+    job = phalanx.finished(job_id, timeout=60)
+    assert job["state"] == "CANCELLED", job
+    for path in pids.iterdir():
+        pid = int(path.read_text())
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not Path(f"/proc/{pid}").exists(), f"task {path.name} (pid {pid}) still runs"
+
+
 def test_a_restarted_control_plane_re_adopts_a_running_job(phalanx: Phalanx) -> None:
     marker = phalanx.work / "go"
     command = f"echo start; while [ ! -e {marker} ]; do sleep 0.2; done; echo done"

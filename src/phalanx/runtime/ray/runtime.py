@@ -346,11 +346,23 @@ class RayRuntime:
 
     def cancel(self, job_id: int, *, preempt_grace_s: float | None = None) -> None:
         record = self._current(job_id)
-        if record is None:
+        if record is None or record.exited:
+            return
+        if not record.placed and record.ready_ref is not None:
+            ready, _ = self._ray.wait([record.ready_ref], timeout=0)
+            record.placed = bool(ready)
+        if not record.placed:
+            # Nothing runs yet (Ray has not placed the bundles): it ends here.
+            record.exited = True
+            state = "CANCELLED" if preempt_grace_s is None else "PREEMPTED"
+            self._backlog.append(
+                Exited(job_id, record.attempt, state, None, None, None, time.time(), "")
+            )
             return
         for part in record.parts:
-            with contextlib.suppress(Exception):
-                part.actor.cancel.remote(preempt_grace_s)
+            if part.actor is not None:
+                with contextlib.suppress(Exception):
+                    part.actor.cancel.remote(preempt_grace_s)
 
     def signal(self, job_id: int, signum: int, *, batch_only: bool = False) -> None:
         record = self._current(job_id)
