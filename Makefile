@@ -45,6 +45,7 @@ bench: venv
 	$(BIN)/python bench/sbatch.py $$(test -f ../shared/peers/slurm/start-slurm.sh || echo --no-slurm)
 	$(BIN)/python bench/kueue_baseline.py --json
 	$(BIN)/python bench/openb.py
+	$(BIN)/python bench/ray_runtime.py
 
 demo: venv
 	$(BIN)/python demo/run.py
