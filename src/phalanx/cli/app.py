@@ -255,6 +255,62 @@ def import_(path: Path, dry_run: bool) -> None:
         _out(f"{r['kind'].lower()}/{r['name']} {r['outcome']}\n")
 
 
+@app.command("sim")
+@click.option("--trace", "trace", required=True, help="philly, philly:all, or a .csv/.jsonl trace")
+@click.option("--cluster", "cluster", required=True, help="philly-vc, philly-shared:N or shared:N")
+@click.option(
+    "--policy",
+    "policies",
+    default="phalanx,slurm,kueue,fifo,sjf",
+    show_default=True,
+    help="comma-separated: phalanx, slurm, kueue, fifo, sjf",
+)
+@click.option(
+    "--time-limit",
+    default="ceil:3600",
+    show_default=True,
+    help="time limit of jobs that have none: ceil:SECONDS, scale:FACTOR or exact",
+)
+@click.option("--traces", type=click.Path(path_type=Path), help="where the public traces are")
+@click.option(
+    "--out", type=click.Path(path_type=Path), required=True, help="folder for the results"
+)
+def sim(
+    trace: str, cluster: str, policies: str, time_limit: str, traces: Path | None, out: Path
+) -> None:
+    """Replay a trace through the engine under each policy, on a virtual clock."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from phalanx.sim.run import simulate
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    with Progress(
+        TextColumn("{task.description:>8}"),
+        BarColumn(),
+        TextColumn("{task.completed:,.0f}/{task.total:,.0f} jobs"),
+        TimeElapsedColumn(),
+        transient=True,
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(policy: str, now: float, done: int, total: int) -> None:
+            if policy not in tasks:
+                tasks[policy] = bar.add_task(policy, total=total)
+            bar.update(tasks[policy], completed=done)
+
+        summary = simulate(
+            trace, cluster, names, out, time_limit=time_limit, traces=traces, progress=progress
+        )
+    rows = [f"{'policy':>8} {'mean JCT (h)':>13} {'p99 wait (h)':>13} {'util':>6} {'Jain':>6}"]
+    for name, numbers in summary["policies"].items():
+        rows.append(
+            f"{name:>8} {numbers['jct_s']['mean'] / 3600:>13.2f} "
+            f"{numbers['queueing_delay_s']['p99'] / 3600:>13.2f} "
+            f"{numbers['gpu_utilization']:>6.1%} {numbers['jain_fairness']:>6.3f}"
+        )
+    _out("\n".join(rows) + f"\nresults in {out}\n")
+
+
 # --------------------------------------------------------------------------- objects
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from phalanx.engine.config import EngineConfig
 from phalanx.engine.events import TenantUsage
@@ -40,12 +40,14 @@ from phalanx.engine.priority import (
 )
 from phalanx.model import CPU, GPU, GPU_MILLI, MEMORY, ClusterQueue, JobSubmission, Tenant
 from phalanx.model.priorityannotations import TRES_BILLING_ANNOTATION
-from phalanx.store import JobChargeRow, JobRow, Tx, UsageRow
+from phalanx.store import JobChargeRow, JobRow, UsageRow
 
 __all__ = [
     "BILLING_WEIGHTS_ANNOTATION",
     "ROOT",
+    "ChargeBook",
     "Key",
+    "MemoryBook",
     "UsageLedger",
     "allocated_tres",
     "billing_weights",
@@ -54,6 +56,35 @@ __all__ = [
 
 BILLING_WEIGHTS_ANNOTATION = TRES_BILLING_ANNOTATION
 """A ClusterQueue's (partition's) ``TRESBillingWeights``, in Slurm's syntax (checked on apply)."""
+
+
+class ChargeBook(Protocol):
+    """Where the ledger writes: the store's transaction (:class:`~phalanx.store.Tx`) in
+    the control plane, :class:`MemoryBook` in the simulator."""
+
+    def get_job_charge(self, job_id: int) -> JobChargeRow | None: ...
+
+    def put_job_charges(self, rows: Sequence[JobChargeRow], *, new: bool) -> None: ...
+
+    def put_usage(self, rows: Sequence[UsageRow]) -> None: ...
+
+
+class MemoryBook:
+    """A :class:`ChargeBook` in memory: the simulator's, with no store behind it."""
+
+    def __init__(self) -> None:
+        self.charges: dict[int, JobChargeRow] = {}
+
+    def get_job_charge(self, job_id: int) -> JobChargeRow | None:
+        return self.charges.get(job_id)
+
+    def put_job_charges(self, rows: Sequence[JobChargeRow], *, new: bool) -> None:
+        for row in rows:
+            self.charges[row.job_id] = row
+
+    def put_usage(self, rows: Sequence[UsageRow]) -> None:
+        """Nothing to keep: the ledger holds the figures."""
+
 
 Key = tuple[str, str]
 """An association: ``(tenant, user)``; ``(tenant, "")`` is the tenant, ``("", "")`` the root."""
@@ -181,7 +212,7 @@ class UsageLedger:
     # ------------------------------------------------------------------ jobs
 
     def start_job(
-        self, tx: Tx, row: JobRow, cluster_queue: ClusterQueue | None, since: float
+        self, tx: ChargeBook, row: JobRow, cluster_queue: ClusterQueue | None, since: float
     ) -> None:
         """Charge a job that started at ``since``, as its assignment placed it."""
         tasks = (row.assignment or {}).get("tasks") or []
@@ -205,7 +236,7 @@ class UsageLedger:
 
     def start(
         self,
-        tx: Tx,
+        tx: ChargeBook,
         job_id: int,
         *,
         tenant: str,
@@ -273,7 +304,7 @@ class UsageLedger:
 
     # ------------------------------------------------------------------ ticks
 
-    def tick(self, tx: Tx, now: float, tenants: Mapping[str, Tenant]) -> list[TenantUsage]:
+    def tick(self, tx: ChargeBook, now: float, tenants: Mapping[str, Tenant]) -> list[TenantUsage]:
         """Reset if due, decay, charge; write it all through ``tx``; the changed tenants."""
         periodic = self._last_period is None or now - self._last_period >= self.period_s
         if self._last_reset is None:

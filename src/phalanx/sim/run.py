@@ -1,0 +1,164 @@
+"""``phalanx sim``: a trace, a cluster and policies in; summaries and per-job tables out.
+
+Traces (``--trace``):
+
+``philly``
+    Philly's Helios setting: jobs submitted 2017-10-01 to 2017-11-30 in the 11
+    virtual clusters of ``philly_vc_nodes.csv`` (68,503 jobs).
+``philly:all``
+    Every job of the Philly list (82,247).
+``PATH.csv`` / ``PATH.jsonl``
+    The generic format (:mod:`phalanx.sim.trace`).
+
+Clusters (``--cluster``):
+
+``philly-vc``
+    The 11 virtual clusters on their own 8-GPU nodes (352 nodes), each tenant
+    only on its own (the Helios setting).
+``philly-shared:N``
+    N 8-GPU nodes shared by the 11 virtual clusters, each entitled to its
+    share of ``philly_vc_nodes.csv``'s nodes.
+``shared:N``
+    N 8-GPU nodes shared by the trace's tenants, equally entitled.
+
+``--traces DIR`` says where the public traces are (default:
+``../shared/traces`` beside the checkout, or ``PHALANX_TRACES``).
+Writes ``DIR/summary.json`` (every policy) and ``DIR/jobs-<policy>.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from phalanx.errors import Invalid
+from phalanx.sim.metrics import summarize
+from phalanx.sim.setup import POLICIES, Cluster, scenario
+from phalanx.sim.simulator import SimResult, Simulator
+from phalanx.sim.trace import TimeLimitRule, TraceJob, load_generic
+
+__all__ = ["default_traces", "load_cluster", "load_trace", "simulate"]
+
+
+def default_traces() -> Path:
+    env = os.environ.get("PHALANX_TRACES")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[3].parent / "shared" / "traces"
+
+
+def _philly(traces: Path) -> Path:
+    folder = traces / "philly"
+    if not (folder / "philly_jobs_pollux.csv").exists():
+        raise Invalid(f"--traces: the Philly trace is not in {folder} (give --traces DIR)")
+    return folder
+
+
+def load_trace(spec: str, traces: Path) -> list[TraceJob]:
+    """The jobs of ``--trace`` (see the module docstring)."""
+    from phalanx.sim.traces.philly import HELIOS_WINDOW, load_jobs, load_vc_nodes
+
+    if spec in ("philly", "philly:all"):
+        folder = _philly(traces)
+        if spec == "philly:all":
+            return load_jobs(folder / "philly_jobs_pollux.csv")
+        vcs = load_vc_nodes(folder / "philly_vc_nodes.csv")
+        return load_jobs(folder / "philly_jobs_pollux.csv", window=HELIOS_WINDOW, vcs=vcs)
+    path = Path(spec)
+    if path.suffix in (".csv", ".jsonl", ".ndjson"):
+        return load_generic(path)
+    raise Invalid(
+        f"--trace: {spec!r} is not known: expected philly, philly:all, or a .csv/.jsonl file"
+    )
+
+
+def load_cluster(spec: str, traces: Path, jobs: Sequence[TraceJob]) -> Cluster:
+    """The cluster of ``--cluster`` (see the module docstring)."""
+    from phalanx.sim.traces.philly import load_vc_nodes
+
+    kind, _, count = spec.partition(":")
+    if kind == "philly-vc" and not count:
+        return Cluster.isolated_pools(load_vc_nodes(_philly(traces) / "philly_vc_nodes.csv"))
+    if kind in ("philly-shared", "shared") and count.isdigit() and int(count) > 0:
+        if kind == "philly-shared":
+            shares = load_vc_nodes(_philly(traces) / "philly_vc_nodes.csv")
+            return Cluster.shared_pool(int(count), {k: float(v) for k, v in shares.items()})
+        tenants = sorted({j.tenant for j in jobs}) or ["default"]
+        return Cluster.shared_pool(int(count), dict.fromkeys(tenants, 1.0))
+    raise Invalid(
+        f"--cluster: {spec!r} is not known: expected philly-vc, philly-shared:N or shared:N"
+    )
+
+
+def simulate(
+    trace: str,
+    cluster: str,
+    policies: Sequence[str],
+    out: Path,
+    *,
+    time_limit: str = "ceil:3600",
+    traces: Path | None = None,
+    progress: Callable[[str, float, int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Run every policy on the trace; write ``out``; the summary."""
+    for policy in policies:
+        if policy not in POLICIES:
+            raise Invalid(f"--policy: {policy!r} is not known (known: {', '.join(POLICIES)})")
+    folder = traces if traces is not None else default_traces()
+    rule = TimeLimitRule.parse(time_limit)
+    jobs = rule.apply(load_trace(trace, folder))
+    if not jobs:
+        raise Invalid(f"--trace: {trace} has no jobs")
+    machines = load_cluster(cluster, folder, jobs)
+    out.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, Any] = {
+        "trace": trace,
+        "jobs": len(jobs),
+        "cluster": cluster,
+        "cluster_gpus": machines.gpus,
+        "time_limit": str(rule),
+        "policies": {},
+    }
+    for policy in policies:
+        report: Callable[[float, int], None] | None = None
+        if progress is not None:
+
+            def report(now: float, done: int, policy: str = policy) -> None:
+                progress(policy, now, done, len(jobs))
+
+        started = time.perf_counter()
+        result = Simulator(scenario(machines, policy), jobs, progress=report).run()
+        wall = time.perf_counter() - started
+        numbers = summarize(result, machines.shares)
+        numbers["wall_s"] = round(wall, 2)
+        summary["policies"][policy] = numbers
+        _write_jobs(out / f"jobs-{policy}.csv", result)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary
+
+
+def _write_jobs(path: Path, result: SimResult) -> None:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(
+            ["id", "tenant", "gpus", "submit", "duration", "start", "end", "state", "preemptions"]
+        )
+        for o in sorted(result.outcomes, key=lambda o: o.job.id):
+            writer.writerow(
+                [
+                    o.job.id,
+                    o.job.tenant,
+                    o.job.gpus,
+                    f"{o.job.submit:.3f}",
+                    f"{o.job.duration:.3f}",
+                    "" if o.start is None else f"{o.start:.3f}",
+                    "" if o.end is None else f"{o.end:.3f}",
+                    o.state,
+                    o.preemptions,
+                ]
+            )

@@ -1,0 +1,245 @@
+"""The discrete-event simulator: a trace through the engine's real ``cycle()``, on a virtual clock.
+
+:class:`Simulator` keeps a heap of events (a job's submission, a job's end, a
+wakeup) and, at each distinct time, in this order:
+
+1. applies every event of that time, ends before submissions (ties among ends
+   or among submissions in trace order): what ends at *t* frees its GPUs for
+   what is submitted at *t*;
+2. charges the tenants' usage when the priority period has passed, as the
+   live control plane's ledger does (:class:`~phalanx.control.usage.UsageLedger`,
+   in memory), and hands the engine the changed figures;
+3. runs ``engine.cycle(now)`` (again at the same time while a one-head-per-cycle
+   preset still admits, as the live loop does) and carries out its decisions:
+   an Admit starts the job (it ends ``min(duration, time limit)`` later); an
+   Evict stops it at once (no grace period in a simulation) and requeues it,
+   where it later runs again from the start (no checkpoints), or ends it
+   PREEMPTED in CANCEL mode; a Deactivate ends it FAILED.
+
+Wakeups come from ``engine.next_wakeup()`` and, while jobs wait, every
+backfill interval and priority period, the times the live system's cycles
+would have run at anyway.
+
+The engine is the live system's, unchanged; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from phalanx.control.usage import MemoryBook, UsageLedger
+from phalanx.engine import Admit, Engine, Finish, Requeue, Submit, Upsert
+from phalanx.engine.decisions import Deactivate, Evict
+from phalanx.engine.events import PodsReady
+from phalanx.model import JobState, Tenant
+from phalanx.sim.setup import NODE_GPUS, Scenario
+from phalanx.sim.trace import TraceJob
+
+__all__ = ["JobOutcome", "SimResult", "Simulator"]
+
+_END, _SUBMIT, _WAKE = 0, 1, 2
+
+
+@dataclass(slots=True)
+class JobOutcome:
+    """What happened to one trace job."""
+
+    job: TraceJob
+    start: float | None = None
+    """First start."""
+    end: float | None = None
+    state: str = JobState.PENDING.value
+    preemptions: int = 0
+    attempts: int = 0
+    reserved_gpus: int = 0
+
+    @property
+    def queue_delay(self) -> float | None:
+        return None if self.start is None else self.start - self.job.submit
+
+    @property
+    def jct(self) -> float | None:
+        return None if self.end is None else self.end - self.job.submit
+
+
+@dataclass(slots=True)
+class SimResult:
+    """A run: every job's outcome and the cluster over time."""
+
+    policy: str
+    gpus: int
+    outcomes: list[JobOutcome]
+    busy: list[tuple[float, int]] = field(default_factory=list)
+    """(time, GPUs running jobs use) at each change."""
+    queued: list[tuple[float, int]] = field(default_factory=list)
+    """(time, jobs waiting) at each change."""
+    events: int = 0
+    cycles: int = 0
+
+
+class Simulator:
+    """Replays ``jobs`` under ``scenario`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        jobs: Sequence[TraceJob],
+        *,
+        progress: Callable[[float, int], None] | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.jobs = list(jobs)
+        self.progress = progress
+
+    def run(self) -> SimResult:
+        scenario = self.scenario
+        config = scenario.config
+        engine = Engine(config)
+        for obj in scenario.objects:
+            engine.apply(Upsert(obj))
+        tenants = {o.name: o for o in scenario.objects if isinstance(o, Tenant)}
+        gpus = sum(
+            int(getattr(o, "capacity", {}).get("nvidia.com/gpu", 0))
+            for o in scenario.objects
+            if type(o).__name__ == "Node"
+        )
+        ledger = UsageLedger(config)
+        book = MemoryBook()
+        outcomes = {job.id: JobOutcome(job) for job in self.jobs}
+        if len(outcomes) != len(self.jobs):
+            raise ValueError("trace job ids must be unique")
+        heap: list[tuple[float, int, int, int, int]] = []
+        for seq, job in enumerate(self.jobs):
+            heap.append((job.submit, _SUBMIT, seq, job.id, 0))
+        heapq.heapify(heap)
+        seq = len(self.jobs)
+        result = SimResult(scenario.policy, gpus, list(outcomes.values()))
+        busy = 0
+        waiting = 0
+        running: dict[int, int] = {}
+        """job id -> the attempt that runs now."""
+        period = config.priority_calc_period_s
+        interval = config.backfill.interval_s if config.backfill is not None else None
+        wake_at: set[float] = set()
+        done = 0
+
+        def wake(at: float) -> None:
+            nonlocal seq
+            if at not in wake_at:
+                wake_at.add(at)
+                seq += 1
+                heapq.heappush(heap, (at, _WAKE, seq, -1, 0))
+
+        def stop(job_id: int, now: float) -> None:
+            nonlocal busy
+            del running[job_id]
+            ledger.stop(job_id, now)
+            busy -= outcomes[job_id].reserved_gpus
+
+        while heap:
+            now = heap[0][0]
+            while heap and heap[0][0] == now:
+                _, kind, _, job_id, attempt = heapq.heappop(heap)
+                result.events += 1
+                if kind == _END:
+                    if running.get(job_id) != attempt:
+                        continue  # that attempt was evicted
+                    out = outcomes[job_id]
+                    limit = out.job.time_limit
+                    out.state = (
+                        JobState.TIMEOUT.value
+                        if limit is not None and out.job.duration > limit
+                        else JobState.COMPLETED.value
+                    )
+                    out.end = now
+                    stop(job_id, now)
+                    engine.apply(Finish(job_id, JobState(out.state)))
+                    done += 1
+                elif kind == _SUBMIT:
+                    engine.apply(Submit(scenario.make_job(outcomes[job_id].job)))
+                    waiting += 1
+                else:
+                    wake_at.discard(now)
+            if ledger.due(now):
+                for usage in ledger.tick(book, now, tenants):
+                    engine.apply(usage)
+            while True:
+                decisions = engine.cycle(now)
+                result.cycles += 1
+                admitted = False
+                for decision in decisions:
+                    if isinstance(decision, Admit):
+                        admitted = True
+                        out = outcomes[decision.job_id]
+                        out.attempts += 1
+                        out.state = JobState.RUNNING.value
+                        if out.start is None:
+                            out.start = now
+                        tasks = sum(n.count for p in decision.pod_sets for n in p.nodes)
+                        reserved = tasks * _task_gpus(out.job)
+                        out.reserved_gpus = reserved
+                        busy += reserved
+                        waiting -= 1
+                        running[decision.job_id] = out.attempts
+                        length = out.job.duration
+                        if out.job.time_limit is not None:
+                            length = min(length, out.job.time_limit)
+                        seq += 1
+                        heapq.heappush(heap, (now + length, _END, seq, out.job.id, out.attempts))
+                        if config.wait_for_pods_ready is not None:
+                            engine.apply(PodsReady(decision.job_id, now))
+                        ledger.start(
+                            book,
+                            decision.job_id,
+                            tenant=out.job.tenant,
+                            user="",
+                            alloc_tres={"gres/gpu": reserved},
+                            weights=None,
+                            since=now,
+                        )
+                    elif isinstance(decision, Evict):
+                        out = outcomes[decision.job_id]
+                        if decision.job_id in running:
+                            stop(decision.job_id, now)
+                        out.preemptions += 1
+                        if decision.mode == "REQUEUE":
+                            engine.apply(Requeue(decision.job_id, decision.reason))
+                            out.state = JobState.PENDING.value
+                            waiting += 1
+                        else:
+                            engine.apply(Finish(decision.job_id, JobState.PREEMPTED))
+                            out.state, out.end = JobState.PREEMPTED.value, now
+                            done += 1
+                    elif isinstance(decision, Deactivate):
+                        out = outcomes[decision.job_id]
+                        if decision.job_id in running:
+                            stop(decision.job_id, now)
+                        else:
+                            waiting -= 1
+                        engine.apply(Finish(decision.job_id, JobState.FAILED))
+                        out.state, out.end = JobState.FAILED.value, now
+                        done += 1
+                if not (admitted and config.heads_per_cycle is not None):
+                    break
+            result.busy.append((now, busy))
+            result.queued.append((now, waiting))
+            nxt = engine.next_wakeup()
+            if nxt is not None and nxt > now:
+                wake(nxt)
+            if waiting:
+                # The live loop's cycles would run then anyway: priorities age, usage
+                # is recharged, backfill passes come round.
+                if interval is not None:
+                    wake(now + interval)
+                if running:
+                    wake(now + period)
+            if self.progress is not None:
+                self.progress(now, done)
+        return result
+
+
+def _task_gpus(job: TraceJob) -> int:
+    """GPUs per task of the consolidated pod set (a whole node for a multi-node job)."""
+    return job.gpus if job.gpus <= NODE_GPUS else NODE_GPUS
