@@ -54,6 +54,8 @@ class JobOutcome:
     preemptions: int = 0
     attempts: int = 0
     reserved_gpus: int = 0
+    nodes: tuple[str, ...] = ()
+    """Where its last run ran."""
 
     @property
     def queue_delay(self) -> float | None:
@@ -178,6 +180,7 @@ class Simulator:
                         if out.start is None:
                             out.start = now
                         tasks = sum(n.count for p in decision.pod_sets for n in p.nodes)
+                        out.nodes = tuple(n.node for p in decision.pod_sets for n in p.nodes)
                         reserved = tasks * _task_gpus(out.job)
                         out.reserved_gpus = reserved
                         busy += reserved
