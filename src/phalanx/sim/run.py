@@ -17,7 +17,7 @@ Clusters (``--cluster``):
     only on its own (the Helios setting).
 ``philly-shared:N``
     N 8-GPU nodes shared by the 11 virtual clusters, each entitled to its
-    share of ``philly_vc_nodes.csv``'s nodes.
+    share of ``philly_vc_nodes.csv``'s nodes (a VC the list lacks: one node).
 ``shared:N``
     N 8-GPU nodes shared by the trace's tenants, equally entitled.
 
@@ -86,8 +86,11 @@ def load_cluster(spec: str, traces: Path, jobs: Sequence[TraceJob]) -> Cluster:
         return Cluster.isolated_pools(load_vc_nodes(_philly(traces) / "philly_vc_nodes.csv"))
     if kind in ("philly-shared", "shared") and count.isdigit() and int(count) > 0:
         if kind == "philly-shared":
-            shares = load_vc_nodes(_philly(traces) / "philly_vc_nodes.csv")
-            return Cluster.shared_pool(int(count), {k: float(v) for k, v in shares.items()})
+            nodes = load_vc_nodes(_philly(traces) / "philly_vc_nodes.csv")
+            shares = {k: float(v) for k, v in nodes.items()}
+            # The trace's few VCs outside the list (philly:all) get one node's worth.
+            shares.update({j.tenant: 1.0 for j in jobs if j.tenant not in shares})
+            return Cluster.shared_pool(int(count), shares)
         tenants = sorted({j.tenant for j in jobs}) or ["default"]
         return Cluster.shared_pool(int(count), dict.fromkeys(tenants, 1.0))
     raise Invalid(

@@ -6,9 +6,10 @@ wakeup) and, at each distinct time, in this order:
 1. applies every event of that time, ends before submissions (ties among ends
    or among submissions in trace order): what ends at *t* frees its GPUs for
    what is submitted at *t*;
-2. charges the tenants' usage when the priority period has passed, as the
-   live control plane's ledger does (:class:`~phalanx.control.usage.UsageLedger`,
-   in memory), and hands the engine the changed figures;
+2. once per priority period (``priority_calc_period_s``), charges the tenants'
+   usage with the live control plane's ledger
+   (:class:`~phalanx.control.usage.UsageLedger`, in memory) and hands the engine
+   the changed figures;
 3. runs ``engine.cycle(now)`` (again at the same time while a one-head-per-cycle
    preset still admits, as the live loop does) and carries out its decisions:
    an Admit starts the job (it ends ``min(duration, time limit)`` later); an
@@ -125,6 +126,7 @@ class Simulator:
         period = config.priority_calc_period_s
         interval = config.backfill.interval_s if config.backfill is not None else None
         wake_at: set[float] = set()
+        last_tick: float | None = None
         done = 0
 
         def wake(at: float) -> None:
@@ -164,7 +166,10 @@ class Simulator:
                     waiting += 1
                 else:
                     wake_at.discard(now)
-            if ledger.due(now):
+            if last_tick is None or now - last_tick >= period:
+                # Once per priority period, as Slurm recalculates (a job's last stretch
+                # is charged then too): usage between periods does not move priorities.
+                last_tick = now
                 for usage in ledger.tick(book, now, tenants):
                     engine.apply(usage)
             while True:
