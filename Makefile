@@ -46,6 +46,7 @@ bench: venv
 	$(BIN)/python bench/kueue_baseline.py --json
 	$(BIN)/python bench/openb.py
 	$(BIN)/python bench/ray_runtime.py
+	$(BIN)/python bench/sim.py
 
 demo: venv
 	$(BIN)/python demo/run.py
