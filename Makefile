@@ -11,7 +11,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,ray]'
+	$(BIN)/python -m pip install -q -e '.[test,ray,sim]'
 	@touch $(STAMP)
 
 lint: venv

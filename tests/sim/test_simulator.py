@@ -165,6 +165,10 @@ def test_phalanx_sim_writes_a_summary_and_a_job_table(tmp_path: Path) -> None:
     rows = (out / "jobs-fifo.csv").read_text().splitlines()
     assert rows[0].startswith("id,tenant,gpus,submit") and len(rows) == 5
     assert "phalanx" in summary["policies"] and "mean JCT" in done.stdout
+    for plot in ("utilization.png", "queue.png", "waits.png", "shares.png"):
+        assert (out / plot).read_bytes().startswith(b"\x89PNG"), plot
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 4 and "<td>fifo</td>" in page
 
 
 def test_phalanx_sim_names_a_bad_argument(tmp_path: Path) -> None:

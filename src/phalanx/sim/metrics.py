@@ -18,6 +18,7 @@ values at or below it).
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -84,7 +85,7 @@ def summarize(result: SimResult, shares: Mapping[str, float]) -> dict[str, Any]:
     last = max((o.end for o in outcomes if o.end is not None), default=first)
     makespan = last - first
     busy_seconds = 0.0
-    for (t0, used), (t1, _) in zip(result.busy, result.busy[1:], strict=False):
+    for (t0, used), (t1, _) in itertools.pairwise(result.busy):
         busy_seconds += used * (t1 - t0)
     tenants = sorted({o.job.tenant for o in outcomes})
     per_tenant = {t: _block([o for o in outcomes if o.job.tenant == t]) for t in tenants}

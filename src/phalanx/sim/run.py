@@ -23,7 +23,8 @@ Clusters (``--cluster``):
 
 ``--traces DIR`` says where the public traces are (default:
 ``../shared/traces`` beside the checkout, or ``PHALANX_TRACES``).
-Writes ``DIR/summary.json`` (every policy) and ``DIR/jobs-<policy>.csv``.
+Writes ``DIR/summary.json`` (every policy), ``DIR/jobs-<policy>.csv``, the plots
+and ``DIR/report.html`` (:mod:`phalanx.sim.report`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any
 
 from phalanx.errors import Invalid
 from phalanx.sim.metrics import summarize
+from phalanx.sim.report import write_report
 from phalanx.sim.setup import POLICIES, Cluster, scenario
 from phalanx.sim.simulator import SimResult, Simulator
 from phalanx.sim.trace import TimeLimitRule, TraceJob, load_generic
@@ -127,6 +129,7 @@ def simulate(
         "time_limit": str(rule),
         "policies": {},
     }
+    results: dict[str, SimResult] = {}
     for policy in policies:
         report: Callable[[float, int], None] | None = None
         if progress is not None:
@@ -140,8 +143,10 @@ def simulate(
         numbers = summarize(result, machines.shares)
         numbers["wall_s"] = round(wall, 2)
         summary["policies"][policy] = numbers
+        results[policy] = result
         _write_jobs(out / f"jobs-{policy}.csv", result)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    write_report(out, summary, results)
     return summary
 
 
