@@ -15,6 +15,7 @@ from phalanx.dialects.kueue import to_manifest
 from phalanx.sim.setup import Cluster, pod_sets, scenario
 from phalanx.sim.simulator import Simulator
 from phalanx.sim.trace import TimeLimitRule, TraceJob
+from phalanx.sim.traces.accounting import load_accounting
 
 # (GPUs, seconds), all submitted at once, in this order; ends at least 0.2 s apart.
 TRACE = [(4, 1.0), (8, 2.0), (2, 0.5), (16, 1.0), (1, 0.7), (8, 1.5), (3, 0.3), (4, 2.4), (12, 0.6)]
@@ -72,3 +73,11 @@ def test_a_live_control_plane_and_the_simulator_admit_alike(tmp_path: Path) -> N
     finally:
         server.stop()
     assert actual == expected
+    # What ran live is a trace too (--trace accounting:STATE_DIR).
+    replayed = load_accounting(str(tmp_path / "state"))
+    held = [sum(p.count * p.requests["nvidia.com/gpu"] for p in pod_sets(j.gpus)) for j in jobs]
+    assert [(j.id, j.gpus, j.tenant) for j in replayed] == [
+        (j.id, gpus, "team") for j, gpus in zip(jobs, held, strict=True)
+    ]  # the GPUs each job held: 16 for the 12-GPU job on two whole nodes
+    for ran, planned in zip(replayed, jobs, strict=True):
+        assert abs(ran.duration - planned.duration) < 0.5

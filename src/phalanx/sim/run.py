@@ -9,6 +9,8 @@ Traces (``--trace``):
     Every job of the Philly list (82,247).
 ``PATH.csv`` / ``PATH.jsonl``
     The generic format (:mod:`phalanx.sim.trace`).
+``accounting:STATE_DIR`` (or ``accounting:DATABASE_URL``)
+    The jobs the live system ran (:mod:`phalanx.sim.traces.accounting`).
 
 Clusters (``--cluster``):
 
@@ -71,11 +73,16 @@ def load_trace(spec: str, traces: Path) -> list[TraceJob]:
             return load_jobs(folder / "philly_jobs_pollux.csv")
         vcs = load_vc_nodes(folder / "philly_vc_nodes.csv")
         return load_jobs(folder / "philly_jobs_pollux.csv", window=HELIOS_WINDOW, vcs=vcs)
+    if spec.startswith("accounting:"):
+        from phalanx.sim.traces.accounting import load_accounting
+
+        return load_accounting(spec.removeprefix("accounting:"))
     path = Path(spec)
     if path.suffix in (".csv", ".jsonl", ".ndjson"):
         return load_generic(path)
     raise Invalid(
-        f"--trace: {spec!r} is not known: expected philly, philly:all, or a .csv/.jsonl file"
+        f"--trace: {spec!r} is not known: expected philly, philly:all, accounting:STATE_DIR "
+        "or a .csv/.jsonl file"
     )
 
 
