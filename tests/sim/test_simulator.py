@@ -183,3 +183,22 @@ def test_phalanx_sim_names_a_bad_argument(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "--trace: 'nowhere' is not known" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_fairness_is_taken_hour_by_hour_among_the_tenants_with_jobs() -> None:
+    from phalanx.sim.metrics import hourly_jain
+    from phalanx.sim.simulator import JobOutcome
+
+    def ran(job_id: int, tenant: str, submit: float, start: float, hours: float) -> JobOutcome:
+        job = TraceJob(job_id, submit, hours * 3600, 8, tenant)
+        return JobOutcome(job, start=start, end=start + hours * 3600, state="COMPLETED")
+
+    shares = {"a": 1.0, "b": 1.0}
+    # Both wait from 0; a runs first hour, b the second: each hour only one is served.
+    unfair = [ran(1, "a", 0, 0, 1), ran(2, "b", 0, 3600, 1)]
+    assert hourly_jain(unfair, shares) == pytest.approx(0.5)
+    # Both served side by side: equal shares every hour.
+    fair = [ran(1, "a", 0, 0, 2), ran(2, "b", 0, 0, 2)]
+    assert hourly_jain(fair, shares) == pytest.approx(1.0)
+    # A tenant alone in an hour does not count.
+    assert hourly_jain([ran(1, "a", 0, 0, 3)], shares) == 1.0

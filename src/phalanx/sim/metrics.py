@@ -10,7 +10,12 @@ numbers, overall and per tenant:
 - preemptions (evictions of running jobs);
 - fairness: Jain's index over the tenants of ``x_i = (tenant i's share of the
   GPU time used) / (its entitlement)``, 1.0 when every tenant got exactly its
-  entitlement's share, down to ``1/n``.
+  entitlement's share, down to ``1/n``. Over a whole run every job's GPU time
+  is used sooner or later, so the shares are the demand's whatever the
+  policy; the index is therefore taken hour by hour, among the tenants that
+  had jobs (running or waiting) in that hour, entitlements renormalised over
+  them, and averaged over the hours weighted by the GPU time used in each
+  (hours with fewer than two such tenants left out).
 
 Percentiles are nearest-rank (the smallest value with at least p % of the
 values at or below it).
@@ -26,7 +31,9 @@ from typing import Any
 
 from phalanx.sim.simulator import JobOutcome, SimResult
 
-__all__ = ["jain", "percentile", "summarize"]
+__all__ = ["hourly_jain", "jain", "percentile", "summarize"]
+
+HOUR = 3600.0
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -69,13 +76,53 @@ def _block(outcomes: Sequence[JobOutcome]) -> dict[str, Any]:
     }
 
 
+def _run(outcome: JobOutcome) -> float:
+    """How long a job's last run lasted."""
+    limit = outcome.job.time_limit
+    return outcome.job.duration if limit is None else min(outcome.job.duration, limit)
+
+
 def _used(outcome: JobOutcome) -> float:
     """GPU-seconds a job's last (completed) run used, at its requested GPUs."""
     if outcome.end is None or outcome.start is None:
         return 0.0
-    limit = outcome.job.time_limit
-    run = outcome.job.duration if limit is None else min(outcome.job.duration, limit)
-    return run * outcome.job.gpus
+    return _run(outcome) * outcome.job.gpus
+
+
+def hourly_jain(outcomes: Sequence[JobOutcome], shares: Mapping[str, float]) -> float:
+    """Jain's index of the tenants' received / entitled shares, hour by hour (see the
+    module docstring); 1.0 when no hour had two tenants."""
+    used: dict[int, dict[str, float]] = {}
+    present: dict[int, set[str]] = {}
+    for o in outcomes:
+        if o.end is None:
+            continue
+        tenant = o.job.tenant
+        for hour in range(int(o.job.submit // HOUR), int(o.end // HOUR) + 1):
+            present.setdefault(hour, set()).add(tenant)
+        if o.start is None:
+            continue
+        run_start = o.end - _run(o)
+        t = run_start
+        while t < o.end:
+            hour = int(t // HOUR)
+            step = min(o.end, (hour + 1) * HOUR) - t
+            bucket = used.setdefault(hour, {})
+            bucket[tenant] = bucket.get(tenant, 0.0) + step * o.job.gpus
+            t += step
+    total = 0.0
+    weighted = 0.0
+    for hour, tenants in present.items():
+        tenants = {t for t in tenants if shares.get(t, 0.0) > 0}
+        got = used.get(hour, {})
+        hour_used = sum(got.get(t, 0.0) for t in tenants)
+        if len(tenants) < 2 or hour_used <= 0:
+            continue
+        entitled = sum(shares[t] for t in tenants)
+        ratios = [(got.get(t, 0.0) / hour_used) / (shares[t] / entitled) for t in tenants]
+        weighted += jain(ratios) * hour_used
+        total += hour_used
+    return weighted / total if total else 1.0
 
 
 def summarize(result: SimResult, shares: Mapping[str, float]) -> dict[str, Any]:
@@ -91,14 +138,11 @@ def summarize(result: SimResult, shares: Mapping[str, float]) -> dict[str, Any]:
     per_tenant = {t: _block([o for o in outcomes if o.job.tenant == t]) for t in tenants}
     total_used = sum(b["gpu_seconds"] for b in per_tenant.values()) or 1.0
     weight = sum(shares.get(t, 0.0) for t in tenants) or 1.0
-    ratios = []
     for tenant in tenants:
-        entitled = shares.get(tenant, 0.0) / weight
-        got = per_tenant[tenant]["gpu_seconds"] / total_used
-        per_tenant[tenant]["share_of_gpu_time"] = round(got, 4)
-        per_tenant[tenant]["entitlement"] = round(entitled, 4)
-        if entitled > 0:
-            ratios.append(got / entitled)
+        per_tenant[tenant]["share_of_gpu_time"] = round(
+            per_tenant[tenant]["gpu_seconds"] / total_used, 4
+        )
+        per_tenant[tenant]["entitlement"] = round(shares.get(tenant, 0.0) / weight, 4)
     return {
         "policy": result.policy,
         "cluster_gpus": result.gpus,
@@ -106,7 +150,7 @@ def summarize(result: SimResult, shares: Mapping[str, float]) -> dict[str, Any]:
         "gpu_utilization": round(busy_seconds / (result.gpus * makespan), 4)
         if makespan > 0 and result.gpus
         else 0.0,
-        "jain_fairness": round(jain(ratios), 4),
+        "jain_fairness": round(hourly_jain(outcomes, shares), 4),
         "events": result.events,
         "cycles": result.cycles,
         **_block(outcomes),
