@@ -62,28 +62,23 @@ def _plots(out: Path, summary: Mapping[str, Any], results: Mapping[str, SimResul
     names: list[str] = []
     end = max((t for r in results.values() for t, _ in r.busy[-1:]), default=0.0)
 
-    fig, ax = plt.subplots(figsize=(10, 4))
-    for policy, result in results.items():
-        x, y = _hourly(result.busy, end)
-        ax.plot([h / 24 for h in x], [v / max(result.gpus, 1) for v in y], label=policy, lw=1)
-    ax.set(xlabel="day", ylabel="GPUs in use (share)", title="GPU utilisation, hourly mean")
-    ax.set_ylim(0, 1.05)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "utilization.png", dpi=110)
-    plt.close(fig)
-    names.append("utilization.png")
+    def timeline(name: str, series: str, ylabel: str, title: str, share: bool) -> None:
+        fig, ax = plt.subplots(figsize=(10, 4))
+        for policy, result in results.items():
+            x, y = _hourly(getattr(result, series), end)
+            scale = max(result.gpus, 1) if share else 1
+            ax.plot([h / 24 for h in x], [v / scale for v in y], label=policy, lw=1)
+        ax.set(xlabel="day", ylabel=ylabel, title=title)
+        if share:
+            ax.set_ylim(0, 1.05)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        names.append(name)
 
-    fig, ax = plt.subplots(figsize=(10, 4))
-    for policy, result in results.items():
-        x, y = _hourly(result.queued, end)
-        ax.plot([h / 24 for h in x], y, label=policy, lw=1)
-    ax.set(xlabel="day", ylabel="jobs waiting", title="Queue length, hourly mean")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "queue.png", dpi=110)
-    plt.close(fig)
-    names.append("queue.png")
+    timeline("utilization.png", "busy", "GPUs in use (share)", "GPU utilisation, hourly mean", True)
+    timeline("queue.png", "queued", "jobs waiting", "Queue length, hourly mean", False)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for policy, result in results.items():

@@ -275,7 +275,7 @@ class RayRuntime:
         parts: list[_Part] = []
         task_list = list(run.tasks)
         for bundle, ((node, pod_set), indices) in enumerate(groups.items()):
-            if run is spec or spec.script is None:
+            if spec.script is None:
                 mine = [task_list[i] for i in indices]
             else:
                 mine = [task_list[0]] if (node, pod_set) == (first, spec.tasks[0].pod_set) else []
