@@ -202,3 +202,24 @@ def test_fairness_is_taken_hour_by_hour_among_the_tenants_with_jobs() -> None:
     assert hourly_jain(fair, shares) == pytest.approx(1.0)
     # A tenant alone in an hour does not count.
     assert hourly_jain([ran(1, "a", 0, 0, 3)], shares) == 1.0
+
+
+def test_fairness_entitlements_are_capped_by_what_tenants_asked_for() -> None:
+    from phalanx.sim.metrics import hourly_jain
+    from phalanx.sim.simulator import JobOutcome
+
+    def ran(job_id: int, tenant: str, gpus: int, start: float) -> JobOutcome:
+        job = TraceJob(job_id, 0.0, 3600.0, gpus, tenant)
+        return JobOutcome(job, start=start, end=start + 3600.0, state="COMPLETED")
+
+    shares = {"a": 1.0, "b": 1.0}
+    # b asked for one GPU and got it; a used the other 15 of 16: fair given demand.
+    modest = [ran(1, "a", 15, 0), ran(2, "b", 1, 0)]
+    assert hourly_jain(modest, shares, gpus=16) == pytest.approx(1.0)
+    assert hourly_jain(modest, shares) < 0.6  # plain shares count b as short-changed
+    # Both wanted the 8 GPUs for the first hour; a got them all, b waited an hour.
+    starved = [ran(1, "a", 8, 0), ran(2, "b", 8, 3600)]
+    assert hourly_jain(starved, shares, gpus=8) == pytest.approx(0.5)
+    # Weighted: a is entitled to three quarters of 8 GPUs, and got them.
+    weighted = [ran(1, "a", 6, 0), ran(2, "b", 2, 0), ran(3, "b", 8, 3600)]
+    assert hourly_jain(weighted, {"a": 3.0, "b": 1.0}, gpus=8) == pytest.approx(1.0)

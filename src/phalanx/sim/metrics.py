@@ -8,14 +8,20 @@ numbers, overall and per tenant:
 - GPU utilisation: GPU-seconds used by running jobs over the cluster's
   GPU-seconds, from the first submission to the last end (the makespan);
 - preemptions (evictions of running jobs);
-- fairness: Jain's index over the tenants of ``x_i = (tenant i's share of the
-  GPU time used) / (its entitlement)``, 1.0 when every tenant got exactly its
-  entitlement's share, down to ``1/n``. Over a whole run every job's GPU time
-  is used sooner or later, so the shares are the demand's whatever the
-  policy; the index is therefore taken hour by hour, among the tenants that
-  had jobs (running or waiting) in that hour, entitlements renormalised over
-  them, and averaged over the hours weighted by the GPU time used in each
-  (hours with fewer than two such tenants left out).
+- fairness: Jain's index over the tenants of ``x_i = (GPU time tenant i got) /
+  (GPU time it was entitled to)``, 1.0 when every tenant got exactly its
+  entitlement, down to ``1/n``. Over a whole run every job's GPU time is used
+  sooner or later, so the shares are the demand's whatever the policy; the
+  index is therefore taken hour by hour and averaged over the hours weighted
+  by the GPU time used in each (hours with fewer than two tenants that had jobs
+  left out). A tenant's entitlement in an hour is its weighted max-min fair
+  share of the cluster given what every tenant asked for then (the GPUs of
+  its jobs, waiting or running): its share of the GPUs, but never more than it
+  asked for, what it leaves going to the others by their shares. A tenant that
+  asked for little and got it is treated fairly; one that waited while others
+  ran beyond their share is not. ``jain_fairness_plain`` is the same index with
+  the plain shares (renormalised over the tenants present) as entitlements,
+  which counts a tenant that asked for little as short-changed.
 
 Percentiles are nearest-rank (the smallest value with at least p % of the
 values at or below it).
@@ -86,43 +92,79 @@ def _used(outcome: JobOutcome) -> float:
     """GPU-seconds a job's last (completed) run used, at its requested GPUs."""
     if outcome.end is None or outcome.start is None:
         return 0.0
-    return _run(outcome) * outcome.job.gpus
+    return _run(outcome) * outcome.job.gpu_equivalents
 
 
-def hourly_jain(outcomes: Sequence[JobOutcome], shares: Mapping[str, float]) -> float:
-    """Jain's index of the tenants' received / entitled shares, hour by hour (see the
-    module docstring); 1.0 when no hour had two tenants."""
+def hourly_jain(
+    outcomes: Sequence[JobOutcome], shares: Mapping[str, float], gpus: float | None = None
+) -> float:
+    """Jain's index of the tenants' received / entitled GPU time, hour by hour (see the
+    module docstring); 1.0 when no hour had two tenants. With the cluster's ``gpus``,
+    each hour's entitlements are capped by demand (weighted max-min); without, they
+    are the plain shares among the tenants present."""
     used: dict[int, dict[str, float]] = {}
-    present: dict[int, set[str]] = {}
+    wanted: dict[int, dict[str, float]] = {}
     for o in outcomes:
         if o.end is None:
             continue
         tenant = o.job.tenant
-        for hour in range(int(o.job.submit // HOUR), int(o.end // HOUR) + 1):
-            present.setdefault(hour, set()).add(tenant)
-        if o.start is None:
-            continue
-        run_start = o.end - _run(o)
-        t = run_start
-        while t < o.end:
-            hour = int(t // HOUR)
-            step = min(o.end, (hour + 1) * HOUR) - t
-            bucket = used.setdefault(hour, {})
-            bucket[tenant] = bucket.get(tenant, 0.0) + step * o.job.gpus
-            t += step
+        gpu = o.job.gpu_equivalents
+        _spread(wanted, tenant, o.job.submit, o.end, gpu)
+        if o.start is not None:
+            _spread(used, tenant, o.end - _run(o), o.end, gpu)
     total = 0.0
     weighted = 0.0
-    for hour, tenants in present.items():
-        tenants = {t for t in tenants if shares.get(t, 0.0) > 0}
+    for hour, demand in wanted.items():
         got = used.get(hour, {})
-        hour_used = sum(got.get(t, 0.0) for t in tenants)
-        if len(tenants) < 2 or hour_used <= 0:
+        present = {t: d for t, d in demand.items() if shares.get(t, 0.0) > 0}
+        hour_used = sum(got.get(t, 0.0) for t in present)
+        if len(present) < 2 or hour_used <= 0:
             continue
-        entitled = sum(shares[t] for t in tenants)
-        ratios = [(got.get(t, 0.0) / hour_used) / (shares[t] / entitled) for t in tenants]
+        if gpus is None:
+            entitled = sum(shares[t] for t in present)
+            fair = {t: shares[t] / entitled * hour_used for t in present}
+        else:
+            fair = _max_min(present, shares, gpus * HOUR)
+        ratios = [got.get(t, 0.0) / fair[t] for t in present if fair[t] > 0]
         weighted += jain(ratios) * hour_used
         total += hour_used
     return weighted / total if total else 1.0
+
+
+def _spread(
+    into: dict[int, dict[str, float]], tenant: str, t0: float, t1: float, gpus: float
+) -> None:
+    """Add ``gpus`` held from ``t0`` to ``t1`` to each hour's tally, in GPU-seconds
+    (a zero-length stretch still marks its hour)."""
+    t = t0
+    while True:
+        hour = int(t // HOUR)
+        step = min(t1, (hour + 1) * HOUR) - t
+        bucket = into.setdefault(hour, {})
+        bucket[tenant] = bucket.get(tenant, 0.0) + step * gpus
+        t += step
+        if t >= t1:
+            return
+
+
+def _max_min(
+    demand: Mapping[str, float], shares: Mapping[str, float], capacity: float
+) -> dict[str, float]:
+    """Weighted max-min fair division of ``capacity`` (water-filling): no tenant gets
+    more than it asked for, the rest is split by ``shares`` among the others."""
+    fair: dict[str, float] = {}
+    left = dict(demand)
+    room = min(capacity, sum(demand.values()))
+    while left:
+        level = room / sum(shares[t] for t in left)
+        sated = [t for t in left if left[t] <= level * shares[t]]
+        if not sated:
+            fair.update({t: level * shares[t] for t in left})
+            break
+        for t in sated:
+            fair[t] = left.pop(t)
+            room -= fair[t]
+    return fair
 
 
 def summarize(result: SimResult, shares: Mapping[str, float]) -> dict[str, Any]:
@@ -150,7 +192,8 @@ def summarize(result: SimResult, shares: Mapping[str, float]) -> dict[str, Any]:
         "gpu_utilization": round(busy_seconds / (result.gpus * makespan), 4)
         if makespan > 0 and result.gpus
         else 0.0,
-        "jain_fairness": round(hourly_jain(outcomes, shares), 4),
+        "jain_fairness": round(hourly_jain(outcomes, shares, result.gpus), 4),
+        "jain_fairness_plain": round(hourly_jain(outcomes, shares), 4),
         "events": result.events,
         "cycles": result.cycles,
         **_block(outcomes),
