@@ -256,8 +256,23 @@ def import_(path: Path, dry_run: bool) -> None:
 
 
 @app.command("sim")
-@click.option("--trace", "trace", required=True, help="philly, philly:all, or a .csv/.jsonl trace")
-@click.option("--cluster", "cluster", required=True, help="philly-vc, philly-shared:N or shared:N")
+@click.option(
+    "--trace",
+    "trace",
+    required=True,
+    help="philly, philly:all, openb[:LIST], accounting:STATE_DIR, or a .csv/.jsonl trace",
+)
+@click.option(
+    "--cluster",
+    "cluster",
+    required=True,
+    help="philly-vc, philly-shared:N, shared:N, openb[:all], or Node manifests (file or folder)",
+)
+@click.option(
+    "--queues",
+    type=click.Path(path_type=Path),
+    help="ClusterQueues, Cohorts, flavors, LocalQueues, Tenants to run on (file or folder)",
+)
 @click.option(
     "--policy",
     "policies",
@@ -276,7 +291,13 @@ def import_(path: Path, dry_run: bool) -> None:
     "--out", type=click.Path(path_type=Path), required=True, help="folder for the results"
 )
 def sim(
-    trace: str, cluster: str, policies: str, time_limit: str, traces: Path | None, out: Path
+    trace: str,
+    cluster: str,
+    queues: Path | None,
+    policies: str,
+    time_limit: str,
+    traces: Path | None,
+    out: Path,
 ) -> None:
     """Replay a trace through the engine under each policy, on a virtual clock."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -299,7 +320,14 @@ def sim(
             bar.update(tasks[policy], completed=done)
 
         summary = simulate(
-            trace, cluster, names, out, time_limit=time_limit, traces=traces, progress=progress
+            trace,
+            cluster,
+            names,
+            out,
+            time_limit=time_limit,
+            traces=traces,
+            queues=queues,
+            progress=progress,
         )
     rows = [f"{'policy':>8} {'mean JCT (h)':>13} {'p99 wait (h)':>13} {'util':>6} {'Jain':>6}"]
     for name, numbers in summary["policies"].items():
@@ -308,6 +336,12 @@ def sim(
             f"{numbers['queueing_delay_s']['p99'] / 3600:>13.2f} "
             f"{numbers['gpu_utilization']:>6.1%} {numbers['jain_fairness']:>6.3f}"
         )
+    for name, numbers in summary["policies"].items():
+        unfinished = numbers["jobs"] - numbers["ended"]
+        if unfinished:
+            rows.append(
+                f"{name}: {unfinished:,} jobs never ended (they fit nowhere in the cluster)"
+            )
     _out("\n".join(rows) + f"\nresults in {out}\n")
 
 

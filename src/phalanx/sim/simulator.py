@@ -17,9 +17,10 @@ wakeup) and, at each distinct time, in this order:
    where it later runs again from the start (no checkpoints), or ends it
    PREEMPTED in CANCEL mode; a Deactivate ends it FAILED.
 
-Wakeups come from ``engine.next_wakeup()`` and, while jobs wait, every
-backfill interval and priority period, the times the live system's cycles
-would have run at anyway.
+Wakeups come from ``engine.next_wakeup()`` and, while jobs wait and others
+run, every backfill interval and priority period, the times the live system's
+cycles would have run at anyway. A job that fits nowhere in the cluster stays
+pending: the run ends when nothing else is left to happen, with it unfinished.
 
 The engine is the live system's, unchanged; nothing here reads a clock.
 """
@@ -27,6 +28,7 @@ The engine is the live system's, unchanged; nothing here reads a clock.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -35,7 +37,7 @@ from phalanx.engine import Admit, Engine, Finish, Requeue, Submit, Upsert
 from phalanx.engine.decisions import Deactivate, Evict
 from phalanx.engine.events import PodsReady
 from phalanx.model import JobState, Tenant
-from phalanx.sim.setup import NODE_GPUS, Scenario
+from phalanx.sim.setup import Scenario
 from phalanx.sim.trace import TraceJob
 
 __all__ = ["JobOutcome", "SimResult", "Simulator"]
@@ -54,7 +56,8 @@ class JobOutcome:
     state: str = JobState.PENDING.value
     preemptions: int = 0
     attempts: int = 0
-    reserved_gpus: int = 0
+    reserved_gpus: float = 0.0
+    """GPUs its run holds (a share of one counted as its fraction)."""
     nodes: tuple[str, ...] = ()
     """Where its last run ran."""
 
@@ -74,7 +77,7 @@ class SimResult:
     policy: str
     gpus: int
     outcomes: list[JobOutcome]
-    busy: list[tuple[float, int]] = field(default_factory=list)
+    busy: list[tuple[float, float]] = field(default_factory=list)
     """(time, GPUs running jobs use) at each change."""
     queued: list[tuple[float, int]] = field(default_factory=list)
     """(time, jobs waiting) at each change."""
@@ -119,7 +122,7 @@ class Simulator:
         heapq.heapify(heap)
         seq = len(self.jobs)
         result = SimResult(scenario.policy, gpus, list(outcomes.values()))
-        busy = 0
+        busy = 0.0
         waiting = 0
         running: dict[int, int] = {}
         """job id -> the attempt that runs now."""
@@ -186,7 +189,7 @@ class Simulator:
                             out.start = now
                         tasks = sum(n.count for p in decision.pod_sets for n in p.nodes)
                         out.nodes = tuple(n.node for p in decision.pod_sets for n in p.nodes)
-                        reserved = tasks * _task_gpus(out.job)
+                        reserved = tasks * _task_gpus(out.job, scenario.node_gpus)
                         out.reserved_gpus = reserved
                         busy += reserved
                         waiting -= 1
@@ -203,7 +206,8 @@ class Simulator:
                             decision.job_id,
                             tenant=out.job.tenant,
                             user="",
-                            alloc_tres={"gres/gpu": reserved},
+                            # A GPU share is charged as the whole GPU (Slurm's gres/gpu).
+                            alloc_tres={"gres/gpu": math.ceil(reserved)},
                             weights=None,
                             since=now,
                         )
@@ -236,18 +240,21 @@ class Simulator:
             nxt = engine.next_wakeup()
             if nxt is not None and nxt > now:
                 wake(nxt)
-            if waiting:
+            if waiting and running:
                 # The live loop's cycles would run then anyway: priorities age, usage
-                # is recharged, backfill passes come round.
+                # is recharged, backfill passes come round. With nothing running and
+                # nothing due, what still waits fits nowhere: the run ends there.
                 if interval is not None:
                     wake(now + interval)
-                if running:
-                    wake(now + period)
+                wake(now + period)
             if self.progress is not None:
                 self.progress(now, done)
         return result
 
 
-def _task_gpus(job: TraceJob) -> int:
-    """GPUs per task of the consolidated pod set (a whole node for a multi-node job)."""
-    return job.gpus if job.gpus <= NODE_GPUS else NODE_GPUS
+def _task_gpus(job: TraceJob, node_gpus: int) -> float:
+    """GPUs per task of the consolidated pod set (a whole node for a multi-node job, a
+    share of one as its fraction)."""
+    if job.gpus > node_gpus:
+        return float(node_gpus)
+    return job.gpu_equivalents

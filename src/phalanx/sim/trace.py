@@ -18,7 +18,15 @@ The generic format is CSV (with a header) or JSON Lines, one job per row:
 ``time_limit``
     Seconds the user asked for; missing or empty: the trace's time-limit rule.
 ``cpus``
-    CPUs per job (default 0: not modelled).
+    CPUs per task (default 0: not modelled).
+``memory_mib``
+    Memory per task in MiB (default 0: not modelled).
+``gpu_milli``
+    Thousandths of each GPU a task uses (default 1000: whole GPUs); below
+    1000 the job shares one GPU (``gpus`` must be 1).
+``gpu_models``
+    GPU models the job may run on, ``|``-separated (``V100M16|V100M32``);
+    matched against the nodes' ``nvidia.com/gpu.product`` label.
 
 A trace without time limits (Philly, openb) gets them from a
 :class:`TimeLimitRule`, the same for every policy: by default the true duration
@@ -55,7 +63,19 @@ class TraceJob:
     gpus: int
     tenant: str = "default"
     time_limit: float | None = None
-    cpus: int = 0
+    cpus: float = 0
+    """CPUs per task (0: not modelled)."""
+    memory_mib: int = 0
+    """Memory per task in MiB (0: not modelled)."""
+    gpu_milli: int = 1000
+    """Thousandths of each GPU; below 1000 a share of one GPU."""
+    gpu_models: tuple[str, ...] = ()
+    """GPU models the job may run on (any when empty)."""
+
+    @property
+    def gpu_equivalents(self) -> float:
+        """The GPUs the job holds, a share counted as its fraction of one GPU."""
+        return self.gpus * self.gpu_milli / 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +216,24 @@ def load_generic(path: Path) -> list[TraceJob]:
                 cpus=_field(path, line, row, "cpus", "count")
                 if row.get("cpus") not in (None, "")
                 else 0,
+                memory_mib=_field(path, line, row, "memory_mib", "count")
+                if row.get("memory_mib") not in (None, "")
+                else 0,
+                gpu_milli=_gpu_milli(path, line, row),
+                gpu_models=tuple(
+                    m.strip() for m in str(row.get("gpu_models") or "").split("|") if m.strip()
+                ),
             )
         )
     return rebase(jobs)
+
+
+def _gpu_milli(path: Path, line: int, row: Mapping[str, Any]) -> int:
+    if row.get("gpu_milli") in (None, ""):
+        return 1000
+    milli: int = _field(path, line, row, "gpu_milli", "count")
+    if not 1 <= milli <= 1000:
+        raise Invalid(f"{path}:{line}: gpu_milli: expected 1 to 1000, got {milli}")
+    if milli < 1000 and _field(path, line, row, "gpus", "count") != 1:
+        raise Invalid(f"{path}:{line}: gpu_milli: a share of a GPU needs gpus = 1")
+    return milli

@@ -10,6 +10,13 @@ Nodes become :class:`~phalanx.model.Node` objects labelled with their GPU model
 (``nvidia.com/gpu.product``); pods become one-pod-set jobs asking for
 ``nvidia.com/gpu`` (whole GPUs) or ``phalanx.io/gpu-milli`` (a share), with a
 required node affinity on the GPU model when the pod names some.
+
+:func:`load_jobs` reads a pod list as a time trace (for ``phalanx sim --trace
+openb``): each pod that ran is a job submitted at ``creation_time`` that runs
+for ``deletion_time - scheduled_time`` seconds (a pod still running when the
+trace ends was deleted then: its run is cut there too). Pods never scheduled
+(``Pending``) or without a positive run are left out. The trace has no tenants:
+every job is the ``default`` tenant's.
 """
 
 from __future__ import annotations
@@ -29,8 +36,9 @@ from phalanx.model import (
     Node,
     PodSet,
 )
+from phalanx.sim.trace import TraceJob, rebase
 
-__all__ = ["OpenbPod", "load_nodes", "load_pods"]
+__all__ = ["OpenbPod", "load_jobs", "load_nodes", "load_pods"]
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -141,29 +149,59 @@ def load_nodes(path: Path, gpu_only: bool = True) -> list[Node]:
     return nodes
 
 
+def _pod(path: Path, line: int, row: dict[str, str]) -> OpenbPod:
+    num_gpu = _int(path, line, row, "num_gpu")
+    milli = _int(path, line, row, "gpu_milli") if num_gpu else 0
+    if num_gpu and milli == 0:
+        num_gpu = 0  # asks for no GPU in effect (the authors' simulator reads it so)
+    milli = min(milli, 1000)
+    if num_gpu > 1 and milli < 1000:
+        raise Invalid(
+            f"{path}:{line}: gpu_milli: a pod of {num_gpu} GPUs takes them whole, got {milli}"
+        )
+    spec = (row.get("gpu_spec") or "").strip()
+    models = tuple(m for m in spec.split("|") if m and m != "nan")
+    return OpenbPod(
+        name=(row.get("name") or "").strip() or f"pod-{line}",
+        cpu_milli=_int(path, line, row, "cpu_milli"),
+        memory_mib=_int(path, line, row, "memory_mib"),
+        num_gpu=num_gpu,
+        gpu_milli=milli,
+        gpu_spec=models,
+    )
+
+
 def load_pods(path: Path) -> list[OpenbPod]:
     """The pods of an openb pod list, in file order."""
-    pods: list[OpenbPod] = []
-    for line, row in _rows(path, POD_COLUMNS):
-        num_gpu = _int(path, line, row, "num_gpu")
-        milli = _int(path, line, row, "gpu_milli") if num_gpu else 0
-        if num_gpu and milli == 0:
-            num_gpu = 0  # asks for no GPU in effect (the authors' simulator reads it so)
-        milli = min(milli, 1000)
-        if num_gpu > 1 and milli < 1000:
-            raise Invalid(
-                f"{path}:{line}: gpu_milli: a pod of {num_gpu} GPUs takes them whole, got {milli}"
-            )
-        spec = (row.get("gpu_spec") or "").strip()
-        models = tuple(m for m in spec.split("|") if m and m != "nan")
-        pods.append(
-            OpenbPod(
-                name=(row.get("name") or "").strip() or f"pod-{line}",
-                cpu_milli=_int(path, line, row, "cpu_milli"),
-                memory_mib=_int(path, line, row, "memory_mib"),
-                num_gpu=num_gpu,
-                gpu_milli=milli,
-                gpu_spec=models,
+    return [_pod(path, line, row) for line, row in _rows(path, POD_COLUMNS)]
+
+
+TIME_COLUMNS = ("creation_time", "deletion_time", "scheduled_time")
+
+
+def load_jobs(path: Path) -> list[TraceJob]:
+    """The pods of an openb pod list that ran, as a time trace (see the module docstring)."""
+    jobs: list[TraceJob] = []
+    for line, row in _rows(path, POD_COLUMNS + TIME_COLUMNS):
+        pod = _pod(path, line, row)
+        if not (row.get("scheduled_time") or "").strip():
+            continue  # never scheduled
+        if not (row.get("deletion_time") or "").strip():
+            continue
+        created = _int(path, line, row, "creation_time")
+        run = _int(path, line, row, "deletion_time") - _int(path, line, row, "scheduled_time")
+        if run <= 0:
+            continue
+        jobs.append(
+            TraceJob(
+                id=line - 1,
+                submit=float(created),
+                duration=float(run),
+                gpus=pod.num_gpu,
+                cpus=pod.cpu_milli / 1000,
+                memory_mib=pod.memory_mib,
+                gpu_milli=pod.gpu_milli if pod.num_gpu else 1000,
+                gpu_models=pod.gpu_spec,
             )
         )
-    return pods
+    return rebase(jobs)
