@@ -21,11 +21,13 @@ lint: venv
 
 # What the tests need beyond the Python packages: PostgreSQL (the store tests
 # start a real server), nss_wrapper (virtual node names resolve inside jobs) and
-# a CPU build of torch (the sbatch proof trains on 16 ranks with gloo).
+# a CPU build of torch (the sbatch proof trains on 16 ranks with gloo) and
+# Chromium (the dashboard's browser tests drive it with Playwright).
 test-deps: venv
 	@missing=""; \
 	command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	ls /usr/lib/*/libnss_wrapper.so /usr/lib/libnss_wrapper.so 2>/dev/null | grep -q . || missing="$$missing libnss-wrapper"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
@@ -47,6 +49,8 @@ bench: venv
 	$(BIN)/python bench/openb.py
 	$(BIN)/python bench/ray_runtime.py
 	$(BIN)/python bench/sim.py
+	$(BIN)/python bench/sim_sweep.py --plot docs/img/sweep.png
+	$(BIN)/python bench/dashboard.py
 
 demo: venv
 	$(BIN)/python demo/run.py

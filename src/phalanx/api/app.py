@@ -1,4 +1,5 @@
-"""The FastAPI app: REST under ``/api/v1``, ``/healthz``, ``/metrics``, OpenAPI at ``/docs``.
+"""The FastAPI app: REST under ``/api/v1``, ``/healthz``, ``/metrics``, OpenAPI at ``/docs``,
+and the dashboard (:mod:`phalanx.web`) at ``/``.
 
 Routes are plain ``def`` functions: FastAPI runs them in its threadpool and
 the control plane's methods are thread-safe and block until a command is
@@ -7,6 +8,8 @@ bearer token.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
@@ -20,8 +23,9 @@ from phalanx.api.plane import ControlPlane
 __all__ = ["create_app"]
 
 
-def create_app(plane: ControlPlane) -> FastAPI:
-    """The API of ``plane``."""
+def create_app(plane: ControlPlane, *, reports_dir: Path | None = None) -> FastAPI:
+    """The API of ``plane``, and the dashboard at ``/`` (``reports_dir``: where it finds
+    ``phalanx sim`` results)."""
     app = FastAPI(
         title="phalanx",
         version=__version__,
@@ -52,4 +56,7 @@ def create_app(plane: ControlPlane) -> FastAPI:
     # Before the objects' catch-all /{plural}: workloads and Kubernetes job kinds.
     app.include_router(kube.router)
     app.include_router(objects.router)
+    from phalanx import web
+
+    web.install(app, reports_dir)
     return app

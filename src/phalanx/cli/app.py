@@ -151,6 +151,13 @@ def presets() -> None:
     help="gangs in flavors with a Topology: phalanx (default) or slurm-tree (Slurm's "
     "topology/tree: every job on the lowest switch that holds it)",
 )
+@click.option(
+    "--reports",
+    "reports_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="folder of 'phalanx sim' results the dashboard shows (default: STATE_DIR/reports)",
+)
 def up(
     state_dir: Path | None,
     host: str,
@@ -167,8 +174,10 @@ def up(
     backfill: bool | None,
     placement: str | None,
     topology_policy: str | None,
+    reports_dir: Path | None,
 ) -> None:
-    """Run the control plane, the API and the local runtime in the foreground."""
+    """Run the control plane, the API, the dashboard and the local runtime in the
+    foreground."""
     from phalanx.control.server import run_server
 
     heads: int | str | None = "preset"
@@ -198,6 +207,7 @@ def up(
         topology_policy=topology_policy,
         ray_address=ray_address,
         ray_workdir=ray_workdir,
+        reports_dir=reports_dir,
     )
 
 

@@ -405,6 +405,41 @@ class ControlPlane:
         self._call(_UpdateCmd(principal, job_id, dict(changes)))
         return self.job(principal, job_id)
 
+    def job_environment(self, principal: Principal, job_id: int) -> dict[str, str]:
+        """The variables phalanx sets for the job's first task (its own, ``SLURM_*`` for a
+        batch job, rendezvous and ``PHALANX_*``); only its own before it is placed."""
+        row = self.job(principal, job_id)
+        submission = JobSubmission.model_validate(row.submission)
+        env = {str(k): str(v) for k, v in submission.run.env.items()}
+        placed = (row.assignment or {}).get("tasks") or []
+        if not placed:
+            return env
+        tasks = [
+            TaskSpec(
+                node=str(t.get("node", "")),
+                rank=int(t.get("rank", i)),
+                gpus=tuple(int(g) for g in t.get("gpus", []) or []),
+                env={str(k): str(v) for k, v in (t.get("env") or {}).items()},
+                pod_set=str(t.get("podSet", "")),
+            )
+            for i, t in enumerate(placed)
+        ]
+        with self._lock:
+            spec = self._runnable(row, submission, tasks, max(1, row.attempt))
+        env.update(spec.env)
+        if spec.slurm is not None:
+            from phalanx.dialects.slurm.environment import batch_env
+
+            env.update(batch_env(spec.slurm))
+        first = spec.tasks[0]
+        env.update(first.env)
+        env["PHALANX_JOB_ID"] = str(row.id)
+        env["PHALANX_NODE_NAME"] = first.node
+        env["PHALANX_TASK_RANK"] = str(first.rank)
+        if first.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in first.gpus)
+        return env
+
     def estimated_start(self, job_id: int) -> float | None:
         """A pending job's planned start from the engine's last backfill pass."""
         return self.engine.estimated_start(job_id)

@@ -104,6 +104,7 @@ def start_server(
     topology_policy: str | None = None,
     ray_address: str | None = None,
     ray_workdir: str | None = None,
+    reports_dir: Path | str | None = None,
 ) -> RunningServer:
     """Start phalanx in this process (``port=0`` picks a free port).
 
@@ -115,7 +116,8 @@ def start_server(
     ``placement`` and ``topology_policy`` set the engine's (``None``: its defaults).
     ``runtime="ray"`` runs jobs on the Ray cluster at ``ray_address`` (default:
     ``RAY_ADDRESS``), whose nodes become phalanx's; ``ray_workdir`` is where the
-    nodes keep job directories (:mod:`phalanx.runtime.ray`).
+    nodes keep job directories (:mod:`phalanx.runtime.ray`). The dashboard shows the
+    ``phalanx sim`` results in ``reports_dir`` (default: ``STATE_DIR/reports``).
     """
     from phalanx.control.configs import read_configs
     from phalanx.runtime.base import Runtime
@@ -190,7 +192,8 @@ def start_server(
             _follow_ray(plane, ray_backend)
         from phalanx.api.app import create_app
 
-        api = ApiServer(create_app(plane), host, sock=sock).start()
+        reports = Path(reports_dir) if reports_dir is not None else state / "reports"
+        api = ApiServer(create_app(plane, reports_dir=reports), host, sock=sock).start()
     except BaseException:
         if plane is not None:
             plane.stop()
@@ -220,6 +223,7 @@ def run_server(
     topology_policy: str | None = None,
     ray_address: str | None = None,
     ray_workdir: str | None = None,
+    reports_dir: Path | str | None = None,
 ) -> None:
     """Run phalanx in the foreground until SIGINT or SIGTERM."""
     running = start_server(
@@ -238,6 +242,7 @@ def run_server(
         topology_policy=topology_policy,
         ray_address=ray_address,
         ray_workdir=ray_workdir,
+        reports_dir=reports_dir,
     )
     # A long-lived process with a large, stable heap: keep the start-up objects out
     # of the collector's way and collect the young generation less often.

@@ -571,6 +571,9 @@ def _jobs_query(
     after_id: int | None = None,
     limit: int | None = None,
     descending: bool = False,
+    sort: str = "id",
+    offset: int = 0,
+    search: str | None = None,
 ) -> Any:
     conditions = [
         c
@@ -591,13 +594,44 @@ def _jobs_query(
         conditions.append(jobs.c.cluster_queue == cluster_queue)
     if after_id is not None:
         conditions.append(jobs.c.id < after_id if descending else jobs.c.id > after_id)
+    if search:
+        conditions.append(_search(search))
     stmt = _SELECT_JOBS
     if conditions:
         stmt = stmt.where(and_(*conditions))
-    stmt = stmt.order_by(jobs.c.id.desc() if descending else jobs.c.id.asc())
+    column = SORT_COLUMNS.get(sort)
+    if column is None:
+        raise ValueError(f"jobs sort by one of {', '.join(SORT_COLUMNS)}, not {sort!r}")
+    keys = [column] if column is not jobs.c.id else []
+    stmt = stmt.order_by(*(k.desc() if descending else k.asc() for k in [*keys, jobs.c.id]))
+    if offset:
+        stmt = stmt.offset(offset)
     if limit is not None:
         stmt = stmt.limit(limit)
     return stmt
+
+
+SORT_COLUMNS: dict[str, Any] = {
+    "id": jobs.c.id,
+    "name": jobs.c.name,
+    "state": jobs.c.state,
+    "tenant": jobs.c.tenant,
+    "user": jobs.c.user,
+    "queue": jobs.c.queue,
+    "gpus": jobs.c.gpus,
+    "submit": jobs.c.submit_time,
+    "start": jobs.c.start_time,
+}
+"""What :meth:`Store.list_jobs` sorts by (ties by id, in the same direction)."""
+
+
+def _search(text: str) -> ColumnElement[bool]:
+    """Jobs whose id is ``text`` or whose name contains it."""
+    pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    condition: ColumnElement[bool] = jobs.c.name.like(pattern, escape="\\")
+    if text.isdigit() and len(text) < 19:
+        condition = or_(jobs.c.id == int(text), condition)
+    return condition
 
 
 class Store:
@@ -701,11 +735,15 @@ class Store:
         after_id: int | None = None,
         limit: int | None = None,
         descending: bool = False,
+        sort: str = "id",
+        offset: int = 0,
+        search: str | None = None,
     ) -> list[JobRow]:
-        """Jobs matching every given filter, in id order.
+        """Jobs matching every given filter, in id order (or by ``sort``, a key of
+        :data:`SORT_COLUMNS`, ties by id).
 
         ``after_id`` is a keyset cursor: ids greater than it ascending, smaller than it
-        when ``descending``.
+        when ``descending``. ``search``: the job of that id, or names containing it.
         """
         stmt = _jobs_query(
             states=states,
@@ -719,10 +757,63 @@ class Store:
             after_id=after_id,
             limit=limit,
             descending=descending,
+            sort=sort,
+            offset=offset,
+            search=search,
         )
         with self._read() as conn:
             rows = conn.execute(stmt).all()
         return [_job(row) for row in rows]
+
+    def count_matching(
+        self,
+        *,
+        states: Iterable[str] | None = None,
+        tenants: Iterable[str] | None = None,
+        users: Iterable[str] | None = None,
+        queue: str | None = None,
+        search: str | None = None,
+    ) -> int:
+        """How many jobs :meth:`list_jobs` would list with these filters."""
+        inner = _jobs_query(
+            states=states, tenants=tenants, users=users, queue=queue, search=search
+        ).order_by(None)
+        stmt = select(func.count()).select_from(inner.with_only_columns(jobs.c.id).subquery())
+        with self._read() as conn:
+            return int(conn.execute(stmt).scalar() or 0)
+
+    def gpu_spans(self, since: float) -> list[tuple[float, float | None, int]]:
+        """``(start, end, gpus)`` of every job that held GPUs at or after ``since``
+        (``end`` None: still holds them)."""
+        stmt = select(jobs.c.start_time, jobs.c.end_time, jobs.c.gpus).where(
+            jobs.c.start_time.is_not(None),
+            jobs.c.gpus > 0,
+            or_(jobs.c.end_time.is_(None), jobs.c.end_time >= since),
+        )
+        with self._read() as conn:
+            return [
+                (float(a), None if b is None else float(b), int(g))
+                for a, b, g in conn.execute(stmt)
+            ]
+
+    def started_since(self, since: float, tenants: Iterable[str] | None = None) -> int:
+        """Jobs whose (last) start is at or after ``since``."""
+        stmt = select(func.count()).where(jobs.c.start_time >= since)
+        condition = _in(jobs.c.tenant, tenants)
+        if condition is not None:
+            stmt = stmt.where(condition)
+        with self._read() as conn:
+            return int(conn.execute(stmt).scalar() or 0)
+
+    def pending_by_queue(self) -> dict[str, int]:
+        """Pending jobs per LocalQueue, as ``namespace/name`` (the tenant is the namespace)."""
+        stmt = (
+            select(jobs.c.tenant, jobs.c.queue, func.count())
+            .where(jobs.c.state == "PENDING", jobs.c.queue.is_not(None))
+            .group_by(jobs.c.tenant, jobs.c.queue)
+        )
+        with self._read() as conn:
+            return {f"{t}/{q}": int(n) for t, q, n in conn.execute(stmt)}
 
     def count_jobs(
         self,
