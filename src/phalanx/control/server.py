@@ -258,6 +258,7 @@ def run_server(
     signal.signal(signal.SIGTERM, _stop)
     sys.stderr.write(
         f"phalanx is up at {running.url}\n"
+        f"  dashboard: {running.url}/ (sign in with a token)\n"
         f"  state dir: {running.state_dir}\n"
         f"  admin token: in {running.state_dir / CLIENT_CONFIG} (the CLI finds it there)\n"
         "  stop with Ctrl-C; running jobs keep running and are re-adopted at the next start\n"

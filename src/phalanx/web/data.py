@@ -90,9 +90,13 @@ def overview(plane: ControlPlane, principal: Principal, now: float) -> dict[str,
         "admissions_per_min": round(started / 10, 1),
         "gpus": total_gpus,
         "gpus_used": in_use,
-        "spark": sparkline(
-            plane.store.gpu_spans(now - SPARK_BUCKETS * SPARK_BUCKET_S), total_gpus, now
-        ),
+        # 5-minute means, then the present moment.
+        "spark": [
+            *sparkline(
+                plane.store.gpu_spans(now - SPARK_BUCKETS * SPARK_BUCKET_S), total_gpus, now
+            ),
+            in_use / total_gpus if total_gpus else 0.0,
+        ],
     }
 
 
