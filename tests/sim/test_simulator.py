@@ -223,3 +223,17 @@ def test_fairness_entitlements_are_capped_by_what_tenants_asked_for() -> None:
     # Weighted: a is entitled to three quarters of 8 GPUs, and got them.
     weighted = [ran(1, "a", 6, 0), ran(2, "b", 2, 0), ran(3, "b", 8, 3600)]
     assert hourly_jain(weighted, {"a": 3.0, "b": 1.0}, gpus=8) == pytest.approx(1.0)
+
+
+def test_fragmentation_counts_free_gpus_on_partly_used_nodes_while_jobs_wait() -> None:
+    from phalanx.sim.metrics import summarize
+
+    cluster = Cluster.shared_pool(2, {"a": 1.0})
+    # 4 GPUs on one node for 100 s; a 2-node job waits for both whole nodes meanwhile.
+    jobs = [TraceJob(1, 0.0, 100.0, 4, "a"), TraceJob(2, 1.0, 50.0, 16, "a")]
+    result = Simulator(scenario(cluster, "fifo"), jobs).run()
+    assert [o.start for o in result.outcomes] == [0.0, 100.0]
+    numbers = summarize(result, cluster.shares)
+    # From 1 to 100: 4 of 16 GPUs free on the partly used node, 12 of 16 free in all.
+    assert numbers["fragmentation"] == 0.25
+    assert numbers["idle_while_waiting"] == 0.75

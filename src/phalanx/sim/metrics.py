@@ -8,6 +8,10 @@ numbers, overall and per tenant:
 - GPU utilisation: GPU-seconds used by running jobs over the cluster's
   GPU-seconds, from the first submission to the last end (the makespan);
 - preemptions (evictions of running jobs);
+- fragmentation: while jobs waited, the mean share of the cluster's GPUs that
+  were free on partly allocated nodes (where a job that needs whole nodes
+  cannot use them); ``idle_while_waiting``: the mean share free at all while
+  jobs waited (fragmentation, reservations, quota and ordering together);
 - fairness: Jain's index over the tenants of ``x_i = (GPU time tenant i got) /
   (GPU time it was entitled to)``, 1.0 when every tenant got exactly its
   entitlement, down to ``1/n``. Over a whole run every job's GPU time is used
@@ -167,6 +171,24 @@ def _max_min(
     return fair
 
 
+def _while_waiting(result: SimResult) -> tuple[float, float]:
+    """While jobs waited: the mean share of the cluster's GPUs free on partly allocated
+    nodes (fragmentation), and the mean share idle at all."""
+    waited = fragmented = idle = 0.0
+    points = list(zip(result.busy, result.queued, result.fragmented, strict=True))
+    for ((t0, used), (_, queued), (_, frag)), ((t1, _), _, _) in itertools.pairwise(points):
+        if queued <= 0 or t1 <= t0:
+            continue
+        span = t1 - t0
+        waited += span
+        fragmented += frag * span
+        idle += (result.gpus - used) * span
+    if waited <= 0 or not result.gpus:
+        return 0.0, 0.0
+    scale = waited * result.gpus
+    return round(fragmented / scale, 4), round(idle / scale, 4)
+
+
 def summarize(result: SimResult, shares: Mapping[str, float]) -> dict[str, Any]:
     """The run's numbers (see the module docstring); ``shares``: tenant -> entitlement."""
     outcomes = result.outcomes
@@ -176,6 +198,7 @@ def summarize(result: SimResult, shares: Mapping[str, float]) -> dict[str, Any]:
     busy_seconds = 0.0
     for (t0, used), (t1, _) in itertools.pairwise(result.busy):
         busy_seconds += used * (t1 - t0)
+    fragmented, idle = _while_waiting(result)
     tenants = sorted({o.job.tenant for o in outcomes})
     per_tenant = {t: _block([o for o in outcomes if o.job.tenant == t]) for t in tenants}
     total_used = sum(b["gpu_seconds"] for b in per_tenant.values()) or 1.0
@@ -192,6 +215,8 @@ def summarize(result: SimResult, shares: Mapping[str, float]) -> dict[str, Any]:
         "gpu_utilization": round(busy_seconds / (result.gpus * makespan), 4)
         if makespan > 0 and result.gpus
         else 0.0,
+        "fragmentation": fragmented,
+        "idle_while_waiting": idle,
         "jain_fairness": round(hourly_jain(outcomes, shares, result.gpus), 4),
         "jain_fairness_plain": round(hourly_jain(outcomes, shares), 4),
         "events": result.events,

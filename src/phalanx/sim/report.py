@@ -128,7 +128,8 @@ def _table(summary: Mapping[str, Any]) -> str:
     head = (
         "<tr><th>policy</th><th>mean JCT (h)</th><th>p99 JCT (h)</th>"
         "<th>mean wait (h)</th><th>p99 wait (h)</th><th>GPU utilisation</th>"
-        "<th>Jain fairness</th><th>preemptions</th><th>makespan (d)</th></tr>"
+        "<th>fragmentation</th><th>Jain fairness</th><th>preemptions</th><th>makespan (d)</th>"
+        "</tr>"
     )
     rows = []
     for policy, n in summary["policies"].items():
@@ -137,7 +138,8 @@ def _table(summary: Mapping[str, Any]) -> str:
             f"<td>{n['jct_s']['mean'] / HOUR:.2f}</td><td>{n['jct_s']['p99'] / HOUR:.2f}</td>"
             f"<td>{n['queueing_delay_s']['mean'] / HOUR:.3f}</td>"
             f"<td>{n['queueing_delay_s']['p99'] / HOUR:.2f}</td>"
-            f"<td>{n['gpu_utilization']:.1%}</td><td>{n['jain_fairness']:.3f}</td>"
+            f"<td>{n['gpu_utilization']:.1%}</td><td>{n.get('fragmentation', 0.0):.1%}</td>"
+            f"<td>{n['jain_fairness']:.3f}</td>"
             f"<td>{n['preemptions']}</td><td>{n['makespan_s'] / 86400:.1f}</td></tr>"
         )
     return f"<table>{head}{''.join(rows)}</table>"

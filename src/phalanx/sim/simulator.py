@@ -36,7 +36,7 @@ from phalanx.control.usage import MemoryBook, UsageLedger
 from phalanx.engine import Admit, Engine, Finish, Requeue, Submit, Upsert
 from phalanx.engine.decisions import Deactivate, Evict
 from phalanx.engine.events import PodsReady
-from phalanx.model import JobState, Tenant
+from phalanx.model import JobState, Node, Tenant
 from phalanx.sim.setup import Scenario
 from phalanx.sim.trace import TraceJob
 
@@ -60,6 +60,8 @@ class JobOutcome:
     """GPUs its run holds (a share of one counted as its fraction)."""
     nodes: tuple[str, ...] = ()
     """Where its last run ran."""
+    held: tuple[tuple[str, float], ...] = ()
+    """The GPUs its run holds on each node."""
 
     @property
     def queue_delay(self) -> float | None:
@@ -81,6 +83,8 @@ class SimResult:
     """(time, GPUs running jobs use) at each change."""
     queued: list[tuple[float, int]] = field(default_factory=list)
     """(time, jobs waiting) at each change."""
+    fragmented: list[tuple[float, float]] = field(default_factory=list)
+    """(time, free GPUs on nodes that are partly allocated) at each change."""
     events: int = 0
     cycles: int = 0
 
@@ -106,11 +110,14 @@ class Simulator:
         for obj in scenario.objects:
             engine.apply(Upsert(obj))
         tenants = {o.name: o for o in scenario.objects if isinstance(o, Tenant)}
-        gpus = sum(
-            int(getattr(o, "capacity", {}).get("nvidia.com/gpu", 0))
+        capacity = {
+            o.name: float(o.capacity.get("nvidia.com/gpu", 0))
             for o in scenario.objects
-            if type(o).__name__ == "Node"
-        )
+            if isinstance(o, Node)
+        }
+        gpus = int(sum(capacity.values()))
+        node_used = dict.fromkeys(capacity, 0.0)
+        fragmented = 0.0
         ledger = UsageLedger(config)
         book = MemoryBook()
         outcomes = {job.id: JobOutcome(job) for job in self.jobs}
@@ -139,11 +146,23 @@ class Simulator:
                 seq += 1
                 heapq.heappush(heap, (at, _WAKE, seq, -1, 0))
 
+        def hold(node: str, amount: float) -> None:
+            """Change a node's allocation, keeping the free GPUs on partly used nodes."""
+            nonlocal fragmented
+            cap, used = capacity.get(node, 0.0), node_used.get(node, 0.0)
+            if 0 < used < cap:
+                fragmented -= cap - used
+            used = node_used[node] = max(0.0, used + amount)
+            if 0 < used < cap:
+                fragmented += cap - used
+
         def stop(job_id: int, now: float) -> None:
             nonlocal busy
             del running[job_id]
             ledger.stop(job_id, now)
             busy -= outcomes[job_id].reserved_gpus
+            for node, amount in outcomes[job_id].held:
+                hold(node, -amount)
 
         while heap:
             now = heap[0][0]
@@ -189,7 +208,13 @@ class Simulator:
                             out.start = now
                         tasks = sum(n.count for p in decision.pod_sets for n in p.nodes)
                         out.nodes = tuple(n.node for p in decision.pod_sets for n in p.nodes)
-                        reserved = tasks * _task_gpus(out.job, scenario.node_gpus)
+                        per_task = _task_gpus(out.job, scenario.node_gpus)
+                        reserved = tasks * per_task
+                        out.held = tuple(
+                            (n.node, n.count * per_task) for p in decision.pod_sets for n in p.nodes
+                        )
+                        for node, amount in out.held:
+                            hold(node, amount)
                         out.reserved_gpus = reserved
                         busy += reserved
                         waiting -= 1
@@ -237,6 +262,7 @@ class Simulator:
                     break
             result.busy.append((now, busy))
             result.queued.append((now, waiting))
+            result.fragmented.append((now, fragmented))
             nxt = engine.next_wakeup()
             if nxt is not None and nxt > now:
                 wake(nxt)
