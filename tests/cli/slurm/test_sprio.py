@@ -131,7 +131,7 @@ def test_weights_line() -> None:
         "       1000       1000       2000 gres/gpu=3000       ",
     ]
     phalanx = sprio.format_weights({**SLURM_WEIGHTS, "preset": "phalanx"}, header=False)
-    assert phalanx.split() == ["Weights", "1", "10", "1", "5"]
+    assert phalanx.split() == ["Weights", "1", "20", "1", "5"]
 
 
 # --------------------------------------------------------------------------- servers
@@ -190,7 +190,7 @@ def test_sprio_against_the_phalanx_preset(
         code, out, _ = _run(capsys, "sprio", "-h", "-u", "nobody")
         assert out == ""
         code, out, _ = _run(capsys, "sprio", "-w")
-        assert out.splitlines()[1].split() == ["Weights", "1", "10", "1", "5"]
+        assert out.splitlines()[1].split() == ["Weights", "1", "20", "1", "5"]
         code, out, err = _run(capsys, "sprio", "-j", "999999")
         assert (code, err) == (1, "Unable to find jobs matching user/id(s) specified\n")
     finally:
