@@ -131,7 +131,7 @@ def test_weights_line() -> None:
         "       1000       1000       2000 gres/gpu=3000       ",
     ]
     phalanx = sprio.format_weights({**SLURM_WEIGHTS, "preset": "phalanx"}, header=False)
-    assert phalanx.split() == ["Weights", "1", "20", "1", "5"]
+    assert phalanx.split() == ["Weights", "1", "10", "1", "5"]
 
 
 # --------------------------------------------------------------------------- servers
