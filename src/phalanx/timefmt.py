@@ -25,8 +25,10 @@ FORMATS = (
 """The accepted forms, as error messages name them."""
 
 _UNLIMITED = frozenset({"infinite", "unlimited", "-1"})
-_WITH_DAYS = re.compile(r"(\d+)-(\d+)(?::(\d+))?(?::(\d+))?")
-_CLOCK = re.compile(r"(\d+)(?::(\d+))?(?::(\d+))?")
+_WITH_DAYS = re.compile(r"([0-9]+)-([0-9]+)(?::([0-9]+))?(?::([0-9]+))?")
+_CLOCK = re.compile(r"([0-9]+)(?::([0-9]+))?(?::([0-9]+))?")
+_MAX_DIGITS = 10
+"""A field of more digits is refused (Slurm keeps time limits in 32 bits of minutes)."""
 
 
 def parse_time_limit(value: str) -> int | None:
@@ -64,6 +66,12 @@ def parse_duration_seconds(value: str) -> int | None:
 
 
 def _parse(text: str) -> int | None:
+    m = _WITH_DAYS.fullmatch(text) or _CLOCK.fullmatch(text)
+    if m is not None and any(g is not None and len(g) > _MAX_DIGITS for g in m.groups()):
+        raise Invalid(
+            f"time {text[:40]!r}{'...' if len(text) > 40 else ''}: a number of more than "
+            f"{_MAX_DIGITS} digits is too large (expected at most {_MAX_DIGITS} per number)"
+        )
     if m := _WITH_DAYS.fullmatch(text):
         days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
         return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
