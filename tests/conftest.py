@@ -55,9 +55,50 @@ def _free_port() -> int:
         return port
 
 
+class PgServer:
+    """A running PostgreSQL server the tests started: its URL, and restart/stop."""
+
+    def __init__(
+        self, url: str, pg_ctl: list[str], data: Path, cwd: Path, start_args: list[str]
+    ) -> None:
+        self.url = url
+        self._pg_ctl = pg_ctl
+        self._data = data
+        self._cwd = cwd
+        self._start_args = start_args
+
+    def ctl(self, *args: str) -> None:
+        subprocess.run(
+            [*self._pg_ctl, "-D", str(self._data), *args],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=self._cwd,
+        )
+
+    def stop(self) -> None:
+        """Stop at once (``-m immediate``: like a crash; clients are cut off)."""
+        self.ctl("-m", "immediate", "stop")
+
+    def start(self) -> None:
+        self.ctl(*self._start_args, "-w", "-t", "60", "start")
+
+
+@pytest.fixture
+def postgres_server() -> Iterator[PgServer]:
+    """A PostgreSQL server of the test's own (to stop and restart), with an empty
+    database; commits are synchronous, so a stop loses none."""
+    yield from _postgres(durable=True)
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """URL of an empty database on a PostgreSQL server started for this test session."""
+    for server in _postgres():
+        yield server.url
+
+
+def _postgres(durable: bool = False) -> Iterator[PgServer]:
     bin_dir = _find_pg_bin()
     if bin_dir is None:
         _unavailable("PostgreSQL not installed: run make test-deps")
@@ -101,7 +142,8 @@ def postgres_url() -> Iterator[str]:
             options = (
                 f"-c listen_addresses=127.0.0.1 -c port={port} "
                 f"-c unix_socket_directories={root} -c fsync=off "
-                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+                f"-c synchronous_commit={'on' if durable else 'off'} "
+                "-c full_page_writes=off -c max_connections=300"
             )
             try:
                 run(
@@ -131,7 +173,14 @@ def postgres_url() -> Iterator[str]:
             host="127.0.0.1", port=port, user=_PG_SUPERUSER, dbname="postgres", autocommit=True
         ) as conn:
             conn.execute(f"CREATE DATABASE {_PG_DATABASE}")
-        yield f"postgresql+psycopg://{_PG_SUPERUSER}@127.0.0.1:{port}/{_PG_DATABASE}"
+        url = f"postgresql+psycopg://{_PG_SUPERUSER}@127.0.0.1:{port}/{_PG_DATABASE}"
+        yield PgServer(
+            url,
+            [*as_postgres, str(bin_dir / "pg_ctl")],
+            data,
+            root,
+            ["-l", str(log), "-o", options],
+        )
     finally:
         if started:
             subprocess.run(

@@ -117,6 +117,17 @@ def _http_handler(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def _store_down_handler(request: Request, exc: Exception) -> JSONResponse:
+    """The database is unreachable (restarting, network): a 503 to retry, not a bug."""
+    log.warning("store unreachable answering %s %s: %s", request.method, request.url.path, exc)
+    return error_response(
+        503,
+        "Unavailable",
+        f"the store is unreachable ({type(exc).__name__}); nothing was applied: try again",
+        **{"Retry-After": "1"},
+    )
+
+
 def _bug_handler(request: Request, exc: Exception) -> JSONResponse:
     log.exception("internal error answering %s %s", request.method, request.url.path)
     return error_response(
@@ -129,4 +140,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ValidationError, _pydantic_handler)
     app.add_exception_handler(PhalanxError, _phalanx_handler)
     app.add_exception_handler(StarletteHTTPException, _http_handler)
+    from sqlalchemy.exc import DisconnectionError, OperationalError
+
+    app.add_exception_handler(OperationalError, _store_down_handler)
+    app.add_exception_handler(DisconnectionError, _store_down_handler)
     app.add_exception_handler(Exception, _bug_handler)

@@ -211,6 +211,8 @@ class ControlPlane:
         self.usage = UsageLedger(self.config)
         self._nodes_changed = False
         self._dirty = True
+        self._stale = False
+        """The last rebuild from the store failed: rebuild before the next iteration."""
         self._last_cycle = 0.0
         self._last_gate = 0.0
 
@@ -577,12 +579,21 @@ class ControlPlane:
                 for cmd in commands:
                     cmd.future.set_exception(_stopped())
                 break
+            if self._stale:
+                # The last rebuild failed (the store is unreachable): nothing runs on
+                # the memory of an iteration that did not commit until one succeeds.
+                self._stale = not self._rebuild()
+                if self._stale:
+                    for cmd in commands:
+                        if not cmd.future.done():
+                            cmd.future.set_exception(_store_down())
+                    continue
             try:
                 self._iterate(commands)
             except Exception as exc:  # the loop must survive anything a store can throw
                 log.exception("control loop iteration failed; rebuilding from the store")
                 # Rebuilt before answering: a caller that retries finds the recovered state.
-                self._rebuild()
+                self._stale = not self._rebuild()
                 for cmd in commands:
                     if not cmd.future.done():
                         cmd.future.set_exception(_internal(exc))
@@ -1094,6 +1105,13 @@ class ControlPlane:
             self.engine.apply(PodsReady(event.job_id, event.time))
             self._dirty = True
             return
+        if event.job_id not in self._running and event.start_time is not None:
+            # It started, but the Started event went with an iteration that did not
+            # commit (the store was down) or with a crash: record it now, no
+            # transition is lost.
+            tx.update_job(event.job_id, state=JobState.RUNNING.value, start_time=event.start_time)
+            self._start_charging(tx, event.job_id, event.start_time)
+            tx.add_event(event.job_id, "Started", event.start_time, data={"attempt": event.attempt})
         del self._active[event.job_id]
         self._running.discard(event.job_id)
         self.usage.stop(event.job_id, event.end_time)
@@ -1536,7 +1554,10 @@ class ControlPlane:
                     float(last.data.get("grace_period_s", 0.0)),
                 )
 
-    def _rebuild(self) -> None:
+    def _rebuild(self) -> bool:
+        """Engine, runtime and caches again from the store (what an iteration that failed
+        to commit had changed in memory is thrown away; the runtime reports again what
+        it had reported); False if the store could not be read."""
         try:
             with self._lock:
                 launches = self._recover()
@@ -1544,8 +1565,10 @@ class ControlPlane:
             for spec in launches:
                 self._launch(spec)
         except Exception:
-            log.exception("rebuilding from the store failed; retrying on the next iteration")
+            log.exception("rebuilding from the store failed; retrying before anything else")
             time.sleep(1.0)
+            return False
+        return True
 
 
 # ---------------------------------------------------------------------- helpers
@@ -1643,6 +1666,12 @@ def _stopped() -> PhalanxError:
     from phalanx.errors import Unavailable
 
     return Unavailable("the control plane is shutting down")
+
+
+def _store_down() -> PhalanxError:
+    from phalanx.errors import Unavailable
+
+    return Unavailable("the store is unreachable; nothing was applied: try again")
 
 
 def _internal(exc: Exception) -> PhalanxError:
