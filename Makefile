@@ -51,6 +51,8 @@ bench: venv
 	$(BIN)/python bench/sim.py
 	$(BIN)/python bench/sim_sweep.py --plot docs/img/sweep.png
 	$(BIN)/python bench/dashboard.py
+	$(BIN)/python bench/faults.py
+	$(BIN)/python bench/load.py
 
 demo: venv
 	$(BIN)/python demo/run.py
