@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from phalanx.errors import Invalid
-from phalanx.timefmt import format_duration, parse_time_limit
+from phalanx.timefmt import format_duration, parse_span, parse_time_limit
 
 
 @pytest.mark.parametrize(
@@ -78,3 +78,31 @@ def test_format_rejects_negative() -> None:
 @given(st.integers(min_value=1, max_value=10**8))
 def test_round_trip_rounds_up_to_minutes(seconds: int) -> None:
     assert parse_time_limit(format_duration(seconds)) == -(-seconds // 60) * 60
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("45s", 45),
+        ("90m", 5400),
+        ("12h", 43200),
+        ("30d", 30 * 86400),
+        ("2w", 14 * 86400),
+        ("30 d", 30 * 86400),
+        ("30D", 30 * 86400),
+        ("90", 5400),  # a bare number is minutes, as in Slurm
+        ("1-12", 36 * 3600),
+        ("1-00:00:00", 86400),
+        ("1:30:00", 5400),
+    ],
+)
+def test_parse_span(text: str, seconds: int) -> None:
+    assert parse_span(text) == seconds
+
+
+@pytest.mark.parametrize(
+    "text", ["soon", "", "d", "30x", "-5d", "3.5h", "0", "0d", "\u0661\u0662h", "1e3s"]
+)
+def test_parse_span_refuses(text: str) -> None:
+    with pytest.raises(Invalid):
+        parse_span(text)

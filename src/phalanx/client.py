@@ -8,6 +8,8 @@
 Where the server is and who you are comes from the arguments, then
 ``PHALANX_URL`` / ``PHALANX_TOKEN``, then the state directory's
 ``client.json`` (which ``phalanx up`` writes), then ``http://127.0.0.1:6900``.
+An ``https`` server's certificate is verified against ``PHALANX_CA`` (a CA or
+certificate file in PEM) when it is set, else against the system's store.
 
 Standard library only (``http.client``, ``json``): the CLI builds on this
 module and must start in well under 150 ms, so it loads neither httpx nor
@@ -22,6 +24,7 @@ import http.client
 import json
 import os
 import socket
+import ssl
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -34,6 +37,8 @@ __all__ = ["DEFAULT_URL", "Client", "ClientConfig", "resolve_config"]
 
 DEFAULT_URL = "http://127.0.0.1:6900"
 CLIENT_CONFIG = "client.json"
+CA_ENV = "PHALANX_CA"
+"""A CA or certificate file (PEM) an https server's certificate is verified against."""
 MAX_PAGE = 10_000
 """The most jobs the server returns per page."""
 _FINISHED = frozenset(
@@ -147,8 +152,14 @@ class Client:
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
-            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            self._conn = cls(self._host, self._port, timeout=self.timeout)
+            if self._https:
+                self._conn = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=self.timeout, context=_tls_context()
+                )
+            else:
+                self._conn = http.client.HTTPConnection(
+                    self._host, self._port, timeout=self.timeout
+                )
         return self._conn
 
     def request(
@@ -212,6 +223,14 @@ class Client:
                 raise errors.Unavailable(
                     f"the phalanx server at {self.url} did not answer within {self.timeout}s"
                 ) from exc
+            except ssl.SSLCertVerificationError as exc:
+                self.close()
+                trusted = os.environ.get(CA_ENV) or "the system's certificate store"
+                raise errors.Unavailable(
+                    f"the certificate of {self.url} cannot be verified against {trusted} "
+                    f"({exc.verify_message}); set {CA_ENV} to the CA or certificate file "
+                    "the server uses"
+                ) from exc
             except OSError as exc:
                 self.close()
                 raise errors.Unavailable(
@@ -236,7 +255,9 @@ class Client:
         return result
 
     def metrics(self) -> str:
-        return self.request("GET", "/metrics", auth=False).body.decode()
+        """The Prometheus metrics (with the token: ``/metrics`` needs one unless the server
+        runs with ``--public-metrics``)."""
+        return self.request("GET", "/metrics").body.decode()
 
     # ------------------------------------------------------------------ jobs
 
@@ -527,7 +548,25 @@ class Client:
         return result
 
     def tokens(self) -> list[dict[str, Any]]:
+        """Every token (admin only), with ``revoked`` and ``expired``; never the secrets."""
         return list(self._json("GET", "/api/v1/tokens")["items"])
+
+    def revoke_token(self, name: str) -> list[dict[str, Any]]:
+        """Revoke every token named ``name`` (admin only); the tokens, now revoked."""
+        result = self._json("DELETE", f"/api/v1/tokens/{quote(name, safe='')}")
+        return list(result["items"])
+
+
+def _tls_context() -> ssl.SSLContext:
+    """Certificate checks against ``PHALANX_CA`` when set, else the system's store."""
+    cafile = os.environ.get(CA_ENV) or None
+    try:
+        return ssl.create_default_context(cafile=cafile)
+    except (OSError, ssl.SSLError) as exc:
+        reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+        raise errors.Invalid(
+            f"{CA_ENV}: cannot use {cafile} as the CA file (a PEM certificate): {reason}"
+        ) from None
 
 
 def _as_dict(submission: Any) -> dict[str, Any]:

@@ -16,7 +16,13 @@ import re
 
 from phalanx.errors import Invalid
 
-__all__ = ["FORMATS", "format_duration", "parse_duration_seconds", "parse_time_limit"]
+__all__ = [
+    "FORMATS",
+    "format_duration",
+    "parse_duration_seconds",
+    "parse_span",
+    "parse_time_limit",
+]
 
 FORMATS = (
     "minutes, minutes:seconds, hours:minutes:seconds, days-hours, "
@@ -29,6 +35,8 @@ _WITH_DAYS = re.compile(r"([0-9]+)-([0-9]+)(?::([0-9]+))?(?::([0-9]+))?")
 _CLOCK = re.compile(r"([0-9]+)(?::([0-9]+))?(?::([0-9]+))?")
 _MAX_DIGITS = 10
 """A field of more digits is refused (Slurm keeps time limits in 32 bits of minutes)."""
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_SPAN = re.compile(r"([0-9]{1,10}) ?([smhdw])")
 
 
 def parse_time_limit(value: str) -> int | None:
@@ -62,6 +70,29 @@ def parse_duration_seconds(value: str) -> int | None:
     seconds = _parse(text)
     if seconds is None:
         raise Invalid(f"time {value!r} is not a Slurm time; expected {FORMATS}")
+    return seconds
+
+
+def parse_span(value: str) -> int:
+    """Seconds in a span such as ``30d``, ``12h``, ``90m``, ``45s`` or ``2w`` (one number
+    and one unit), or in a Slurm time (``1-00:00:00``; a bare number is minutes); more
+    than zero (token lifetimes: ``phalanx token create --expires``).
+
+    >>> parse_span("30d"), parse_span("12h"), parse_span("1-12"), parse_span("90")
+    (2592000, 43200, 129600, 5400)
+    """
+    text = value.strip().lower()
+    if m := _SPAN.fullmatch(text):
+        seconds: int | None = int(m.group(1)) * _UNITS[m.group(2)]
+    else:
+        seconds = _parse(text)
+    if seconds is None:
+        raise Invalid(
+            f"{value!r} is not a duration; expected a number and a unit (30d, 12h, 90m, 45s, "
+            "2w) or a Slurm time (days-hours:minutes:seconds, hours:minutes:seconds, minutes)"
+        )
+    if seconds <= 0:
+        raise Invalid(f"{value!r}: a duration must be longer than zero")
     return seconds
 
 

@@ -86,8 +86,10 @@ def test_whoami(cluster: Cluster) -> None:
     assert cluster.admin.whoami()["admin"] is True
 
 
-def test_metrics_need_no_token(cluster: Cluster) -> None:
+def test_metrics_need_a_token(cluster: Cluster) -> None:
     with http(cluster) as h:
+        assert_error(h.get("/metrics"), 401, "Unauthorized", "Bearer")
+    with http(cluster, cluster.bob_token) as h:
         r = h.get("/metrics")
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/plain")

@@ -35,8 +35,18 @@ class FakePlane:
 
 @pytest.fixture
 def served() -> Iterator[tuple[FakePlane, str]]:
+    yield from _serve()
+
+
+@pytest.fixture
+def served_public_metrics() -> Iterator[tuple[FakePlane, str]]:
+    yield from _serve(public_metrics=True)
+
+
+def _serve(**options: Any) -> Iterator[tuple[FakePlane, str]]:
     plane = FakePlane()
-    server = ApiServer(create_app(plane), "127.0.0.1", 0).start()  # type: ignore[arg-type]
+    app = create_app(plane, **options)  # type: ignore[arg-type]
+    server = ApiServer(app, "127.0.0.1", 0).start()
     try:
         assert server.started and server.port > 0
         yield plane, server.url
@@ -62,11 +72,23 @@ def test_bugs_are_500_json_without_traceback(served: tuple[FakePlane, str]) -> N
     }
 
 
-def test_metrics(served: tuple[FakePlane, str]) -> None:
+def test_metrics_need_a_token_by_default(served: tuple[FakePlane, str]) -> None:
     _, url = served
+    assert httpx.get(f"{url}/metrics").status_code == 401
+    bad = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer bad"})
+    assert bad.status_code == 401
+    r = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer good"})
+    assert r.status_code == 200
+    assert r.text == "kueue_pending_workloads 0\n"
+
+
+def test_public_metrics_need_no_token(served_public_metrics: tuple[FakePlane, str]) -> None:
+    _, url = served_public_metrics
     r = httpx.get(f"{url}/metrics")
     assert r.status_code == 200
     assert r.text == "kueue_pending_workloads 0\n"
+    # Only the metrics: the API still needs a token.
+    assert httpx.get(f"{url}/api/v1/jobs/1").status_code == 401
 
 
 def test_run_serves_in_the_foreground_until_stopped() -> None:

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.reliability.server import Server, start
@@ -181,7 +180,7 @@ def test_sixteen_concurrent_submitters_10000_jobs(tmp_path: Path, config: Path) 
         assert sorted(j["id"] for j in listed) == sorted(ids)
         assert {j["state"] for j in listed} == {"PENDING"}
         with server.client() as c:
-            metrics = httpx.get(server.url + "/metrics").text
+            metrics = c.get("/metrics").text
             held = 'kueue_pending_workloads{cluster_queue="held",status="inadmissible"} 10000.0'
             assert held in metrics
             assert c.get("/api/v1/whoami").status_code == 200

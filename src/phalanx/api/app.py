@@ -3,29 +3,32 @@ and the dashboard (:mod:`phalanx.web`) at ``/``.
 
 Routes are plain ``def`` functions: FastAPI runs them in its threadpool and
 the control plane's methods are thread-safe and block until a command is
-durable. Every route but ``/healthz``, ``/metrics`` and the docs needs a
-bearer token.
+durable. Every route but ``/healthz`` and the docs (``/docs``, ``/openapi.json``:
+no data) needs a bearer token; ``/metrics`` too, unless the app is made with
+``public_metrics``. The dashboard's pages need its session cookie instead.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
 from phalanx import __version__
 from phalanx.api import jobs, kube, objects, priority, usage
-from phalanx.api.deps import Plane
+from phalanx.api.deps import Plane, get_principal
 from phalanx.api.errors import install_error_handlers
 from phalanx.api.plane import ControlPlane
 
 __all__ = ["create_app"]
 
 
-def create_app(plane: ControlPlane, *, reports_dir: Path | None = None) -> FastAPI:
+def create_app(
+    plane: ControlPlane, *, reports_dir: Path | None = None, public_metrics: bool = False
+) -> FastAPI:
     """The API of ``plane``, and the dashboard at ``/`` (``reports_dir``: where it finds
-    ``phalanx sim`` results)."""
+    ``phalanx sim`` results). ``public_metrics``: ``/metrics`` answers without a token."""
     app = FastAPI(
         title="phalanx",
         version=__version__,
@@ -34,6 +37,7 @@ def create_app(plane: ControlPlane, *, reports_dir: Path | None = None) -> FastA
         redoc_url=None,
     )
     app.state.plane = plane
+    app.state.public_metrics = public_metrics
     install_error_handlers(app)
 
     @app.get("/healthz", tags=["health"])
@@ -44,9 +48,13 @@ def create_app(plane: ControlPlane, *, reports_dir: Path | None = None) -> FastA
         return JSONResponse({"status": "starting"}, status_code=503)
 
     @app.get("/metrics", tags=["health"], response_class=Response)
-    def metrics(plane: Plane) -> Response:
-        """Prometheus text exposition (Kueue's metric names where Kueue has one)."""
+    def metrics(request: Request, plane: Plane) -> Response:
+        """Prometheus text exposition (Kueue's metric names where Kueue has one); needs a
+        token unless the server runs with ``--public-metrics``."""
         from prometheus_client import CONTENT_TYPE_LATEST
+
+        if not request.app.state.public_metrics:
+            get_principal(request)
 
         return Response(plane.render_metrics(), media_type=CONTENT_TYPE_LATEST)
 

@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from phalanx.api.deps import Caller, Plane
 from phalanx.api.plane import ControlPlane
 from phalanx.api.views import TokenView, principal_view, token_view
+from phalanx.auth import Principal
 from phalanx.errors import Forbidden, Invalid, NotFound
 from phalanx.store.records import ObjectRow
 
@@ -34,6 +35,7 @@ class TokenRequest(BaseModel):
     tenants: list[str] = Field(default_factory=list)
     admin: bool = False
     name: str = ""
+    """A label, what ``DELETE /api/v1/tokens/{name}`` revokes by (default: the user)."""
     expires: float | None = None
     """Epoch seconds; ``None`` never expires."""
 
@@ -67,13 +69,14 @@ def _manifest(plane: ControlPlane, row: ObjectRow, status: dict[str, Any] | None
     return manifest
 
 
-def _status(plane: ControlPlane, kind: str) -> dict[str, Any] | None:
+def _status(plane: ControlPlane, kind: str, principal: Principal) -> dict[str, Any] | None:
     if kind == "ClusterQueue":
         return _with_conditions(plane, plane.cluster_queue_status())
     if kind == "LocalQueue":
         return _local_queue_status(plane)
     if kind == "Node":
-        return plane.node_status()
+        # A node's jobs: only those the caller may see are named.
+        return plane.node_status(principal)
     return None
 
 
@@ -128,9 +131,18 @@ def create_token(plane: Plane, principal: Caller, request: TokenRequest) -> dict
 
 @router.get("/tokens", tags=["auth"])
 def list_tokens(plane: Plane, principal: Caller) -> dict[str, Any]:
+    """Every token, never its secret, with ``revoked`` and ``expired`` (admin only)."""
     if not principal.admin:
         raise Forbidden("only the admin may list tokens")
     return {"items": [token_view(t) for t in plane.store.tokens()]}
+
+
+@router.delete("/tokens/{name:path}", tags=["auth"])
+def revoke_token(plane: Plane, principal: Caller, name: str) -> dict[str, Any]:
+    """Revoke every token named ``name`` (admin only): they stop working at once, for the
+    API and the dashboard; 404 when no token has that name."""
+    rows = plane.revoke_tokens(principal, name)
+    return {"items": [token_view(t) for t in rows]}
 
 
 @router.post(
@@ -196,7 +208,7 @@ async def apply(
 @router.get("/{plural}", tags=["objects"])
 def list_objects(plane: Plane, principal: Caller, plural: str) -> dict[str, Any]:
     kind = _kind(plural)
-    status = _status(plane, kind)
+    status = _status(plane, kind, principal)
     rows = plane.store.objects(kind)
     return {"kind": kind, "items": [_manifest(plane, r, status) for r in rows]}
 
@@ -207,7 +219,7 @@ def get_object(plane: Plane, principal: Caller, plural: str, name: str) -> dict[
     row = plane.store.get_object(kind, name)
     if row is None:
         raise NotFound(f"{kind.lower()}/{name} not found")
-    return _manifest(plane, row, _status(plane, kind))
+    return _manifest(plane, row, _status(plane, kind, principal))
 
 
 @router.delete("/{plural}/{name:path}", tags=["objects"])

@@ -35,7 +35,10 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 class ApiServer:
-    """One uvicorn server for ``app``: :meth:`run` blocks, :meth:`start` runs it on a thread."""
+    """One uvicorn server for ``app``: :meth:`run` blocks, :meth:`start` runs it on a thread.
+
+    With ``tls_cert`` and ``tls_key`` (PEM files) it serves HTTPS only.
+    """
 
     def __init__(
         self,
@@ -45,9 +48,13 @@ class ApiServer:
         *,
         sock: socket.socket | None = None,
         log_level: str = "warning",
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         self.sock = sock if sock is not None else listen(host, port)
         self.host = host
+        self.app = app
+        self.tls = tls_cert is not None
         config = uvicorn.Config(
             app,
             log_level=log_level,
@@ -56,6 +63,8 @@ class ApiServer:
             server_header=False,
             timeout_keep_alive=30,
             timeout_graceful_shutdown=5,
+            ssl_certfile=tls_cert,
+            ssl_keyfile=tls_key,
         )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
@@ -73,7 +82,7 @@ class ApiServer:
         host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
     def run(self) -> None:
         """Serve until :meth:`stop` (or SIGINT/SIGTERM when on the main thread)."""

@@ -7,6 +7,7 @@ document the shapes in the OpenAPI schema.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -130,6 +131,8 @@ class TokenView(BaseModel):
     created: str | None
     expires: str | None
     revoked: bool
+    expired: bool
+    """Its expiry has passed (it no longer works, as a revoked one)."""
 
 
 def _pod_sets(row: JobRow) -> list[dict[str, Any]]:
@@ -263,7 +266,9 @@ def event_view(row: JobEventRow) -> dict[str, Any]:
     }
 
 
-def token_view(row: TokenRow) -> dict[str, Any]:
+def token_view(row: TokenRow, now: float | None = None) -> dict[str, Any]:
+    """A token without its secret; ``expired`` as of ``now`` (default: the current time)."""
+    now = time.time() if now is None else now
     return {
         "id": row.id,
         "name": row.name,
@@ -273,6 +278,7 @@ def token_view(row: TokenRow) -> dict[str, Any]:
         "created": rfc3339(row.created),
         "expires": rfc3339(row.expires),
         "revoked": row.revoked,
+        "expired": row.expires is not None and row.expires <= now,
     }
 
 

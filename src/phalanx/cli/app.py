@@ -36,7 +36,7 @@ def app() -> None:
     pass
 
 
-@app.group(name="token", help="Create and list API tokens (admin).")
+@app.group(name="token", help="Create, list and revoke API tokens (admin).")
 def token_app() -> None:
     pass
 
@@ -158,6 +158,25 @@ def presets() -> None:
     default=None,
     help="folder of 'phalanx sim' results the dashboard shows (default: STATE_DIR/reports)",
 )
+@click.option(
+    "--public-metrics",
+    is_flag=True,
+    help="serve /metrics without a token (default: it needs one, as the API does)",
+)
+@click.option(
+    "--tls-cert",
+    metavar="FILE",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="serve HTTPS with this PEM certificate (with --tls-key)",
+)
+@click.option(
+    "--tls-key",
+    metavar="FILE",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="the certificate's PEM private key, unencrypted (with --tls-cert)",
+)
 def up(
     state_dir: Path | None,
     host: str,
@@ -175,6 +194,9 @@ def up(
     placement: str | None,
     topology_policy: str | None,
     reports_dir: Path | None,
+    public_metrics: bool,
+    tls_cert: Path | None,
+    tls_key: Path | None,
 ) -> None:
     """Run the control plane, the API, the dashboard and the local runtime in the
     foreground."""
@@ -208,6 +230,9 @@ def up(
         ray_address=ray_address,
         ray_workdir=ray_workdir,
         reports_dir=reports_dir,
+        public_metrics=public_metrics,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
     )
 
 
@@ -613,12 +638,43 @@ def logs(job_id: int, follow: bool, stderr: bool) -> None:
 @click.option("--user", required=True, help="the user the token stands for")
 @click.option("--tenant", "-t", multiple=True, help="a tenant it acts for; repeatable")
 @click.option("--admin", is_flag=True, help="a cluster-admin token")
-@click.option("--name", default="", help="a label for the token")
-def token_create(user: str, tenant: tuple[str, ...], admin: bool, name: str) -> None:
+@click.option("--name", default="", help="a label to revoke it by (default: the user)")
+@click.option(
+    "--expires",
+    metavar="DURATION",
+    default=None,
+    help="it stops working after DURATION: 30d, 12h, 90m, or a Slurm time (default: never)",
+)
+def token_create(
+    user: str, tenant: tuple[str, ...], admin: bool, name: str, expires: str | None
+) -> None:
     """Create a token and print it (it is shown only this once)."""
+    import time
+
+    from phalanx.errors import Invalid
+    from phalanx.timefmt import parse_span
+
+    until = None
+    if expires is not None:
+        try:
+            until = time.time() + parse_span(expires)
+        except Invalid as exc:
+            raise Invalid(f"--expires: {exc.detail}") from None
     with _client() as client:
-        result = client.create_token(user, _split(tenant) or [], admin=admin, name=name)
+        result = client.create_token(
+            user, _split(tenant) or [], admin=admin, name=name, expires=until
+        )
     _out(result["token"] + "\n")
+
+
+@token_app.command("revoke")
+@click.argument("name")
+def token_revoke(name: str) -> None:
+    """Revoke every token named NAME: they stop working at once (API and dashboard)."""
+    with _client() as client:
+        revoked = client.revoke_token(name)
+    ids = ", ".join(str(t["id"]) for t in revoked)
+    _out(f"token/{name} revoked ({len(revoked)} token{'s' if len(revoked) != 1 else ''}: {ids})\n")
 
 
 @token_app.command("list")
@@ -637,12 +693,12 @@ def token_list() -> None:
             "yes" if t.get("admin") else "",
             t.get("created") or "",
             t.get("expires") or "",
-            "yes" if t.get("revoked") else "",
+            "revoked" if t.get("revoked") else "expired" if t.get("expired") else "active",
         ]
         for t in items
     ]
     render.print_table(
-        ["ID", "NAME", "USER", "TENANTS", "ADMIN", "CREATED", "EXPIRES", "REVOKED"], rows
+        ["ID", "NAME", "USER", "TENANTS", "ADMIN", "CREATED", "EXPIRES", "STATUS"], rows
     )
 
 

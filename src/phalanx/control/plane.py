@@ -10,6 +10,7 @@ transition; only after the commit does it answer the callers and act
 
 from __future__ import annotations
 
+import hmac
 import logging
 import queue
 import threading
@@ -80,6 +81,7 @@ _MAX_JOBS_PER_ITERATION = 20_000
 _IDLE_CYCLE_S = 5.0
 """Even when nothing happens a cycle runs this often: priorities age with time."""
 _TOKEN_CACHE_S = 5.0
+_MAX_TOKEN_LIFE_S = 100 * 365 * 86400.0
 _GATE_PERIOD_S = 1.0
 """Held-back jobs are looked at on every change, and this often for begin times."""
 
@@ -191,7 +193,11 @@ class ControlPlane:
         """Held while the loop changes the engine; status readers take it too."""
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._tokens: dict[str, tuple[float, Principal]] = {}
+        self._tokens: dict[str, tuple[float, float | None, Principal]] = {}
+        """Token hash -> (when looked up, its expiry, its principal)."""
+        self._tokens_lock = threading.Lock()
+        self._token_generation = 0
+        """Bumped by every revocation: a lookup that raced one is not cached."""
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -241,17 +247,34 @@ class ControlPlane:
     # ------------------------------------------------------------------ public API
 
     def authenticate(self, token: str) -> Principal:
+        """The principal of a bearer token; :class:`Unauthorized` for an unknown, revoked
+        or expired one. Answers are cached for a few seconds, never past the token's
+        expiry, and :meth:`revoke_tokens` empties the cache."""
         digest = hash_token(token)
         now = time.monotonic()
         cached = self._tokens.get(digest)
-        if cached is not None and now - cached[0] < _TOKEN_CACHE_S:
-            return cached[1]
+        if (
+            cached is not None
+            and now - cached[0] < _TOKEN_CACHE_S
+            and (cached[1] is None or cached[1] > self.clock())
+        ):
+            return cached[2]
+        generation = self._token_generation
         row = self.store.find_token(digest)
-        if row is None or row.revoked or (row.expires is not None and row.expires < self.clock()):
+        # The lookup is by the hash's index; the comparison that decides is constant-time.
+        if (
+            row is None
+            or not hmac.compare_digest(row.token_hash.encode(), digest.encode())
+            or row.revoked
+            or (row.expires is not None and row.expires <= self.clock())
+        ):
             self._tokens.pop(digest, None)
             raise Unauthorized("invalid or expired token")
         principal = Principal(user=row.user, tenants=frozenset(row.tenants), admin=row.admin)
-        self._tokens[digest] = (now, principal)
+        with self._tokens_lock:
+            # A revocation that committed since the lookup must not be undone by caching.
+            if generation == self._token_generation:
+                self._tokens[digest] = (now, row.expires, principal)
         return principal
 
     def create_token(
@@ -271,10 +294,18 @@ class ControlPlane:
             raise Invalid("user: required")
         if not admin and not tenants:
             raise Invalid("tenants: a user token needs at least one tenant")
+        if expires is not None:
+            now = self.clock()
+            if not expires > now:  # NaN too
+                raise Invalid("expires: the time is already past (epoch seconds in the future)")
+            if not expires <= now + _MAX_TOKEN_LIFE_S:
+                raise Invalid(
+                    "expires: at most 100 years ahead (omit it for a token that never expires)"
+                )
         token = new_token()
         with self.store.begin() as tx:
             row = tx.create_token(
-                name=name,
+                name=name or user,
                 user=user,
                 tenants=list(tenants),
                 admin=admin,
@@ -283,6 +314,38 @@ class ControlPlane:
                 expires=expires,
             )
         return token, row
+
+    def revoke_tokens(self, principal: Principal, name: str) -> list[TokenRow]:
+        """Revoke every token named ``name`` (admin only); they stop working at once.
+
+        Refused (409) when it would leave no working admin token: make another admin
+        token first. Revoking a revoked token again is fine."""
+        if not principal.admin:
+            raise Forbidden("only the admin revokes tokens")
+        rows = self.store.tokens()
+        named = [row for row in rows if row.name == name]
+        if not named:
+            raise NotFound(f"no token named {name!r}")
+        now = self.clock()
+        ids = {row.id for row in named}
+        live_admins = [
+            row
+            for row in rows
+            if row.admin and not row.revoked and (row.expires is None or row.expires > now)
+        ]
+        if live_admins and all(row.id in ids for row in live_admins):
+            raise Conflict(
+                f"revoking {name!r} would leave no working admin token: create another "
+                "admin token first (phalanx token create --admin --user NAME --name NAME)"
+            )
+        with self.store.begin() as tx:
+            for row in named:
+                if not row.revoked:
+                    tx.revoke_token(row.id)
+        with self._tokens_lock:
+            self._token_generation += 1
+            self._tokens.clear()
+        return [replace(row, revoked=True) for row in named]
 
     def submit(self, principal: Principal, submissions: Sequence[JobSubmission]) -> list[int]:
         """Durably queue jobs; returns their ids once committed."""
@@ -493,18 +556,27 @@ class ControlPlane:
                 }
             return status
 
-    def node_status(self) -> dict[str, dict[str, Any]]:
+    def node_status(self, principal: Principal | None = None) -> dict[str, dict[str, Any]]:
+        """Each node's state, GPUs in use and jobs; with ``principal``, only the jobs it
+        may see are named (the others' ids are not shown, as everywhere else)."""
         with self._lock:
             status: dict[str, dict[str, Any]] = {}
             for name, slot in self.engine.cache.nodes.items():
+                jobs = sorted(slot.jobs)
+                if principal is not None and not principal.admin:
+                    jobs = [j for j in jobs if self._visible_to(principal, j)]
                 status[name] = {
                     "state": slot.state().value,
                     "gpus": slot.capacity.get(GPU, 0),
                     "gpus_used": slot.used.get(GPU, 0),
                     "gpu_indices_used": self.gpus.taken(name),
-                    "jobs": sorted(slot.jobs),
+                    "jobs": jobs,
                 }
             return status
+
+    def _visible_to(self, principal: Principal, job_id: int) -> bool:
+        rec = self.engine.jobs.get(job_id)
+        return rec is not None and principal.may_act_for(rec.job.tenant)
 
     def usage_report(self) -> dict[str, Any]:
         """The tenant tree with shares, decayed usage and fair-share factors (``sshare``)."""
@@ -942,9 +1014,16 @@ class ControlPlane:
                 raise Conflict(
                     f"job {row.id} is not pending ({row.state}): only pending jobs are held"
                 )
-            if row.hold == cmd.hold:
-                return
             waiting = self.gate.jobs.get(row.id)
+            admin_held = waiting is not None and waiting.hold and waiting.held_by_admin
+            if not cmd.hold and admin_held and not cmd.principal.admin:
+                raise Forbidden(
+                    f"job {row.id} is held by the admin (JobHeldAdmin): only the admin releases it"
+                )
+            # The admin's hold on a job its user held makes it an admin hold.
+            upgrade = cmd.hold and cmd.principal.admin and row.hold and not admin_held
+            if row.hold == cmd.hold and not upgrade:
+                return
             if cmd.hold and waiting is None:
                 # Pending in the engine: withdraw it; it waits at the gate from now on.
                 self.engine.apply(Cancel(row.id))
@@ -960,9 +1039,10 @@ class ControlPlane:
                 waiting.hold = cmd.hold
                 waiting.held_by_admin = cmd.principal.admin and cmd.hold
             tx.update_job(row.id, hold=cmd.hold)
-            tx.add_event(
-                row.id, "Held" if cmd.hold else "Released", now, data={"by": cmd.principal.user}
-            )
+            data: dict[str, Any] = {"by": cmd.principal.user}
+            if cmd.hold and cmd.principal.admin:
+                data["admin"] = True
+            tx.add_event(row.id, "Held" if cmd.hold else "Released", now, data=data)
             self._dirty = True
         elif isinstance(cmd, _RequeueCmd):
             if state in (JobState.ADMITTED, JobState.RUNNING):
@@ -997,10 +1077,16 @@ class ControlPlane:
             )
             effects.signals.append((row.id, cmd.signal, cmd.batch_only))
         else:
-            self._update(tx, row, cmd.changes, now, effects)
+            self._update(tx, row, cmd.changes, now, effects, cmd.principal)
 
     def _update(
-        self, tx: Tx, row: JobRow, changes: dict[str, Any], now: float, effects: _Effects
+        self,
+        tx: Tx,
+        row: JobRow,
+        changes: dict[str, Any],
+        now: float,
+        effects: _Effects,
+        principal: Principal,
     ) -> None:
         if JobState(row.state).finished:
             raise Conflict(f"job {row.id} has already finished ({row.state})")
@@ -1011,10 +1097,20 @@ class ControlPlane:
             limit = changes["time_limit"]
             if limit is not None and (not isinstance(limit, int) or limit < 1):
                 raise Invalid("time_limit: seconds >= 1, or null for no limit")
+            current = run.get("timeLimit")
+            raised = current is not None and (limit is None or limit > current)
+            if raised and not principal.admin:
+                # As in Slurm: users may shorten their jobs, only the admin extends them.
+                raise Forbidden(
+                    f"time_limit: only the admin raises job {row.id}'s time limit "
+                    f"({current} s); a user may only lower it"
+                )
             run["timeLimit"] = limit
             if row.state in (JobState.ADMITTED.value, JobState.RUNNING.value):
                 effects.limits.append((row.id, float(limit) if limit is not None else None))
         if "nice" in changes:
+            if int(changes["nice"]) < 0 and not principal.admin:
+                raise Forbidden("nice: only the admin sets a negative nice value")
             submission["nice"] = int(changes["nice"])
         if "comment" in changes:
             submission["comment"] = str(changes["comment"])
@@ -1444,6 +1540,7 @@ class ControlPlane:
             if row.state == JobState.PENDING.value or row.assignment is None:
                 waiting = gated(job, submission, row.array_job_id, row.array_task_id)
                 waiting.hold = row.hold
+                waiting.held_by_admin = row.hold and _held_by_admin(self.store.job_events(row.id))
                 self.gate.add(waiting)
                 continue
             self.gate.entered_engine(row.id, row.array_job_id)
@@ -1642,6 +1739,14 @@ def _attempt_data(event: Exited, row: JobRow | None) -> dict[str, Any]:
         "exit_code": event.exit_code,
         "signal": event.signal,
     }
+
+
+def _held_by_admin(events: Sequence[JobEventRow]) -> bool:
+    """Whether the job's last hold was the admin's (its Held event says so)."""
+    for event in reversed(events):
+        if event.kind == "Held":
+            return bool(event.data.get("admin"))
+    return False
 
 
 def _job_from_row(row: JobRow, submission: JobSubmission) -> Job:

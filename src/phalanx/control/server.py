@@ -21,7 +21,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from phalanx.api.server import ApiServer, listen
 from phalanx.auth import ADMIN, hash_token, new_token
@@ -79,6 +79,11 @@ class RunningServer:
     def serving(self) -> bool:
         return self._api.alive
 
+    @property
+    def app(self) -> Any:
+        """The FastAPI app being served (its routes, for checks that walk them)."""
+        return self._api.app
+
     def __enter__(self) -> RunningServer:
         return self
 
@@ -105,6 +110,9 @@ def start_server(
     ray_address: str | None = None,
     ray_workdir: str | None = None,
     reports_dir: Path | str | None = None,
+    public_metrics: bool = False,
+    tls_cert: Path | str | None = None,
+    tls_key: Path | str | None = None,
 ) -> RunningServer:
     """Start phalanx in this process (``port=0`` picks a free port).
 
@@ -118,6 +126,8 @@ def start_server(
     ``RAY_ADDRESS``), whose nodes become phalanx's; ``ray_workdir`` is where the
     nodes keep job directories (:mod:`phalanx.runtime.ray`). The dashboard shows the
     ``phalanx sim`` results in ``reports_dir`` (default: ``STATE_DIR/reports``).
+    ``public_metrics`` serves ``/metrics`` without a token. ``tls_cert`` and ``tls_key``
+    (PEM files, both or neither) serve HTTPS; the URL in ``client.json`` is then https.
     """
     from phalanx.control.configs import read_configs
     from phalanx.runtime.base import Runtime
@@ -132,6 +142,7 @@ def start_server(
         raise Invalid(f"--runtime: {runtime!r} is not known (known: {', '.join(RUNTIMES)})")
     # Every configuration file is read and checked before anything starts; a
     # slurm.conf's scheduling keys set the engine's configuration.
+    tls = _tls_files(tls_cert, tls_key)
     manifests, settings = read_configs(configs)
     try:
         overrides: dict[str, object] = (
@@ -166,7 +177,8 @@ def start_server(
     plane: ControlPlane | None = None
     try:
         sock = listen(host, port)
-        url = f"http://{_url_host(host)}:{sock.getsockname()[1]}"
+        scheme = "https" if tls is not None else "http"
+        url = f"{scheme}://{_url_host(host)}:{sock.getsockname()[1]}"
         store = Store.open(database, state_dir=state)
         backend: Runtime
         ray_backend: RayRuntime | None = None
@@ -193,7 +205,9 @@ def start_server(
         from phalanx.api.app import create_app
 
         reports = Path(reports_dir) if reports_dir is not None else state / "reports"
-        api = ApiServer(create_app(plane, reports_dir=reports), host, sock=sock).start()
+        app = create_app(plane, reports_dir=reports, public_metrics=public_metrics)
+        cert, key = tls if tls is not None else (None, None)
+        api = ApiServer(app, host, sock=sock, tls_cert=cert, tls_key=key).start()
     except BaseException:
         if plane is not None:
             plane.stop()
@@ -224,6 +238,9 @@ def run_server(
     ray_address: str | None = None,
     ray_workdir: str | None = None,
     reports_dir: Path | str | None = None,
+    public_metrics: bool = False,
+    tls_cert: Path | str | None = None,
+    tls_key: Path | str | None = None,
 ) -> None:
     """Run phalanx in the foreground until SIGINT or SIGTERM."""
     running = start_server(
@@ -243,6 +260,9 @@ def run_server(
         ray_address=ray_address,
         ray_workdir=ray_workdir,
         reports_dir=reports_dir,
+        public_metrics=public_metrics,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
     )
     # A long-lived process with a large, stable heap: keep the start-up objects out
     # of the collector's way and collect the young generation less often.
@@ -261,7 +281,13 @@ def run_server(
         f"  dashboard: {running.url}/ (sign in with a token)\n"
         f"  state dir: {running.state_dir}\n"
         f"  admin token: in {running.state_dir / CLIENT_CONFIG} (the CLI finds it there)\n"
-        "  stop with Ctrl-C; running jobs keep running and are re-adopted at the next start\n"
+        + (
+            "  https: clients check the certificate against PHALANX_CA (a CA or certificate "
+            "file) or the system's store\n"
+            if running.url.startswith("https:")
+            else ""
+        )
+        + "  stop with Ctrl-C; running jobs keep running and are re-adopted at the next start\n"
     )
     sys.stderr.flush()
     while not done.wait(0.5):
@@ -306,6 +332,36 @@ def _lock_state_dir(state: Path) -> IO[str]:
     lock.write(str(os.getpid()))
     lock.flush()
     return lock
+
+
+def _tls_files(cert: Path | str | None, key: Path | str | None) -> tuple[str, str] | None:
+    """The certificate and key files to serve HTTPS with, checked: both or neither given,
+    readable, PEM, and the key unencrypted and the certificate's."""
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        missing = "--tls-cert" if cert is None else "--tls-key"
+        raise Invalid(f"{missing}: HTTPS needs both --tls-cert FILE and --tls-key FILE")
+    for flag, path in (("--tls-cert", cert), ("--tls-key", key)):
+        try:
+            with open(path, "rb") as fh:
+                fh.read(1)
+        except OSError as exc:
+            raise Invalid(f"{flag}: cannot read {path}: {exc.strerror or exc}") from None
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        # An encrypted key would make OpenSSL ask for a passphrase on the terminal.
+        context.load_cert_chain(str(cert), str(key), password=lambda: b"")
+    except (ssl.SSLError, ValueError) as exc:
+        if getattr(exc, "reason", None) == "KEY_VALUES_MISMATCH":
+            raise Invalid(f"--tls-key: {key} is not the private key of {cert}") from None
+        raise Invalid(
+            f"--tls-cert/--tls-key: {cert} and {key} are not a PEM certificate and its "
+            "unencrypted private key"
+        ) from None
+    return str(cert), str(key)
 
 
 def _url_host(host: str) -> str:

@@ -5,7 +5,9 @@ user, to the caller; without a queue, to its tenant's LocalQueue ``default``
 (or its only LocalQueue). Unknown queues, ClusterQueues and priority classes
 are refused at submit time, naming the job and the field, rather than left
 pending forever; so is a job that its PriorityClass's or tenant's limits would
-never let run (:mod:`phalanx.control.limits`).
+never let run (:mod:`phalanx.control.limits`). Only the admin submits as a user
+that the Tenant's ``users`` does not list, or with a ``priority`` value or a
+negative ``nice``.
 """
 
 from __future__ import annotations
@@ -61,6 +63,10 @@ def resolve_submissions(
         user = sub.user or principal.user
         if user != principal.user and not principal.admin:
             forbidden.append(f"{where}user: only the admin submits on behalf of another user")
+            continue
+        problem = _privilege_problem(principal, tenant, user, sub, registry)
+        if problem:
+            forbidden.append(f"{where}{problem}")
             continue
         queue, cluster_queue = sub.queue, sub.cluster_queue
         if cluster_queue is None and queue is None and sub.slurm is not None:
@@ -131,6 +137,24 @@ def resolve_submissions(
     if problems:
         raise Invalid(_join(problems))
     return jobs
+
+
+def _privilege_problem(
+    principal: Principal, tenant: str, user: str, sub: JobSubmission, registry: Registry
+) -> str | None:
+    """What only the admin may do that this submission does, if anything: submit as a
+    user its Tenant does not list, set a priority value, or a negative nice value."""
+    if principal.admin:
+        return None
+    model = registry.get("Tenant", tenant)
+    listed = getattr(model, "users", None) or []
+    if listed and user not in listed:
+        return f"user: {user!r} is not one of tenant {tenant!r}'s users ({', '.join(listed)})"
+    if sub.priority is not None:
+        return "priority: only the admin sets a job's priority value (use a priorityClass)"
+    if sub.nice < 0:
+        return "nice: only the admin sets a negative nice value"
+    return None
 
 
 def default_partition(registry: Registry) -> str | None:

@@ -116,6 +116,8 @@ class TokenRow:
     created: float
     expires: float | None
     revoked: bool
+    token_hash: str = field(default="", repr=False)
+    """The SHA-256 of the token, as stored (never shown)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -229,9 +229,10 @@ def _cohort_tree(
 # --------------------------------------------------------------------------- nodes
 
 
-def nodes_page(plane: ControlPlane) -> dict[str, Any]:
-    """Nodes grouped by topology (block, then rack), each with its GPU allocation and state."""
-    status = plane.node_status()
+def nodes_page(plane: ControlPlane, principal: Principal) -> dict[str, Any]:
+    """Nodes grouped by topology (block, then rack), each with its GPU allocation and state
+    and the jobs on it that ``principal`` may see."""
+    status = plane.node_status(principal)
     levels = _topology_levels(plane)
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for node in sorted(_nodes(plane), key=lambda n: n.name):

@@ -200,7 +200,7 @@ def queues(request: Request) -> Response:
 @router.get("/nodes", response_class=HTMLResponse)
 def nodes(request: Request) -> Response:
     plane = _plane(request)
-    return _page(request, "nodes.html", lambda p: {"n": data.nodes_page(plane)}, nav="nodes")
+    return _page(request, "nodes.html", lambda p: {"n": data.nodes_page(plane, p)}, nav="nodes")
 
 
 @router.get("/tenants", response_class=HTMLResponse)
