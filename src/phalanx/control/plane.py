@@ -1201,10 +1201,15 @@ class ControlPlane:
             self.engine.apply(PodsReady(event.job_id, event.time))
             self._dirty = True
             return
-        if event.job_id not in self._running and event.start_time is not None:
-            # It started, but the Started event went with an iteration that did not
-            # commit (the store was down) or with a crash: record it now, no
-            # transition is lost.
+        if (
+            event.job_id not in self._running
+            and event.start_time is not None
+            and event.job_id not in self._evicting
+            and event.job_id not in self._deactivating
+        ):
+            # It ended by itself, having started, but the Started event went with an
+            # iteration that did not commit (the store was down): record it now, no
+            # transition is lost. (One stopped before it was ready never started.)
             tx.update_job(event.job_id, state=JobState.RUNNING.value, start_time=event.start_time)
             self._start_charging(tx, event.job_id, event.start_time)
             tx.add_event(event.job_id, "Started", event.start_time, data={"attempt": event.attempt})
