@@ -144,7 +144,7 @@ class Chaos:
         return None
 
 
-def run(jobs: int, kills: int, seed: int, batch: int = 50) -> dict[str, Any]:
+def run(jobs: int, kills: int, seed: int, batch: int = 50, settle_s: float = 900) -> dict[str, Any]:
     max_gap = max(4.0, jobs / 100)  # spreads the kills over the run
     rng = random.Random(seed)
     started = time.monotonic()
@@ -206,7 +206,12 @@ def run(jobs: int, kills: int, seed: int, batch: int = 50) -> dict[str, Any]:
         for t in threads:
             t.join()
         problems: list[str] = list(chaos.problems)
-        final = _wait_all_ended(chaos, timeout=900)
+        final = _wait_all_ended(chaos, timeout=settle_s)
+        problems += [
+            f"job {j['id']} still {j['state']} {settle_s:g} s after the last submission"
+            for j in final
+            if j["state"] not in ("COMPLETED", "FAILED", "CANCELLED")
+        ]
         for job in final:
             if job["id"] not in chaos.index_of:
                 problems.append(f"job {job['id']} ({job.get('name')}): not one this run submitted")

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def test_three_kill_9s_under_load_lose_no_job_and_run_none_twice() -> None:
-    report = run(jobs=240, kills=3, seed=7)
+    report = run(jobs=240, kills=3, seed=7, settle_s=240)
     assert report["kills"] == 3
     assert report["jobs_stored"] == 240
     assert report["problems"] == []

@@ -20,15 +20,21 @@ from phalanx.api import jobs, kube, objects, priority, usage
 from phalanx.api.deps import Plane, get_principal
 from phalanx.api.errors import install_error_handlers
 from phalanx.api.plane import ControlPlane
+from phalanx.api.ratelimit import RateLimit, RateLimiter
 
 __all__ = ["create_app"]
 
 
 def create_app(
-    plane: ControlPlane, *, reports_dir: Path | None = None, public_metrics: bool = False
+    plane: ControlPlane,
+    *,
+    reports_dir: Path | None = None,
+    public_metrics: bool = False,
+    rate_limit: RateLimit | None = None,
 ) -> FastAPI:
     """The API of ``plane``, and the dashboard at ``/`` (``reports_dir``: where it finds
-    ``phalanx sim`` results). ``public_metrics``: ``/metrics`` answers without a token."""
+    ``phalanx sim`` results). ``public_metrics``: ``/metrics`` answers without a token.
+    ``rate_limit``: each token's requests per second (:mod:`phalanx.api.ratelimit`)."""
     app = FastAPI(
         title="phalanx",
         version=__version__,
@@ -39,6 +45,8 @@ def create_app(
     app.state.plane = plane
     app.state.public_metrics = public_metrics
     install_error_handlers(app)
+    if rate_limit is not None:
+        app.middleware("http")(RateLimiter(rate_limit))
 
     @app.get("/healthz", tags=["health"])
     def healthz(plane: Plane) -> Response:

@@ -164,6 +164,13 @@ def presets() -> None:
     help="serve /metrics without a token (default: it needs one, as the API does)",
 )
 @click.option(
+    "--rate-limit",
+    metavar="RATE[:BURST]",
+    default=None,
+    help="requests per second per token (and how many at once; default 2 x RATE); "
+    "more get 429 (default: no limit)",
+)
+@click.option(
     "--tls-cert",
     metavar="FILE",
     type=click.Path(path_type=Path),
@@ -195,6 +202,7 @@ def up(
     topology_policy: str | None,
     reports_dir: Path | None,
     public_metrics: bool,
+    rate_limit: str | None,
     tls_cert: Path | None,
     tls_key: Path | None,
 ) -> None:
@@ -231,6 +239,7 @@ def up(
         ray_workdir=ray_workdir,
         reports_dir=reports_dir,
         public_metrics=public_metrics,
+        rate_limit=rate_limit,
         tls_cert=tls_cert,
         tls_key=tls_key,
     )

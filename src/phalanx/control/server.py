@@ -113,6 +113,7 @@ def start_server(
     public_metrics: bool = False,
     tls_cert: Path | str | None = None,
     tls_key: Path | str | None = None,
+    rate_limit: str | None = None,
 ) -> RunningServer:
     """Start phalanx in this process (``port=0`` picks a free port).
 
@@ -128,6 +129,8 @@ def start_server(
     ``phalanx sim`` results in ``reports_dir`` (default: ``STATE_DIR/reports``).
     ``public_metrics`` serves ``/metrics`` without a token. ``tls_cert`` and ``tls_key``
     (PEM files, both or neither) serve HTTPS; the URL in ``client.json`` is then https.
+    ``rate_limit`` (``RATE[:BURST]``) limits each token's requests per second
+    (:mod:`phalanx.api.ratelimit`; default: no limit, as Slurm's).
     """
     from phalanx.control.configs import read_configs
     from phalanx.runtime.base import Runtime
@@ -143,6 +146,9 @@ def start_server(
     # Every configuration file is read and checked before anything starts; a
     # slurm.conf's scheduling keys set the engine's configuration.
     tls = _tls_files(tls_cert, tls_key)
+    from phalanx.api.ratelimit import RateLimit
+
+    limit = RateLimit.parse(rate_limit) if rate_limit else None
     manifests, settings = read_configs(configs)
     try:
         overrides: dict[str, object] = (
@@ -205,7 +211,9 @@ def start_server(
         from phalanx.api.app import create_app
 
         reports = Path(reports_dir) if reports_dir is not None else state / "reports"
-        app = create_app(plane, reports_dir=reports, public_metrics=public_metrics)
+        app = create_app(
+            plane, reports_dir=reports, public_metrics=public_metrics, rate_limit=limit
+        )
         cert, key = tls if tls is not None else (None, None)
         api = ApiServer(app, host, sock=sock, tls_cert=cert, tls_key=key).start()
     except BaseException:
@@ -241,6 +249,7 @@ def run_server(
     public_metrics: bool = False,
     tls_cert: Path | str | None = None,
     tls_key: Path | str | None = None,
+    rate_limit: str | None = None,
 ) -> None:
     """Run phalanx in the foreground until SIGINT or SIGTERM."""
     running = start_server(
@@ -263,6 +272,7 @@ def run_server(
         public_metrics=public_metrics,
         tls_cert=tls_cert,
         tls_key=tls_key,
+        rate_limit=rate_limit,
     )
     # A long-lived process with a large, stable heap: keep the start-up objects out
     # of the collector's way and collect the young generation less often.
