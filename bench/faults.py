@@ -40,41 +40,10 @@ import httpx
 
 from phalanx.control.spawn import ServerProcess, spawn_server
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
+from bench.virtual_cluster import cluster_yaml
+
 NODES = 8
-CLUSTER = """\
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: gpu}
-spec:
-  nodeLabels: {phalanx.io/flavor: gpu}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: main}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu, nvidia.com/gpu]
-    flavors:
-    - name: gpu
-      resources:
-      - {name: cpu, nominalQuota: 400}
-      - {name: nvidia.com/gpu, nominalQuota: 32}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: default, namespace: team-a}
-spec: {clusterQueue: main}
-"""
-
-
-def _nodes() -> str:
-    return "".join(
-        f"---\napiVersion: v1\nkind: Node\nmetadata:\n  name: node-{i}\n"
-        f"  labels: {{phalanx.io/flavor: gpu}}\nstatus:\n"
-        f'  capacity: {{nvidia.com/gpu: "4", cpu: "48", memory: 200Gi}}\n'
-        for i in range(NODES)
-    )
 
 
 def exit_code(index: int) -> int:
@@ -153,7 +122,7 @@ def run(jobs: int, kills: int, seed: int, batch: int = 50, settle_s: float = 900
         work = root / "work"
         work.mkdir()
         config = root / "cluster.yaml"
-        config.write_text(CLUSTER + _nodes())
+        config.write_text(cluster_yaml(NODES, gpus=4, cpus=48))
         chaos = Chaos(root / "state", config)
 
         def submit(indices: range) -> None:

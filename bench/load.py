@@ -25,6 +25,7 @@ import json
 import platform
 import random
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -36,41 +37,10 @@ import httpx
 
 from phalanx.control.spawn import spawn_server
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
+from bench.virtual_cluster import cluster_yaml
+
 NODES = 64
-CLUSTER = """\
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: gpu}
-spec:
-  nodeLabels: {phalanx.io/flavor: gpu}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: main}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu, nvidia.com/gpu]
-    flavors:
-    - name: gpu
-      resources:
-      - {name: cpu, nominalQuota: 6144}
-      - {name: nvidia.com/gpu, nominalQuota: 512}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: default, namespace: team-a}
-spec: {clusterQueue: main}
-"""
-
-
-def _nodes() -> str:
-    return "".join(
-        f"---\napiVersion: v1\nkind: Node\nmetadata:\n  name: node-{i}\n"
-        f"  labels: {{phalanx.io/flavor: gpu}}\nstatus:\n"
-        f'  capacity: {{nvidia.com/gpu: "8", cpu: "96", memory: 1000Gi}}\n'
-        for i in range(NODES)
-    )
 
 
 def job(gpus: int, seconds: float) -> dict[str, Any]:
@@ -149,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng = random.Random(1)
     with tempfile.TemporaryDirectory(prefix="phalanx-load-") as tmp:
         config = Path(tmp) / "cluster.yaml"
-        config.write_text(CLUSTER + _nodes())
+        config.write_text(cluster_yaml(NODES, gpus=8, cpus=96))
         server = spawn_server(
             Path(tmp) / "state",
             ["--port", "0", "--config", str(config), "--runtime", "noop"],

@@ -16,12 +16,13 @@ import math
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Form, Query, Request
+from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
@@ -209,42 +210,47 @@ def tenants(request: Request) -> Response:
     return _page(request, "tenants.html", lambda p: {"t": data.tenants_page(plane)}, nav="tenants")
 
 
-def _filter(
-    state: str, tenant: str, user: str, queue: str, q: str, sort: str, desc: str, page: int
-) -> data.JobFilter:
-    state = state.strip().upper()
-    if state and state not in JobState.__members__:
-        raise Invalid(f"state: unknown job state {state!r}")
-    if sort not in SORT_COLUMNS:
-        raise Invalid(f"sort: one of {', '.join(SORT_COLUMNS)}")
-    return data.JobFilter(
-        state=state,
-        tenant=tenant.strip(),
-        user=user.strip(),
-        queue=queue.strip(),
-        search=q.strip()[:200],
-        sort=sort,
-        desc=desc != "0",
-        page=max(1, page),
-    )
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    """The Jobs page's query string, as given (checked when the page is built, so a
+    bad value is the page's error, not an API one)."""
+
+    state: str = ""
+    tenant: str = ""
+    user: str = ""
+    queue: str = ""
+    q: str = ""
+    sort: str = "id"
+    desc: str = "1"
+    page: Annotated[int, Query(ge=1, le=10**9)] = 1
+
+    def filter(self) -> data.JobFilter:
+        state = self.state.strip().upper()
+        if state and state not in JobState.__members__:
+            raise Invalid(f"state: unknown job state {state!r}")
+        if self.sort not in SORT_COLUMNS:
+            raise Invalid(f"sort: one of {', '.join(SORT_COLUMNS)}")
+        return data.JobFilter(
+            state=state,
+            tenant=self.tenant.strip(),
+            user=self.user.strip(),
+            queue=self.queue.strip(),
+            search=self.q.strip()[:200],
+            sort=self.sort,
+            desc=self.desc != "0",
+            page=max(1, self.page),
+        )
+
+
+Jobs = Annotated[JobQuery, Depends()]
 
 
 @router.get("/jobs", response_class=HTMLResponse)
-def jobs(
-    request: Request,
-    state: str = "",
-    tenant: str = "",
-    user: str = "",
-    queue: str = "",
-    q: str = "",
-    sort: str = "id",
-    desc: str = "1",
-    page: Annotated[int, Query(ge=1, le=10**9)] = 1,
-) -> Response:
+def jobs(request: Request, query: Jobs) -> Response:
     plane = _plane(request)
 
     def build(principal: Principal) -> dict[str, Any]:
-        flt = _filter(state, tenant, user, queue, q, sort, desc, page)
+        flt = query.filter()
         return {
             "f": flt,
             "j": data.job_page(plane, principal, flt, _now()),
@@ -258,22 +264,12 @@ def jobs(
 
 
 @router.get("/ui/jobs/rows", response_class=HTMLResponse)
-def job_rows(
-    request: Request,
-    state: str = "",
-    tenant: str = "",
-    user: str = "",
-    queue: str = "",
-    q: str = "",
-    sort: str = "id",
-    desc: str = "1",
-    page: Annotated[int, Query(ge=1, le=10**9)] = 1,
-) -> Response:
+def job_rows(request: Request, query: Jobs) -> Response:
     """The jobs table's body and pager, for the page's live refresh."""
     plane = _plane(request)
 
     def build(principal: Principal) -> dict[str, Any]:
-        flt = _filter(state, tenant, user, queue, q, sort, desc, page)
+        flt = query.filter()
         return {"f": flt, "j": data.job_page(plane, principal, flt, _now())}
 
     return _page(request, "_job_rows.html", build, nav="jobs")
