@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from bench.faults import run
 
-from tests.reliability.server import start
+from tests.reliability.server import Server, start
 from tests.reliability.test_reliability import CLUSTER, jobs, nodes_yaml, submission, wait_states
 
 pytestmark = pytest.mark.timeout(600)
@@ -49,5 +49,47 @@ def test_a_killed_supervisor_ends_its_job_and_frees_its_gpus(tmp_path: Path) -> 
             ended = c.get(f"/api/v1/jobs/{first}").json()
             events = c.get(f"/api/v1/jobs/{first}/events").json()["items"]
         assert "supervisor lost" in (ended["message"] + " ".join(e["message"] for e in events))
+    finally:
+        server.stop()
+
+
+def test_a_job_whose_supervisor_never_started_is_launched_again(tmp_path: Path) -> None:
+    import sys
+
+    from phalanx.control.server import start_server
+    from phalanx.runtime.local import LocalRuntime
+
+    config = tmp_path / "cluster.yaml"
+    config.write_text(CLUSTER + nodes_yaml(1))
+    work = tmp_path / "work"
+    work.mkdir()
+    server = start_server(tmp_path / "state", port=0, configs=[config])
+    runtime = server.plane.runtime
+    assert isinstance(runtime, LocalRuntime)
+    working = list(runtime.supervisor_command)
+    # As when the control plane dies while it starts a supervisor: none comes up.
+    runtime.supervisor_command = [
+        sys.executable,
+        "-c",
+        "import sys, time; time.sleep(0.3); sys.exit(3)",
+    ]
+    handle = Server(None, server.url, server.admin_token, tmp_path / "state")  # type: ignore[arg-type]
+    try:
+        with handle.client() as c:
+            broken = c.post("/api/v1/jobs", json=submission(["echo", "run"], work)).json()["id"]
+            wait_states(handle, [broken], {"NODE_FAIL"}, timeout=60)
+            kinds = [e["kind"] for e in c.get(f"/api/v1/jobs/{broken}/events").json()["items"]]
+            # Launched three times, then given up: it cannot start here at all.
+            assert kinds.count("Requeued") == 2 and "Started" not in kinds, kinds
+            lucky = c.post("/api/v1/jobs", json=submission(["echo", "run"], work)).json()["id"]
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                events = c.get(f"/api/v1/jobs/{lucky}/events").json()["items"]
+                if any(e["kind"] == "Requeued" for e in events):
+                    break
+                time.sleep(0.01)
+            runtime.supervisor_command = working  # a later launch works
+            wait_states(handle, [lucky], {"COMPLETED"}, timeout=60)
+            assert (work / f"out-{lucky}.log").read_text() == "run\n"
     finally:
         server.stop()

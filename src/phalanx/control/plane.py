@@ -1238,6 +1238,16 @@ class ControlPlane:
         if requeue and evict_reason is None:
             evict_reason = "NodeFail"
         if (
+            evict_reason is None
+            and event.state == JobState.NODE_FAIL.value
+            and event.start_time is None
+            and row is not None
+            and row.attempt < MAX_LAUNCH_ATTEMPTS
+        ):
+            # Its supervisor never started (the control plane died while starting it):
+            # nothing ran, so it is launched again rather than failed.
+            evict_reason = "LaunchFailed"
+        if (
             evict_reason is not None
             and deactivated is None
             and not (row is not None and row.cancel_requested)
@@ -1776,6 +1786,10 @@ def _stopped() -> PhalanxError:
     from phalanx.errors import Unavailable
 
     return Unavailable("the control plane is shutting down")
+
+
+MAX_LAUNCH_ATTEMPTS = 3
+"""Launches of a job whose supervisor never started before it ends NODE_FAIL."""
 
 
 def _store_down() -> PhalanxError:
