@@ -42,8 +42,12 @@ def check_priority_annotations(annotations: Mapping[str, str]) -> None:
             f"{', '.join(PRESET_NAMES)}, got {preset!r}"
         )
     factor = annotations.get(PARTITION_FACTOR_ANNOTATION)
+    digits = factor.strip() if factor is not None else ""
     if factor is not None and not (
-        factor.strip().isdigit() and 0 <= int(factor) <= _MAX_JOB_FACTOR
+        digits.isascii()
+        and digits.isdigit()
+        and len(digits) <= 10
+        and 0 <= int(digits) <= _MAX_JOB_FACTOR
     ):
         raise ValueError(
             f"metadata.annotations[{PARTITION_FACTOR_ANNOTATION}]: expected an integer "

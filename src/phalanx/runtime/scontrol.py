@@ -6,7 +6,8 @@ sorting or dedup, as Slurm) and ``scontrol show hostlistsorted LIST``. Anything
 else is handed to the full tool: ``python -I -m phalanx.cli.main scontrol ARGS``.
 
 Run as ``python -I -m phalanx.runtime.scontrol``; standard library,
-:mod:`hostlist` and :mod:`phalanx.dialects.slurm.environment` only.
+:mod:`hostlist`, :mod:`phalanx.dialects.slurm.environment` and
+:mod:`phalanx.dialects.slurm.hostlists` only.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import sys
 import hostlist
 
 from phalanx.dialects.slurm.environment import compress_hostlist
+from phalanx.dialects.slurm.hostlists import BadHostlist, expand_hostlist
 
 __all__ = ["answer_locally", "main"]
 
 
 def _expand(expression: str) -> list[str]:
-    # Slurm accepts whitespace as a separator too; python-hostlist only commas.
-    return list(hostlist.expand_hostlist(",".join(expression.split()), allow_duplicates=True))
+    # Slurm accepts whitespace as a separator too, and the expansion is bounded.
+    return expand_hostlist(expression, allow_duplicates=True)
 
 
 def answer_locally(args: list[str]) -> int | None:
@@ -45,8 +47,8 @@ def answer_locally(args: list[str]) -> int | None:
         return 1
     try:
         names = _expand(expression)
-    except hostlist.BadHostlist as exc:
-        print(f"scontrol: error: Invalid hostlist: {expression} ({exc})", file=sys.stderr)
+    except BadHostlist as exc:
+        print(f"scontrol: error: Invalid hostlist: {expression} ({exc.detail})", file=sys.stderr)
         return 1
     if what.startswith("hostname"):
         sys.stdout.write("".join(f"{name}\n" for name in names))

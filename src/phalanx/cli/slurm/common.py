@@ -281,11 +281,13 @@ def parse_job_ref(text: str) -> ArrayRef | None:
 def expand_hostlist(text: str) -> list[str]:
     """``tux[1-3],rack[1-2]-n[01-02]`` -> every name, in order (``show hostnames``).
 
-    python-hostlist does the work; Slurm also takes whitespace as a separator.
+    python-hostlist does the work, bounded (:mod:`phalanx.dialects.slurm.hostlists`);
+    Slurm also takes whitespace as a separator. :class:`ValueError` for a bad one.
     """
-    import hostlist
+    from phalanx.dialects.slurm.hostlists import BadHostlist
+    from phalanx.dialects.slurm.hostlists import expand_hostlist as expand
 
     try:
-        return list(hostlist.expand_hostlist(",".join(text.split()), allow_duplicates=True))
-    except hostlist.BadHostlist as exc:
-        raise ValueError(f"invalid hostlist {text!r}: {exc}") from None
+        return expand(text, allow_duplicates=True)
+    except BadHostlist as exc:
+        raise ValueError(f"invalid hostlist {text!r}: {exc.detail}") from None

@@ -71,6 +71,7 @@ def find_script(argv: Sequence[str]) -> int | None:
 
 def run(argv: Sequence[str]) -> int:
     """The sbatch command; returns the exit status."""
+    from phalanx.dialects.slurm.script import MAX_SCRIPT_BYTES
     from phalanx.errors import PhalanxError
 
     args = [a for a in argv if a not in ("--strict", "--lenient")]
@@ -84,8 +85,9 @@ def run(argv: Sequence[str]) -> int:
     if index is not None and not wrapped:
         script_path = args[index]
         try:
-            with open(script_path, encoding="utf-8", errors="replace") as fh:
-                script_text = fh.read()
+            # A byte over the 4 MiB limit is enough for build_request to refuse it.
+            with open(script_path, "rb") as fh:
+                script_text = fh.read(MAX_SCRIPT_BYTES + 1).decode("utf-8", errors="replace")
         except OSError as exc:
             tool_error("sbatch", f"Unable to open file {script_path}: {exc.strerror or exc}")
             return 1
@@ -94,7 +96,7 @@ def run(argv: Sequence[str]) -> int:
     else:
         if sys.stdin.isatty():
             sys.stderr.write("sbatch: Reading batch script from stdin (end with Ctrl-D)\n")
-        script_text = sys.stdin.read()
+        script_text = sys.stdin.read(MAX_SCRIPT_BYTES + 1)
     import getpass
     import socket
 

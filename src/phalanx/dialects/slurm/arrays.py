@@ -17,6 +17,10 @@ __all__ = ["MAX_ARRAY_SIZE", "array_step", "parse_array"]
 
 MAX_ARRAY_SIZE = 1001
 """Slurm's default ``MaxArraySize``: indices must be below it."""
+MAX_THROTTLE = 2**32 - 1
+"""The largest ``%N`` (Slurm keeps it in 32 bits)."""
+_BIG = 10**12
+"""Numbers of more than 12 digits are read as this: they are all far beyond any limit."""
 
 _RANGE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")
 _ERROR = "sbatch: error: Invalid job array specification"
@@ -24,6 +28,12 @@ _ERROR = "sbatch: error: Invalid job array specification"
 
 def _invalid(text: str, why: str) -> Invalid:
     return Invalid(f"{_ERROR}\nsbatch: error: --array={text}: {why}")
+
+
+def _number(digits: str) -> int:
+    """``digits`` (ASCII) as an int; more than 12 digits as :data:`_BIG`, without ``int()``
+    of an arbitrarily long string."""
+    return int(digits) if len(digits) <= 12 else _BIG
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,27 +61,33 @@ def parse_array(text: str) -> ArrayRequest:
     if throttle_text is not None:
         if not throttle_text.isdigit() or not throttle_text.isascii():
             raise _invalid(text, f"the throttle after % must be a number, got {throttle_text!r}")
-        throttle = int(throttle_text) or None  # %0: no limit
+        throttle = _number(throttle_text) or None  # %0: no limit
+        if throttle is not None and throttle > MAX_THROTTLE:
+            raise _invalid(text, f"the throttle after % must be at most {MAX_THROTTLE}")
     if not spec:
         raise _invalid(text, "no indices")
-    indices: set[int] = set()
+    marks = bytearray(MAX_ARRAY_SIZE)  # a bitmap: a long list of ranges costs no more
     for part in spec.split(","):
         m = _RANGE.fullmatch(part)
         if m is None or not part.isascii():
             raise _invalid(text, f"{part!r} is not an index, a range N-M or a stepped range N-M:S")
-        first = int(m.group(1))
-        last = int(m.group(2)) if m.group(2) is not None else first
-        step = int(m.group(3)) if m.group(3) is not None else 1
+        first = _number(m.group(1))
+        last = _number(m.group(2)) if m.group(2) is not None else first
+        step = _number(m.group(3)) if m.group(3) is not None else 1
         if last < first:
             raise _invalid(text, f"{part!r}: the range ends before it starts")
         if step < 1:
             raise _invalid(text, f"{part!r}: the step must be at least 1")
         if last >= MAX_ARRAY_SIZE:
+            shown = m.group(2) or m.group(1)
+            if len(shown) > 24:
+                shown = f"{shown[:12]}...({len(shown)} digits)"
             raise _invalid(
-                text, f"index {last} is above the maximum {MAX_ARRAY_SIZE - 1} (MaxArraySize)"
+                text, f"index {shown} is above the maximum {MAX_ARRAY_SIZE - 1} (MaxArraySize)"
             )
-        indices.update(range(first, last + 1, step))
-    return ArrayRequest(indices=sorted(indices), throttle=throttle, text=text)
+        marks[first : last + 1 : step] = b"\x01" * len(range(first, last + 1, step))
+    indices = [i for i, marked in enumerate(marks) if marked]
+    return ArrayRequest(indices=indices, throttle=throttle, text=text)
 
 
 def array_step(text: str) -> int:
@@ -81,5 +97,5 @@ def array_step(text: str) -> int:
     for part in spec.split(","):
         if ":" in part:
             step = part.partition(":")[2]
-            return int(step) if step.isdigit() else 1
+            return _number(step) if step.isascii() and step.isdigit() else 1
     return 1

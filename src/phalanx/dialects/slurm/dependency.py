@@ -32,8 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import hostlist
-
+from phalanx.dialects.slurm.hostlists import BadHostlist, expand_hostlist
 from phalanx.errors import Invalid
 
 __all__ = [
@@ -71,6 +70,8 @@ FAILED_ENDS = FINISHED - {"COMPLETED"}
 
 _ERROR = "sbatch: error: Batch job submission failed: Job dependency problem"
 _JOB = re.compile(r"([0-9]+)(?:_(\*|[0-9]+|\[[0-9,\-]+\]))?(?:\+([0-9]+))?")
+_MAX_ID = 2**32 - 1
+"""Job ids, array task ids and delays are 32-bit in Slurm; larger numbers are refused."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,9 @@ def _parse_part(text: str, part: str) -> list[DepTerm]:
         m = _JOB.fullmatch(job)
         if m is None or not job.isascii():
             raise _invalid(text, f"{job!r} is not a job id (ID, ID_TASK, ID_[A-B] or ID_*)")
+        for number in (m.group(1), m.group(3)):
+            if number is not None and (len(number) > 10 or int(number) > _MAX_ID):
+                raise _invalid(text, f"{job!r}: {number[:24]} is too large (at most {_MAX_ID})")
         job_id, task, minutes = int(m.group(1)), m.group(2), int(m.group(3) or 0)
         if m.group(3) is not None and kind != "after":
             raise _invalid(text, f"{job!r}: a +minutes delay is only allowed with after:")
@@ -197,9 +201,18 @@ def _parse_part(text: str, part: str) -> list[DepTerm]:
             tasks = [None]
         elif task.startswith("["):
             try:
-                tasks = [int(t) for t in hostlist.expand_hostlist(task)]
-            except (hostlist.BadHostlist, ValueError):
-                raise _invalid(text, f"{job!r}: bad array task list {task}") from None
+                numbers = [int(t) for t in expand_hostlist(task)]
+            except BadHostlist as exc:
+                raise _invalid(
+                    text, f"{job!r}: bad array task list {task} ({exc.detail})"
+                ) from None
+            if any(t > _MAX_ID for t in numbers):
+                raise _invalid(text, f"{job!r}: an array task is too large (at most {_MAX_ID})")
+            tasks = list(numbers)
+        elif len(task) > 10 or int(task) > _MAX_ID:
+            raise _invalid(
+                text, f"{job!r}: array task {task[:24]} is too large (at most {_MAX_ID})"
+            )
         else:
             tasks = [int(task)]
         out.extend(DepTerm(kind, job_id, t, minutes) for t in tasks)  # type: ignore[arg-type]

@@ -19,6 +19,8 @@ MB = 1 << 20
 
 _SIZE = re.compile(r"([0-9]+)([kKmMgGtT]?)[bB]?")
 _FACTOR = {"": 1, "m": 1, "g": 1024, "t": 1024 * 1024}
+MAX_MB = (1 << 43) - 1
+"""The largest size taken: its bytes fit in 63 bits, as a Kubernetes quantity's do."""
 
 
 def parse_memory_mb(text: str, option: str = "--mem") -> int:
@@ -33,10 +35,17 @@ def parse_memory_mb(text: str, option: str = "--mem") -> int:
             f"sbatch: error: invalid memory constraint {option}={text}: expected a whole "
             "number of megabytes, or a number with a K, M, G or T suffix (e.g. 64G)"
         )
-    amount, unit = int(m.group(1)), m.group(2).lower()
-    if unit == "k":
-        return -(-amount // 1024)
-    return amount * _FACTOR[unit]
+    digits, unit = m.group(1).lstrip("0") or "0", m.group(2).lower()
+    mb = 0
+    if len(digits) <= 20:  # longer is too large whatever the unit; int() is never asked
+        amount = int(digits)
+        mb = -(-amount // 1024) if unit == "k" else amount * _FACTOR[unit]
+    if len(digits) > 20 or mb > MAX_MB:
+        raise Invalid(
+            f"sbatch: error: invalid memory constraint {option}={text}: too large (at most "
+            f"{MAX_MB >> 20}T)"
+        )
+    return mb
 
 
 def format_memory_mb(mb: int) -> str:

@@ -172,10 +172,25 @@ def _bad(msg: str) -> Invalid:
     return Invalid(f"sbatch: error: {msg}")
 
 
+INT_MAX = 2**31 - 1
+"""The largest count sbatch takes (Slurm's ``parse_int`` refuses more)."""
+
+
+def _whole(digits: str, limit: int = INT_MAX) -> int | None:
+    """The ASCII ``digits`` as an int, or None when over ``limit`` (without ``int()`` of an
+    arbitrarily long string)."""
+    significant = digits.lstrip("0")
+    if len(significant) > len(str(limit)):
+        return None
+    value = int(digits)
+    return value if value <= limit else None
+
+
 def _positive(value: str, name: str) -> int:
-    if not re.fullmatch(r"[0-9]+", value) or int(value) < 1:
+    number = _whole(value) if re.fullmatch(r"[0-9]+", value) else None
+    if number is None or number < 1:
         raise _bad(f'Invalid numeric value "{value}" for {name}.')
-    return int(value)
+    return number
 
 
 def _text(value: str, name: str) -> str:
@@ -196,11 +211,11 @@ def _nodes(value: str, name: str) -> tuple[int, int]:
         raise _bad(f"{name}={value}: node count lists with a step are not supported yet")
     m = re.fullmatch(r"([0-9]+)([kKmM]?)(?:-([0-9]+)([kKmM]?))?", value)
     if m is None:
-        raise _bad(f"invalid node count `{value}'")
-    low = int(m.group(1)) * _SUFFIX[m.group(2).lower()]
-    high = int(m.group(3)) * _SUFFIX[m.group(4).lower()] if m.group(3) else low
-    if low < 1 or high < low:
-        raise _bad(f"invalid node count `{value}'")
+        raise _bad(f"{name}: invalid node count `{value}' (expected N or N-M)")
+    low = (_whole(m.group(1)) or 0) * _SUFFIX[m.group(2).lower()]
+    high = (_whole(m.group(3)) or 0) * _SUFFIX[m.group(4).lower()] if m.group(3) else low
+    if low < 1 or high < low or high > INT_MAX:
+        raise _bad(f"{name}: invalid node count `{value}' (expected N or N-M, 1 to {INT_MAX})")
     return low, high
 
 
@@ -208,9 +223,10 @@ def _gpu_count(value: str, name: str) -> GpuCount:
     if "," in value:
         raise _bad(f"{name}={value}: more than one GPU type per job is not supported yet")
     kind, _, count = value.rpartition(":")
-    if not re.fullmatch(r"[0-9]+", count) or int(count) < 1 or ":" in kind:
+    number = _whole(count) if re.fullmatch(r"[0-9]+", count) else None
+    if number is None or number < 1 or ":" in kind:
         raise _bad(f"Invalid {name} specification: {value} (expected [type:]count, e.g. h100:8)")
-    return GpuCount(count=int(count), type=kind or None)
+    return GpuCount(count=number, type=kind or None)
 
 
 _GRES_SUFFIX = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
@@ -223,9 +239,9 @@ def _gres(value: str, name: str) -> tuple[GresSpec, ...]:
         parts = item.split(":")
         count = 1
         if len(parts) > 1 and (m := re.fullmatch(r"([0-9]+)([kKmMgGtTpP]?)", parts[-1])):
-            count = int(m.group(1)) * _GRES_SUFFIX[m.group(2).lower()]
+            count = (_whole(m.group(1)) or 0) * _GRES_SUFFIX[m.group(2).lower()]
             parts = parts[:-1]
-        if not parts[0] or len(parts) > 2 or not all(parts) or count < 1:
+        if not parts[0] or len(parts) > 2 or not all(parts) or not 1 <= count <= INT_MAX:
             raise _bad(f"Invalid generic resource (gres) specification: {value}")
         out.append(GresSpec(name=parts[0], count=count, type=parts[1] if len(parts) > 1 else None))
     return tuple(out)
@@ -283,14 +299,14 @@ def _yes_no(value: str, name: str) -> bool:
 def _nice(value: str | None, name: str) -> int:
     if value is None:
         return 100
-    if not re.fullmatch(r"[+-]?[0-9]+", value) or abs(int(value)) > 2147483645:
-        raise _bad("Invalid nice value, must be between -2147483645 and 2147483645")
+    if not re.fullmatch(r"[+-]?[0-9]+", value) or _whole(value.lstrip("+-"), 2147483645) is None:
+        raise _bad(f"Invalid nice value {value} for {name}: expected -2147483645 to 2147483645")
     return int(value)
 
 
 def _switches(value: str, name: str) -> tuple[int, int | None]:
     count, at, wait = value.partition("@")
-    if not re.fullmatch(r"[0-9]+", count):
+    if not re.fullmatch(r"[0-9]+", count) or _whole(count) is None:
         raise _bad(f"Invalid {name} specification: {value} (expected count[@max-time])")
     seconds: int | None = None
     if at:
@@ -414,14 +430,14 @@ def parse_signal(value: str, name: str = "--signal") -> SignalRequest:
     sig, at, secs = text.partition("@")
     number: int | None = None
     if re.fullmatch(r"[0-9]+", sig):
-        number = int(sig)
+        number = _whole(sig)
     else:
         number = SIGNALS.get(sig.upper().removeprefix("SIG"))
     if number is None or not 1 <= number <= 64:
         raise _bad(f"Invalid {name} specification: {value} (expected [{{R|B}}:]SIG[@secs])")
     seconds = 60
     if at:
-        if not re.fullmatch(r"[0-9]+", secs) or int(secs) > 65535:
+        if not re.fullmatch(r"[0-9]+", secs) or _whole(secs, 65535) is None:
             raise _bad(f"Invalid {name} specification: {value} (seconds must be 0..65535)")
         seconds = int(secs)
     return SignalRequest(signal=number, seconds=seconds, batch_only=batch_only)
@@ -453,7 +469,15 @@ def parse_begin(text: str, now: float) -> float:
         names = ("seconds", "minutes", "hours", "days", "weeks")
         if unit and not any(n.startswith(unit) or unit == n[:-1] for n in names):
             raise _bad(f"Invalid time specification --begin={text}: unknown unit {unit!r}")
-        return now + int(m.group(1)) * _UNITS[unit[:1] or "s"]
+        amount = _whole(m.group(1))
+        later = now + (amount if amount is not None else INT_MAX + 1) * _UNITS[unit[:1] or "s"]
+        try:
+            datetime.fromtimestamp(later)
+        except (OverflowError, OSError, ValueError):
+            raise _bad(
+                f"Invalid time specification --begin={text}: too far in the future"
+            ) from None
+        return later
     midnight = base.replace(hour=0, minute=0, second=0, microsecond=0)
     if value == "today":
         return midnight.timestamp()
@@ -479,11 +503,11 @@ def parse_begin(text: str, now: float) -> float:
     for pattern in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d", "%m%d%y", "%m/%d/%y"):
         try:
             return datetime.strptime(value.upper(), pattern).timestamp()
-        except ValueError:
+        except (ValueError, OverflowError, OSError):
             continue
     try:
         return datetime.strptime(value, "%m.%d.%y").timestamp()
-    except ValueError:
+    except (ValueError, OverflowError, OSError):
         pass
     raise _bad(
         f"Invalid time specification --begin={text}: expected now[+N[units]], HH:MM[:SS], "
@@ -796,7 +820,7 @@ def _env_flag(value: str) -> bool:
     """sbatch's test for a flag variable: empty, ``yes``, or a non-zero number."""
     if value == "" or value.lower() == "yes":
         return True
-    return bool(re.fullmatch(r"[+-]?[0-9]+", value)) and int(value) != 0
+    return bool(re.fullmatch(r"[+-]?[0-9]+", value)) and value.lstrip("+-").strip("0") != ""
 
 
 def options_from_env(env: Mapping[str, str]) -> SbatchOptions:
@@ -810,8 +834,8 @@ def options_from_env(env: Mapping[str, str]) -> SbatchOptions:
         opt = _BY_LONG[long]
         try:
             if opt.count:
-                if re.fullmatch(r"[0-9]+", value):
-                    values["verbose"] = int(value)
+                if re.fullmatch(r"[0-9]+", value) and (level := _whole(value)) is not None:
+                    values["verbose"] = level
                 continue
             if opt.arg == "none":
                 if _env_flag(value) and opt.support == "yes":

@@ -64,7 +64,9 @@ def expand_pattern(pattern: str, fields: PatternFields) -> str:
         if j == n:
             out.append(pattern[i:])
             break
-        width = min(int(pattern[i + 1 : j]), _MAX_WIDTH) if j > i + 1 else 0
+        digits = pattern[i + 1 : j].lstrip("0")  # %004j is %4j
+        # The width is capped at 10; a longer number is never read whole.
+        width = _MAX_WIDTH if len(digits) > 2 else min(int(digits or "0"), _MAX_WIDTH)
         letter = pattern[j]
         value = _field(letter, fields, width)
         out.append(pattern[i : j + 1] if value is None else value)

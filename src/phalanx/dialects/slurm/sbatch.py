@@ -30,8 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import hostlist
-
+from phalanx.dialects.slurm.hostlists import BadHostlist, expand_hostlist
 from phalanx.dialects.slurm.lint import script_warnings as lint_script
 from phalanx.dialects.slurm.memory import MB
 from phalanx.dialects.slurm.options import (
@@ -40,7 +39,7 @@ from phalanx.dialects.slurm.options import (
     parse_begin,
     parse_sbatch_args,
 )
-from phalanx.dialects.slurm.script import check_script, read_directives
+from phalanx.dialects.slurm.script import MAX_SCRIPT_BYTES, check_script, read_directives
 from phalanx.errors import Invalid
 
 if TYPE_CHECKING:
@@ -99,10 +98,12 @@ def _read_script(path: str, cwd: str, env: Mapping[str, str]) -> tuple[str, str]
     for candidate in candidates:
         if os.path.isfile(candidate):
             try:
-                with open(candidate, encoding="utf-8", errors="surrogateescape") as f:
-                    return f.read(), candidate
+                # One byte more than the limit is enough to refuse it (check_script).
+                with open(candidate, "rb") as f:
+                    data = f.read(MAX_SCRIPT_BYTES + 1)
             except OSError as exc:
                 raise _err(f"Unable to open file {path}: {exc.strerror}") from None
+            return data.decode("utf-8", "surrogateescape"), candidate
     raise _err(f"Unable to open file {path}")
 
 
@@ -176,7 +177,7 @@ def build_request(
         if args or path is not None:
             raise _err("Script arguments not permitted with --wrap option")
         text = f"{WRAP_HEADER}{cli.wrap}\n"
-        check_script(text)
+        check_script(text, "--wrap")
         script_opts = SbatchOptions()
         source = "--wrap"
     else:
@@ -278,9 +279,9 @@ def _hosts(option: str, value: str) -> list[str]:
     if "/" in value:
         raise _err(f"--{option}={value}: a node list file is not supported yet")
     try:
-        return sorted(set(hostlist.expand_hostlist(value)))
-    except hostlist.BadHostlist as exc:
-        raise _err(f"--{option}={value}: invalid hostlist ({exc})") from None
+        return sorted(set(expand_hostlist(value)))
+    except BadHostlist as exc:
+        raise _err(f"--{option}={value}: invalid hostlist ({exc.detail})") from None
 
 
 def _node_lists(o: SbatchOptions, units: int, per_node: bool) -> dict[str, Any]:
@@ -301,8 +302,12 @@ def _node_lists(o: SbatchOptions, units: int, per_node: bool) -> dict[str, Any]:
                 "phalanx places a job on exactly the listed nodes (give --nodes to match, "
                 "or use --constraint)"
             )
-        if set(nodes) & set(fields.get("exclude_nodes", ())):
-            raise _err("Batch job submission failed: Requested node configuration is not available")
+        both = sorted(set(nodes) & set(fields.get("exclude_nodes", ())))
+        if both:
+            raise _err(
+                "Batch job submission failed: Requested node configuration is not available "
+                f"(--nodelist and --exclude both name {both[0]})"
+            )
         fields["node_names"] = nodes
     return fields
 

@@ -88,10 +88,17 @@ def _minutes(source: str, number: int, key: str, value: str) -> float:
     return float(seconds)
 
 
+_MAX_WHOLE = 2**32 - 1
+"""Slurm keeps these numbers in 32 bits."""
+
+
 def _whole(source: str, number: int, key: str, value: str) -> int:
-    if not re.fullmatch(r"[0-9]+", value.strip()):
+    digits = value.strip()
+    if not re.fullmatch(r"[0-9]+", digits):
         raise Invalid(f"{source}:{number}: {key}={value}: expected a whole number")
-    return int(value)
+    if len(digits.lstrip("0")) > 10 or int(digits) > _MAX_WHOLE:
+        raise Invalid(f"{source}:{number}: {key}={digits[:24]}: too large (at most {_MAX_WHOLE})")
+    return int(digits)
 
 
 _FIELDS = {

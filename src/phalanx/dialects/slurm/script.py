@@ -4,7 +4,8 @@ Exactly sbatch's rules (sbatch.c ``_get_script_buffer``; opt.c
 ``_opt_batch_script``, ``_get_argument``):
 
 * the script must not be empty or whitespace only, must start with ``#!``, must
-  not contain a NUL byte or DOS line breaks;
+  not contain a NUL byte or DOS line breaks, and must not be larger than
+  :data:`MAX_SCRIPT_BYTES` (4 MiB, Slurm's default ``max_script_size``);
 * a directive is a line starting at column 0 with ``#SBATCH``; the rest of the
   line is split into words (whitespace separates, ``"..."``/``'...'`` group,
   ``\\`` escapes the next character, an unquoted ``#`` starts a comment, no
@@ -26,7 +27,18 @@ from dataclasses import dataclass
 
 from phalanx.errors import Invalid
 
-__all__ = ["Directive", "ScriptDirectives", "check_script", "read_directives", "split_directive"]
+__all__ = [
+    "MAX_SCRIPT_BYTES",
+    "Directive",
+    "ScriptDirectives",
+    "check_script",
+    "read_directives",
+    "split_directive",
+]
+
+MAX_SCRIPT_BYTES = 4 << 20
+"""The largest batch script, in bytes: Slurm's default ``max_script_size`` (4 MiB). The
+server refuses a longer ``run.script`` too (:class:`phalanx.model.RunSpec`)."""
 
 _MAGIC = "#SBATCH"
 _LEGACY = "#SLURM"
@@ -52,8 +64,26 @@ class ScriptDirectives:
         return [(d.line, w) for d in self.directives for w in d.argv]
 
 
-def check_script(text: str) -> None:
-    """sbatch's checks of a batch script's bytes; :class:`Invalid` with its message."""
+def _too_large(text: str) -> bool:
+    if len(text) > MAX_SCRIPT_BYTES:
+        return True  # at least one byte a character: no need to encode it
+    try:  # a byte that is not UTF-8 was read as a surrogate (``surrogateescape``)
+        size = len(text.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:
+        size = len(text.encode("utf-8", "surrogatepass"))
+    return size > MAX_SCRIPT_BYTES
+
+
+def check_script(text: str, source: str = "<stdin>") -> None:
+    """sbatch's checks of a batch script's bytes; :class:`Invalid` with its message.
+
+    ``source`` names the script in the one message that is phalanx's (its size).
+    """
+    if _too_large(text):
+        raise Invalid(
+            f"sbatch: error: {source}: the batch script is larger than {MAX_SCRIPT_BYTES} "
+            "bytes (4 MiB, Slurm's default max_script_size)"
+        )
     if "\0" in text:
         raise Invalid("sbatch: error: The batch script contains a NULL character")
     if text == "":
@@ -128,7 +158,7 @@ def _span(lines: list[int]) -> str:
 
 def read_directives(text: str, source: str, *, lenient: bool = False) -> ScriptDirectives:
     """The ``#SBATCH`` directives of the batch script ``text`` (named ``source`` in errors)."""
-    check_script(text)
+    check_script(text, source)
     lines = text.split("\n")
     problems: list[str] = []
     warnings: list[str] = []

@@ -37,9 +37,12 @@ GPUs), partition ``GraceTime`` ``slurm.phalanx.io/grace-time`` and
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-import hostlist
+from pydantic import ValidationError
 
+from phalanx.dialects.slurm.hostlists import BadHostlist, expand_hostlist
 from phalanx.dialects.slurm.memory import MB
 from phalanx.dialects.slurm.sbatch import FEATURE_LABEL, GPU_TYPE_LABEL, HOSTNAME_LABEL
 from phalanx.errors import Invalid
@@ -69,6 +72,20 @@ MAX_TIME = "slurm.phalanx.io/max-time"
 DEF_MEM_PER_CPU = "slurm.phalanx.io/def-mem-per-cpu"
 """DefMemPerCPU (MB): the memory of a batch job that asks for none, per CPU."""
 STATE = "slurm.phalanx.io/state"
+
+
+@contextmanager
+def _checked(source: str, number: int, what: str) -> Iterator[None]:
+    """A model's validation error in the block becomes one :class:`Invalid` naming the line."""
+    try:
+        yield
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        message = str(err["msg"]).removeprefix("Value error, ")
+        raise Invalid(f"{source}:{number}: {what}: {field}: {message}" if field else
+                      f"{source}:{number}: {what}: {message}") from None  # fmt: skip
+
 
 _PAIR = re.compile(r'([A-Za-z][A-Za-z0-9_]*)=("[^"]*"|\'[^\']*\'|\S*)')
 _GRES_COUNT = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
@@ -110,17 +127,23 @@ def _pairs(source: str, number: int, line: str) -> list[tuple[str, str]]:
     return pairs
 
 
+_MAX_INT = 2**32 - 1
+"""The largest number a slurm.conf count or size takes (Slurm's are 32 bits)."""
+
+
 def _int(source: str, number: int, key: str, value: str) -> int:
     if not re.fullmatch(r"[0-9]+", value):
         raise Invalid(f"{source}:{number}: {key}={value}: expected a whole number")
+    if len(value.lstrip("0")) > 10 or int(value) > _MAX_INT:
+        raise Invalid(f"{source}:{number}: {key}={value[:24]}: too large (at most {_MAX_INT})")
     return int(value)
 
 
 def _hosts(source: str, number: int, expr: str) -> list[str]:
     try:
-        return list(hostlist.expand_hostlist(expr))
-    except hostlist.BadHostlist as exc:
-        raise Invalid(f"{source}:{number}: invalid hostlist {expr!r}: {exc}") from None
+        return expand_hostlist(expr)
+    except BadHostlist as exc:
+        raise Invalid(f"{source}:{number}: invalid hostlist {expr!r}: {exc.detail}") from None
 
 
 def _gres_gpus(source: str, number: int, value: str) -> tuple[int, str | None]:
@@ -131,7 +154,7 @@ def _gres_gpus(source: str, number: int, value: str) -> tuple[int, str | None]:
             continue
         count = 1
         if len(parts) > 1 and (m := re.fullmatch(r"([0-9]+)([kKmMgG]?)", parts[-1])):
-            count = int(m.group(1)) * _GRES_COUNT[m.group(2).lower()]
+            count = _int(source, number, "Gres", m.group(1)) * _GRES_COUNT[m.group(2).lower()]
             parts = parts[:-1]
         if len(parts) > 2:
             raise Invalid(f"{source}:{number}: Gres={value}: expected gpu[:type][:count]")
@@ -272,12 +295,14 @@ def read_slurm_conf(
             continue
         key, value = pairs[0]
         attrs = dict(pairs[1:])
-        if key == "defmempercpu" and value.isdigit():
+        if key == "defmempercpu" and re.fullmatch(r"[0-9]{1,10}", value):
             cluster_defaults["defmempercpu"] = value
             continue
         if key in PREEMPTION_KEYS:
             preemption[key] = (number, value)
             continue
+        if key in ("nodename", "partitionname") and not value:
+            raise Invalid(f"{source}:{number}: {line.split('=', 1)[0]}= needs a name")
         if key == "nodename":
             if value.upper() == "DEFAULT":
                 node_defaults.update(attrs)
@@ -343,13 +368,14 @@ def read_slurm_conf(
             state = AdminState.DOWN
         elif state_text.startswith("DRAIN"):
             state = AdminState.DRAIN
-        built[host] = Node(
-            name=host,
-            labels=labels,
-            capacity=capacity,
-            state=state,
-            reason=attrs.get("reason", "") if state is not AdminState.UP else "",
-        )
+        with _checked(source, number, f"node {host}"):
+            built[host] = Node(
+                name=host,
+                labels=labels,
+                capacity=capacity,
+                state=state,
+                reason=attrs.get("reason", "") if state is not AdminState.UP else "",
+            )
 
     topo = None
     if topology is not None:
@@ -365,22 +391,26 @@ def read_slurm_conf(
     for name, (number, attrs) in partitions.items():
         hosts = members[name]
         label = PARTITION_LABEL.format(name)
-        flavors.append(
-            ResourceFlavor(
-                name=name,
-                node_labels={label: "true"},
-                topology_name=topo.topology.name if topo is not None else None,
+        with _checked(source, number, f"partition {name}"):
+            flavors.append(
+                ResourceFlavor(
+                    name=name,
+                    node_labels={label: "true"},
+                    topology_name=topo.topology.name if topo is not None else None,
+                )
             )
-        )
         totals = {CPU: 0, MEMORY: 0, GPU: 0}
         for host in hosts:
             for resource in totals:
                 totals[resource] += built[host].capacity.get(resource, 0)
         covered = [r for r in (CPU, MEMORY, GPU) if r != GPU or totals[GPU]]
-        quotas = [
-            ResourceQuota.model_validate({"name": r, "nominalQuota": format_quantity(totals[r], r)})
-            for r in covered
-        ]
+        with _checked(source, number, f"partition {name}"):
+            quotas = [
+                ResourceQuota.model_validate(
+                    {"name": r, "nominalQuota": format_quantity(totals[r], r)}
+                )
+                for r in covered
+            ]
         annotations: dict[str, str] = {}
         if attrs.get("default", "NO").upper() == "YES":
             annotations[DEFAULT_PARTITION] = "true"
@@ -390,29 +420,30 @@ def read_slurm_conf(
                 if seconds is not None:
                     annotations[annotation] = str(seconds)
         mem_per_cpu = attrs.get("defmempercpu", cluster_defaults.get("defmempercpu"))
-        if mem_per_cpu and mem_per_cpu.isdigit():
+        if mem_per_cpu and re.fullmatch(r"[0-9]{1,10}", mem_per_cpu):
             annotations[DEF_MEM_PER_CPU] = mem_per_cpu
         part_state = attrs.get("state", "UP").upper()
         annotations[STATE] = part_state
         preempt_annotations, policy = _preemption(source, preemption, number, attrs)
         annotations.update(preempt_annotations)
         annotations.update(_ordering(source, number, attrs))
-        queues.append(
-            ClusterQueue(
-                name=name,
-                queueing_strategy=QueueingStrategy.BEST_EFFORT_FIFO,
-                resource_groups=[
-                    ResourceGroup(
-                        covered_resources=covered,
-                        flavors=[FlavorQuotas(name=name, resources=quotas)],
-                    )
-                ],
-                stop_policy=StopPolicy.HOLD
-                if part_state in ("DOWN", "INACTIVE")
-                else StopPolicy.NONE,
-                preemption=policy,
-                annotations=annotations,
+        with _checked(source, number, f"partition {name}"):
+            queues.append(
+                ClusterQueue(
+                    name=name,
+                    queueing_strategy=QueueingStrategy.BEST_EFFORT_FIFO,
+                    resource_groups=[
+                        ResourceGroup(
+                            covered_resources=covered,
+                            flavors=[FlavorQuotas(name=name, resources=quotas)],
+                        )
+                    ],
+                    stop_policy=StopPolicy.HOLD
+                    if part_state in ("DOWN", "INACTIVE")
+                    else StopPolicy.NONE,
+                    preemption=policy,
+                    annotations=annotations,
+                )
             )
-        )
     extra: list[Topology] = [topo.topology] if topo is not None else []
     return [*built.values(), *extra, *flavors, *queues]

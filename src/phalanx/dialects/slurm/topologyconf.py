@@ -55,6 +55,9 @@ BLOCK_LABEL = "slurm.phalanx.io/block"
 """A node's base block; ``block-<size>`` its aggregate of ``size`` nodes."""
 TOPOLOGY_PLUGINS = {"topology/tree": "tree", "topology/block": "block"}
 """The ``TopologyPlugin`` values that read ``topology.conf``, and its form."""
+MAX_LEVELS = 15
+"""The most switch levels, or block sizes: a Topology has at most 16 levels, one of
+them ``kubernetes.io/hostname``."""
 
 
 @dataclass(frozen=True)
@@ -103,11 +106,13 @@ def read_topology_conf(
         elif key == "blocksizes":
             if attrs:
                 raise Invalid(f"{source}:{number}: BlockSizes takes no other keys on its line")
-            if not re.fullmatch(r"[0-9]+(,[0-9]+)*", value):
+            counts = value.split(",")
+            if len(counts) > MAX_LEVELS or not all(re.fullmatch(r"[0-9]{1,10}", c) for c in counts):
                 raise Invalid(
-                    f"{source}:{number}: BlockSizes={value}: expected node counts, e.g. 30,120"
+                    f"{source}:{number}: BlockSizes={value[:40]}: expected at most {MAX_LEVELS} "
+                    "node counts of at most 10 digits, e.g. 30,120"
                 )
-            sizes = (number, [int(v) for v in value.split(",")])
+            sizes = (number, [int(c) for c in counts])
         else:
             raise Invalid(
                 f"{source}:{number}: unknown key {key!r} (expected SwitchName=, BlockName= "
@@ -199,7 +204,19 @@ def _tree(source: str, switches: dict[str, tuple[int, str, list[str]]]) -> Slurm
                 )
             chain.append(up)
         chains[leaf] = chain
+    if not chains:
+        number = min(line for line, _, _ in switches.values())
+        raise Invalid(
+            f"{source}:{number}: no switch has Nodes=: the tree needs leaf switches "
+            "(SwitchName=<name> Nodes=<hostlist>)"
+        )
     height = max(len(chain) for chain in chains.values())
+    if height > MAX_LEVELS:
+        leaf = next(leaf for leaf, chain in chains.items() if len(chain) == height)
+        raise Invalid(
+            f"{source}:{switches[leaf][0]}: switch {leaf} is {height} levels below the top of "
+            f"its tree; at most {MAX_LEVELS} levels of switches are supported"
+        )
     labels: dict[str, dict[str, str]] = {}
     for host, leaf in leaf_of.items():
         chain = chains[leaf]
