@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+from phalanx.errors import Invalid
+
 __all__ = [
     "CPU",
     "GPU",
@@ -55,19 +57,30 @@ _DECIMAL = {
     "E": Fraction(10**18),
 }
 _MAX_EXPONENT = 30
+_MAX_DIGITS = 100
+"""Longer numbers are refused (they are never meant, and ``Fraction`` of a very long
+string is slow or fails)."""
 _QUANTITY_RE = re.compile(
     r"^(?P<sign>[+-]?)(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
     r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exp>[+-]?[0-9]+))?$"
 )
 
 
-class QuantityError(ValueError):
-    """A string that is not a Kubernetes quantity, or a negative one."""
+class QuantityError(Invalid, ValueError):
+    """A string that is not a Kubernetes quantity, or a negative one.
+
+    An :class:`~phalanx.errors.Invalid`, and a :class:`ValueError` so that pydantic
+    validators report it as a validation error of the field."""
 
 
 def is_milli_resource(resource: str) -> bool:
     """True for resources counted in milli-units (``cpu``)."""
     return resource in _MILLI_RESOURCES
+
+
+def _shown(value: str) -> str:
+    """``value`` as an error message quotes it: at most 40 characters of it."""
+    return repr(value) if len(value) <= 40 else f"{value[:40]!r}... ({len(value)} characters)"
 
 
 def _ceil(value: Fraction) -> int:
@@ -86,15 +99,15 @@ def _fraction(value: str | int | float) -> Fraction:
         amount = Fraction(repr(value))
     elif isinstance(value, str):
         match = _QUANTITY_RE.match(value.strip())
-        if match is None:
+        if match is None or len(match["num"]) > _MAX_DIGITS:
             raise QuantityError(
-                f"expected a quantity such as 8, 500m, 16Gi or 1.5Ti, got {value!r}"
+                f"expected a quantity such as 8, 500m, 16Gi or 1.5Ti, got {_shown(value)}"
             )
         amount = Fraction(match["num"])
         suffix, exp = match["suffix"], match["exp"]
         if exp is not None:
-            if abs(int(exp)) > _MAX_EXPONENT:
-                raise QuantityError(f"exponent out of range in quantity {value!r}")
+            if len(exp) > 4 or abs(int(exp)) > _MAX_EXPONENT:
+                raise QuantityError(f"exponent out of range in quantity {_shown(value)}")
             amount *= Fraction(10) ** int(exp)
         elif suffix in _BINARY:
             amount *= _BINARY[suffix]

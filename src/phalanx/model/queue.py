@@ -181,11 +181,30 @@ class ClusterQueue(PhalanxModel):
         )
         preemption_overrides(self.annotations)
         check_priority_annotations(self.annotations)
+        _check_whole_annotations(self.annotations)
         return self
 
     def flavor_names(self) -> list[str]:
         """Every flavor named by the queue's resource groups, in group then preference order."""
         return [f.name for g in self.resource_groups for f in g.flavors]
+
+
+WHOLE_ANNOTATIONS = (
+    "slurm.phalanx.io/default-time",
+    "slurm.phalanx.io/max-time",
+    "slurm.phalanx.io/def-mem-per-cpu",
+)
+"""ClusterQueue annotations that hold a whole number (seconds, MB), read at submission."""
+
+
+def _check_whole_annotations(annotations: dict[str, str]) -> None:
+    for key in WHOLE_ANNOTATIONS:
+        value = annotations.get(key)
+        if value is not None and not (value.isascii() and value.isdigit() and len(value) <= 18):
+            raise ValueError(
+                f"metadata.annotations[{key}]: expected a whole number (at most 18 digits), "
+                f"got {value[:40]!r}"
+            )
 
 
 class LocalQueue(PhalanxModel):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from phalanx.model.base import PhalanxModel
 from phalanx.model.job import PodSet
@@ -145,6 +145,22 @@ class RunSpec(PhalanxModel):
             if not value[0]:
                 raise ValueError("the program (its first word) is empty")
         return value
+
+    @model_validator(mode="after")
+    def _no_nul(self) -> RunSpec:
+        """A NUL character can be neither in a file name nor in a process's arguments or
+        environment: refused here rather than when the job starts."""
+        fields: list[tuple[str, str | None]] = [
+            ("workingDir", self.working_dir),
+            ("output", self.output),
+            ("error", self.error),
+        ]
+        fields += [(f"command[{i}]", word) for i, word in enumerate(self.command)]
+        fields += [(f"env.{name}", f"{name}={value}") for name, value in self.env.items()]
+        for name, value in fields:
+            if value is not None and "\0" in value:
+                raise ValueError(f"{name}: contains a NUL character")
+        return self
 
 
 class ArraySpec(PhalanxModel):

@@ -15,6 +15,7 @@ on when its block is present (and, in v1beta1, not ``enable: false``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -158,6 +159,14 @@ class KueueConfiguration:
         }
 
 
+def _finite(value: float) -> bool:
+    """``value`` is a float, or an int a float can hold, and neither infinite nor NaN."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 def _seconds(value: Any) -> float | None:
     return parse_duration(value) if isinstance(value, str) else None
 
@@ -223,7 +232,8 @@ def convert_configuration(
     if isinstance(afs, Mapping):
         weights = afs.get("resourceWeights") or {}
         if not isinstance(weights, Mapping) or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) for v in weights.values()
+            isinstance(v, int | float) and not isinstance(v, bool) and _finite(v)
+            for v in weights.values()
         ):
             problems.append(
                 (

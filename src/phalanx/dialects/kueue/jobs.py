@@ -158,8 +158,17 @@ def _str(data: Mapping[str, Any], key: str, path: Path, default: str | None = No
     return value
 
 
+INT32_MAX = 2**31 - 1
+"""Kubernetes' counts (parallelism, replicas, backoffLimit, ...) are int32."""
+
+
 def _int(
-    data: Mapping[str, Any], key: str, path: Path, default: int | None = None, minimum: int = 0
+    data: Mapping[str, Any],
+    key: str,
+    path: Path,
+    default: int | None = None,
+    minimum: int = 0,
+    maximum: int = INT32_MAX,
 ) -> int | None:
     value = data.get(key)
     if value is None:
@@ -168,7 +177,19 @@ def _int(
         raise JobFieldError((*path, key), f"expected an integer, got {describe(value)}")
     if value < minimum:
         raise JobFieldError((*path, key), f"expected an integer >= {minimum}, got {value}")
+    if value > maximum:
+        raise JobFieldError((*path, key), f"expected an integer <= {maximum}, got a larger one")
     return value
+
+
+def _whole_text(text: str, maximum: int = INT32_MAX) -> int | None:
+    """A whole number written as text (an annotation or label value), or None when it is
+    not one of ASCII digits from 0 to ``maximum``."""
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit()) or len(digits.lstrip("0")) > len(str(maximum)):
+        return None
+    value = int(digits)
+    return value if value <= maximum else None
 
 
 def _bool(data: Mapping[str, Any], key: str, path: Path, default: bool = False) -> bool:
@@ -258,6 +279,7 @@ def _container(data: Any, path: Path) -> tuple[Container, dict[str, int]]:
     requests = _quantities(resources, "requests", (*path, "resources"))
     for resource, amount in _quantities(resources, "limits", (*path, "resources")).items():
         requests.setdefault(resource, amount)
+    _no_nul(path, command, args, workdir, env)
     container = Container(
         name=name,
         image=image,
@@ -268,6 +290,19 @@ def _container(data: Any, path: Path) -> tuple[Container, dict[str, int]]:
         ports=ports,
     )
     return container, requests
+
+
+def _no_nul(
+    path: Path, command: list[str], args: list[str], workdir: str | None, env: list[EnvVar]
+) -> None:
+    """A NUL character cannot reach a process (its arguments, environment, directory)."""
+    found: list[tuple[Path, str | None]] = [((*path, "workingDir"), workdir)]
+    found += [((*path, "command", i), word) for i, word in enumerate(command)]
+    found += [((*path, "args", i), word) for i, word in enumerate(args)]
+    found += [((*path, "env", i), f"{var.name}={var.value}") for i, var in enumerate(env)]
+    for where, value in found:
+        if value is not None and "\0" in value:
+            raise JobFieldError(where, "contains a NUL character")
 
 
 def _quantities(data: Mapping[str, Any], key: str, path: Path) -> dict[str, int]:
@@ -408,12 +443,13 @@ def _topology_request(template: Mapping[str, Any], path: Path) -> dict[str, Any]
             raise JobFieldError(
                 (*where, SLICE_REQUIRED), "expected a topology level (a node label)"
             )
-        if not size.strip().isdigit() or int(size) < 1:
+        slice_size = _whole_text(size)
+        if slice_size is None or slice_size < 1:
             raise JobFieldError(
-                (*where, SLICE_SIZE), f"expected a whole number of pods >= 1, got {size!r}"
+                (*where, SLICE_SIZE), f"expected a whole number of pods >= 1, got {size[:40]!r}"
             )
         request["sliceRequired"] = level
-        request["sliceSize"] = int(size)
+        request["sliceSize"] = slice_size
     return request or None
 
 
@@ -433,7 +469,8 @@ def _pod_set(name: str, count: int, pod: _Pod, path: Path, min_count: int | None
     try:
         return PodSet(**fields)
     except ValidationError as exc:
-        raise JobFieldError(path, "; ".join(str(e["msg"]) for e in exc.errors())) from None
+        messages = (str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise JobFieldError(path, "; ".join(messages)) from None
 
 
 def _kube_pod_set(
@@ -496,7 +533,7 @@ def _batch_job(
     if mode == "Indexed" and completions is None:
         raise JobFieldError((*path, "completions"), "required when completionMode is Indexed")
     backoff = _int(spec, "backoffLimit", path, DEFAULT_BACKOFF_LIMIT)
-    deadline = _int(spec, "activeDeadlineSeconds", path, minimum=1)
+    deadline = _int(spec, "activeDeadlineSeconds", path, minimum=1, maximum=2**63 - 1)
     suspend = _bool(spec, "suspend", path)
     pod = _pod_template(spec.get("template"), (*path, "template"))
     # Without completions a Job is done when its pods succeed (the work-queue pattern).
@@ -506,9 +543,9 @@ def _batch_job(
     raw_min = annotations.get(MIN_PARALLELISM)
     if raw_min is not None and name == "main":
         where: Path = ("metadata", "annotations", MIN_PARALLELISM)
-        if not raw_min.isdigit() or int(raw_min) < 1:
-            raise JobFieldError(where, f"expected an integer >= 1, got {raw_min!r}")
-        min_count = int(raw_min)
+        min_count = _whole_text(raw_min)
+        if min_count is None or min_count < 1:
+            raise JobFieldError(where, f"expected an integer >= 1, got {raw_min[:40]!r}")
         if min_count > count:
             raise JobFieldError(where, f"{min_count} is more than the job's {count} pods")
         if min_count == count:
@@ -585,7 +622,9 @@ def _pytorchjob(data: Mapping[str, Any], annotations: Mapping[str, str]) -> _Par
         runs.append(_kube_pod_set(name, role, pod, parallelism=count, completions=count))
     policy = _mapping(spec, "runPolicy", ("spec",))
     backoff = _int(policy, "backoffLimit", ("spec", "runPolicy"), DEFAULT_BACKOFF_LIMIT)
-    deadline = _int(policy, "activeDeadlineSeconds", ("spec", "runPolicy"), minimum=1)
+    deadline = _int(
+        policy, "activeDeadlineSeconds", ("spec", "runPolicy"), minimum=1, maximum=2**63 - 1
+    )
     suspend = _bool(policy, "suspend", ("spec", "runPolicy"))
     assert backoff is not None
     return _Parts(pod_sets, runs, backoff, deadline, suspend)
@@ -598,6 +637,8 @@ def _rayjob(data: Mapping[str, Any], annotations: Mapping[str, str]) -> _Parts:
         raise JobFieldError(
             ("spec", "entrypoint"), "required: the command the RayJob runs (phalanx runs it)"
         )
+    if "\0" in entrypoint:
+        raise JobFieldError(("spec", "entrypoint"), "contains a NUL character")
     cluster = _mapping(spec, "rayClusterSpec", ("spec",), required=True)
     cpath: Path = ("spec", "rayClusterSpec")
     head = _mapping(cluster, "headGroupSpec", cpath, required=True)
@@ -619,7 +660,7 @@ def _rayjob(data: Mapping[str, Any], annotations: Mapping[str, str]) -> _Parts:
         pod = _pod_template(group.get("template"), (*path, "template"))
         pod_sets.append(_pod_set(name, count, pod, path))
         runs.append(_kube_pod_set(name, "worker", pod, parallelism=count, completions=count))
-    deadline = _int(spec, "activeDeadlineSeconds", ("spec",), minimum=1)
+    deadline = _int(spec, "activeDeadlineSeconds", ("spec",), minimum=1, maximum=2**63 - 1)
     suspend = _bool(spec, "suspend", ("spec",))
     return _Parts(pod_sets, runs, 0, deadline, suspend, entrypoint)
 
@@ -695,24 +736,34 @@ def convert_job(kind: str, data: Mapping[str, Any]) -> KubeJob:
     time_limit = parts.time_limit
     raw_max = labels.get(MAX_EXEC_LABEL)
     if raw_max is not None:
-        if not raw_max.isdigit() or int(raw_max) < 1:
+        max_exec = _whole_text(raw_max)
+        if max_exec is None or max_exec < 1:
             raise JobFieldError(
-                ("metadata", "labels", MAX_EXEC_LABEL), f"expected seconds >= 1, got {raw_max!r}"
+                ("metadata", "labels", MAX_EXEC_LABEL),
+                f"expected seconds from 1 to {INT32_MAX}, got {raw_max[:40]!r}",
             )
-        time_limit = min(time_limit or int(raw_max), int(raw_max))
+        time_limit = min(time_limit or max_exec, max_exec)
     manifest = dict(data)
     manifest["metadata"] = {**metadata, "name": name, "namespace": namespace}
     manifest["metadata"].pop("generateName", None)
-    kube = KubeRun(
-        kind=kind,
-        namespace=namespace,
-        name=name,
-        manifest=manifest,
-        pod_sets=parts.runs,
-        backoff_limit=parts.backoff_limit,
-        entrypoint=parts.entrypoint,
-        suspend=parts.suspend,
-    )
+    try:
+        kube = KubeRun(
+            kind=kind,
+            namespace=namespace,
+            name=name,
+            manifest=manifest,
+            pod_sets=parts.runs,
+            backoff_limit=parts.backoff_limit,
+            entrypoint=parts.entrypoint,
+            suspend=parts.suspend,
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = tuple(p for p in err["loc"][1:] if p != "[key]")
+        if err["loc"][-1] == "[key]":  # the last element is the key itself
+            at = (*where[:-1], str(where[-1]))
+            raise JobFieldError(at, f"keys must be strings, got {describe(err['input'])}") from None
+        raise JobFieldError(where, str(err["msg"])) from None
     try:
         submission = JobSubmission(
             name=name,

@@ -40,6 +40,12 @@ lists each problem on its own line as
 ``FILE:LINE: Kind/name (document N): field.path: message``, the field path in
 the manifest's own spelling (``spec.resourceGroups[0].flavors[0].resources[1]
 .nominalQuota``).
+
+Limits, each refused with the file and line before anything else is read:
+a file or stream of more than :data:`MAX_MANIFEST_BYTES`, nesting deeper than
+:data:`MAX_DEPTH`, aliases that would add more than :data:`MAX_ALIAS_NODES`
+nodes (a "billion laughs" document), an alias inside the node it names (a
+recursive structure), and a key given twice in one mapping.
 """
 
 from __future__ import annotations
@@ -81,6 +87,9 @@ from phalanx.model.resources import format_resources
 __all__ = [
     "KINDS",
     "KIND_ALIASES",
+    "MAX_ALIAS_NODES",
+    "MAX_DEPTH",
+    "MAX_MANIFEST_BYTES",
     "Manifest",
     "ManifestObject",
     "load_documents",
@@ -230,6 +239,8 @@ class _Problem:
     subject: str = ""
     document: int = 0
     path: Path_ = ()
+    limit: bool = False
+    """Over one of the limits (not a syntax error: no point reading it as JSON instead)."""
 
     def __str__(self) -> str:
         where = self.source
@@ -245,9 +256,14 @@ class _Problem:
         if self.path:
             parts.append(format_path(self.path))
         parts.append(self.message)
-        return ": ".join(parts)
+        # One problem, one line: a value quoted in the message may hold line breaks.
+        return _LINE_BREAK.sub(
+            lambda m: m.group().encode("unicode_escape").decode(), ": ".join(parts)
+        )
 
 
+_LINE_BREAK = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+"""What ``str.splitlines`` splits at."""
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -327,17 +343,160 @@ def _quoted_spans(nodes: Iterable[yaml.Node]) -> set[int]:
 
 SLASH_COMMENT = "`//` is not a YAML comment: use # for YAML comments"
 
+MAX_MANIFEST_BYTES = 8 << 20
+"""The largest manifest file or stream, in bytes (8 MiB)."""
+MAX_DEPTH = 100
+"""The deepest nesting of mappings and lists (a Kubernetes object needs about 20)."""
+MAX_ALIAS_NODES = 100_000
+"""The most nodes YAML aliases (``*name``) may add to a stream, counting each alias
+as the whole node it repeats."""
+
+
+class _LimitError(yaml.MarkedYAMLError):
+    """A document over one of the limits, or with a key given twice."""
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses, while composing, what would make the rest of
+    the loading slow or deep: too much nesting, aliases that expand too far or into
+    themselves, and duplicate keys (the Kubernetes API server's strict decoding
+    refuses them too)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._expanded = 0
+        """Nodes composed so far, each alias counted as the size of its node."""
+        self._aliased = 0
+        self._sizes: dict[str, int] = {}
+        self._open: set[str] = set()
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event: Any = self.peek_event()  # type: ignore[no-untyped-call]
+        mark: Any = event.start_mark
+        if isinstance(event, yaml.AliasEvent):
+            name = str(event.anchor)
+            if name in self._open:
+                raise _LimitError(
+                    None,
+                    None,
+                    f"the alias *{name} is inside the node &{name} it repeats "
+                    "(a recursive structure)",
+                    mark,
+                )
+            size = self._sizes.get(name, 1)
+            self._aliased += size
+            self._expanded += size
+            if self._aliased > MAX_ALIAS_NODES:
+                raise _LimitError(
+                    None,
+                    None,
+                    f"YAML aliases expand to more than {MAX_ALIAS_NODES} nodes; write the "
+                    "repeated parts out or split the file",
+                    mark,
+                )
+            return super().compose_node(parent, index)
+        if self._depth >= MAX_DEPTH:
+            raise _LimitError(None, None, f"nested more than {MAX_DEPTH} levels deep", mark)
+        anchor: str | None = getattr(event, "anchor", None)
+        before = self._expanded
+        self._expanded += 1
+        self._depth += 1
+        if anchor is not None:
+            self._open.add(anchor)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            if anchor is not None:
+                self._open.discard(anchor)
+        if anchor is not None:
+            self._sizes[anchor] = self._expanded - before
+        return node
+
+    def compose_mapping_node(self, anchor: Any) -> yaml.MappingNode:
+        node = super().compose_mapping_node(anchor)
+        seen: dict[tuple[str, str], yaml.Node] = {}
+        for key, _ in node.value:
+            if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                continue
+            first = seen.setdefault((key.tag, key.value), key)
+            if first is not key:
+                raise _LimitError(
+                    None,
+                    None,
+                    f"duplicate key {json.dumps(key.value)} (first on line "
+                    f"{first.start_mark.line + 1}); give each key once",
+                    key.start_mark,
+                )
+        return node
+
+
+def _size_problem(text: str, source: str) -> _Problem | None:
+    """A problem when ``text`` is over :data:`MAX_MANIFEST_BYTES`."""
+    if len(text) > MAX_MANIFEST_BYTES:
+        return _too_large(source, f"{len(text)} characters")
+    size = len(text.encode("utf-8", "surrogatepass"))
+    return _too_large(source, f"{size} bytes") if size > MAX_MANIFEST_BYTES else None
+
+
+def _too_large(source: str, size: str) -> _Problem:
+    return _Problem(
+        source,
+        0,
+        f"{size}, over the limit of {MAX_MANIFEST_BYTES} bytes (8 MiB) for one manifest "
+        "file or stream; split it into several files",
+        limit=True,
+    )
+
+
+def _depth_problem(data: Any, source: str, line: int, document: int = 0) -> _Problem | None:
+    """A problem when already parsed ``data`` nests deeper than :data:`MAX_DEPTH`."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return _Problem(
+                source, line, f"nested more than {MAX_DEPTH} levels deep", document=document,
+                limit=True,
+            )  # fmt: skip
+        if isinstance(value, Mapping):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+    return None
+
 
 def _parse_once(text: str, source: str) -> tuple[list[tuple[yaml.Node, Any]], _Problem | None]:
     parsed: list[tuple[yaml.Node, Any]] = []
     syntax: _Problem | None = None
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = _Loader(text)  # it refuses characters YAML does not allow at once
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        char = exc.character
+        code = f"U+{char:04X}" if isinstance(char, int) else repr(char)
+        return [], _Problem(
+            source, line, f"YAML syntax error: unacceptable character {code} ({exc.reason})", column
+        )
     try:
         while loader.check_node():
             node = loader.get_node()
             if node is None:
                 continue
             parsed.append((node, loader.construct_document(node)))
+    except _LimitError as exc:
+        mark = exc.problem_mark
+        syntax = _Problem(
+            source,
+            (mark.line + 1) if mark else 0,
+            exc.problem or "over a limit",
+            col=(mark.column + 1) if mark else 0,
+            limit=True,
+        )
+    except RecursionError:
+        syntax = _Problem(source, 0, f"nested more than {MAX_DEPTH} levels deep", limit=True)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         detail = exc.problem or "invalid YAML"
@@ -364,6 +523,8 @@ def _parse_yaml(text: str, source: str) -> tuple[list[_Doc], list[_Problem]]:
     documents themselves are reported too, in the same run.
     """
     parsed, syntax = _parse_once(text, source)
+    if syntax is not None and syntax.limit:
+        return [], [syntax]
     exempt = _quoted_spans(node for node, _ in parsed) if syntax is None else set()
     lines = text.splitlines(keepends=True)
     slashed = [
@@ -507,7 +668,14 @@ def _convert(kind: str, api_version: str, data: Mapping[str, Any]) -> _Converted
         if scope is not None:
             # Kueue's admission fair sharing: kept as an annotation (it round-trips);
             # the engine reads its admissionMode (phalanx.engine.afs).
-            annotations[ADMISSION_SCOPE_ANNOTATION] = json.dumps(scope, sort_keys=True)
+            try:
+                annotations[ADMISSION_SCOPE_ANNOTATION] = json.dumps(scope, sort_keys=True)
+            except (TypeError, ValueError):
+                raise _DocError(
+                    ("spec", "admissionScope"),
+                    "expected a mapping such as {admissionMode: UsageBasedAdmissionFairSharing} "
+                    "(strings, numbers, booleans, lists and mappings with string keys)",
+                ) from None
         if annotations:
             model["annotations"] = annotations
             fields["annotations"] = ("metadata", "annotations")
@@ -600,7 +768,7 @@ def _convert_node(name: str, metadata: Mapping[str, Any], data: Mapping[str, Any
 # --------------------------------------------------------------------------- pydantic errors
 
 _MESSAGE_PATH = re.compile(r"^(?P<path>[^\s:]+(?:\[\d+\])*): (?P<rest>.+)$", re.DOTALL)
-_PATH_ELEM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\.")
+_PATH_ELEM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)|\[([0-9]{1,9})\]|\.")
 _QUANTITY = re.compile(r"^expected a quantity such as (?P<ex>.+), got (?P<got>.+)$", re.DOTALL)
 
 
@@ -815,12 +983,20 @@ def load_text(text: str, source: str = "<stdin>") -> list[Manifest]:
 
 
 def _load_text(text: str, source: str) -> tuple[list[Manifest], list[_Problem]]:
+    too_large = _size_problem(text, source)
+    if too_large is not None:
+        return [], [too_large]
     docs, problems = _parse_yaml(text, source)
-    if problems and source.endswith(".json"):
+    if problems and source.endswith(".json") and not any(p.limit for p in problems):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             return [], [_Problem(source, exc.lineno, f"JSON syntax error: {exc.msg}", exc.colno)]
+        except RecursionError:
+            return [], [_Problem(source, 0, f"nested more than {MAX_DEPTH} levels deep")]
+        deep = _depth_problem(data, source, 1)
+        if deep is not None:
+            return [], [deep]
         docs, problems = [_Doc(data, source, 1, 1, None)], []
     manifests, more = _load_docs(docs)
     return manifests, [*problems, *more]
@@ -831,6 +1007,12 @@ def load_documents(docs: list[dict[str, Any]], source: str) -> list[Manifest]:
 
     Problems name ``source`` and the 1-based document index; ``line`` is 0.
     """
+    deep = [
+        problem
+        for i, data in enumerate(docs, start=1)
+        if (problem := _depth_problem(data, source, 0, i)) is not None
+    ]
+    _raise(deep)
     manifests, problems = _load_docs(
         _Doc(data, source, 0, i, None) for i, data in enumerate(docs, start=1)
     )
@@ -862,6 +1044,10 @@ def load_path(path: Path) -> list[Manifest]:
     for file in files:
         source = str(file)
         try:
+            size = file.stat().st_size
+            if size > MAX_MANIFEST_BYTES:
+                problems.append(_too_large(source, f"{size} bytes"))
+                continue
             text = file.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
             problems.append(_Problem(source, 0, f"not a UTF-8 text file ({exc.reason})"))

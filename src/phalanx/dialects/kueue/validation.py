@@ -15,6 +15,7 @@ Problems are ``(path, message)`` pairs, the path in the manifest's own spelling
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -513,7 +514,7 @@ def check(schema: Field, value: Any, path: Path_, out: list[Problem]) -> Any:
     raise AssertionError(f"unknown schema type {kind}")
 
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -529,7 +530,8 @@ def parse_duration(text: str) -> float | None:
             return None
         total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
         pos = match.end()
-    return total if text else None
+    # A number too long for a float is not a duration (Go's overflow error).
+    return total if text and math.isfinite(total) else None
 
 
 def _is_scalar(value: Any) -> bool:
