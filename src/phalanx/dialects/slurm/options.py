@@ -470,8 +470,10 @@ def parse_begin(text: str, now: float) -> float:
         if unit and not any(n.startswith(unit) or unit == n[:-1] for n in names):
             raise _bad(f"Invalid time specification --begin={text}: unknown unit {unit!r}")
         amount = _whole(m.group(1))
-        later = now + (amount if amount is not None else INT_MAX + 1) * _UNITS[unit[:1] or "s"]
         try:
+            if amount is None:
+                raise OverflowError
+            later = now + amount * _UNITS[unit[:1] or "s"]
             datetime.fromtimestamp(later)
         except (OverflowError, OSError, ValueError):
             raise _bad(
