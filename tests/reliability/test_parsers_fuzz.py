@@ -610,6 +610,27 @@ def test_deep_nesting_is_refused_naming_the_line() -> None:
     _refused(lambda: load_documents([doc], "request"), "document 1", f"{MAX_DEPTH} levels")
 
 
+def test_the_api_refuses_deep_json_and_bombs_with_422(tmp_path: Path) -> None:
+    """The apply endpoint's JSON body raised RecursionError (a 500) before its manifests
+    were read; YAML bodies go through the same limits as files."""
+    import httpx
+
+    from tests.api.server import running_cluster
+
+    with running_cluster(tmp_path) as cluster:
+        headers = {"Authorization": f"Bearer {cluster.admin_token}"}
+        url = f"{cluster.url}/api/v1/apply"
+        deep = b'{"documents": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+        json_headers = {**headers, "Content-Type": "application/json"}
+        reply = httpx.post(url, content=deep, headers=json_headers, timeout=60)
+        assert reply.status_code == 422, reply.text
+        assert "nested too deeply" in reply.json()["detail"]
+        yaml_headers = {**headers, "Content-Type": "application/yaml"}
+        reply = httpx.post(url, content=b"a: &x [*x]\n", headers=yaml_headers, timeout=60)
+        assert reply.status_code == 422, reply.text
+        assert reply.json()["detail"].startswith("request:1:8: the alias *x")
+
+
 def test_a_duplicate_key_is_refused_naming_both_lines() -> None:
     text = "apiVersion: v1\nkind: Node\nmetadata:\n  name: a\n  name: b\n"
     _refused(

@@ -186,6 +186,11 @@ async def apply(
             payload = json.loads(body or b"null")
         except ValueError as exc:
             raise Invalid(f"the request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise Invalid(
+                "the request body is nested too deeply to read as JSON (a manifest needs "
+                "at most 100 levels)"
+            ) from None
         if not isinstance(payload, dict) or not isinstance(payload.get("documents"), list):
             raise Invalid(
                 'documents: expected {"documents": [manifest, ...], "source": "..."} '
