@@ -11,6 +11,7 @@ no data) needs a bearer token; ``/metrics`` too, unless the app is made with
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
@@ -18,7 +19,7 @@ from fastapi.responses import JSONResponse
 from phalanx import __version__
 from phalanx.api import jobs, kube, objects, priority, usage
 from phalanx.api.deps import Plane, get_principal
-from phalanx.api.errors import install_error_handlers
+from phalanx.api.errors import document_errors, install_error_handlers
 from phalanx.api.plane import ControlPlane
 from phalanx.api.ratelimit import RateLimit, RateLimiter
 
@@ -75,4 +76,19 @@ def create_app(
     from phalanx import web
 
     web.install(app, reports_dir)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            spec = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            app.openapi_schema = document_errors(spec)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app

@@ -19,7 +19,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from phalanx.errors import PhalanxError
 
-__all__ = ["error_response", "field_path", "format_errors", "install_error_handlers"]
+__all__ = [
+    "ERROR_STATUSES",
+    "document_errors",
+    "error_response",
+    "field_path",
+    "format_errors",
+    "install_error_handlers",
+]
 
 log = logging.getLogger("phalanx.api")
 
@@ -145,3 +152,43 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(OperationalError, _store_down_handler)
     app.add_exception_handler(DisconnectionError, _store_down_handler)
     app.add_exception_handler(Exception, _bug_handler)
+
+
+ERROR_STATUSES = {
+    "400": "The request is malformed (not JSON, a bad parameter).",
+    "401": "No token, or a token that is unknown, revoked or expired.",
+    "403": "The token may not do this.",
+    "404": "No such object, or one the token may not see.",
+    "409": "It conflicts with the current state.",
+    "413": "The request is too large.",
+    "422": "Invalid input: ``detail`` names each bad field, one line per problem.",
+    "429": "Over the request-rate limit: retry after ``Retry-After`` seconds.",
+    "503": "Not ready, stopping, or the store is unreachable: nothing was applied.",
+}
+"""The failures every operation may answer, each with the ``{"error", "detail"}`` body."""
+
+
+def document_errors(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` (an OpenAPI document) with phalanx's error body declared for every
+    failure status of every operation, in place of FastAPI's default 422 schema."""
+    schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+    schemas.pop("HTTPValidationError", None)
+    schemas.pop("ValidationError", None)
+    schemas["Error"] = {
+        "type": "object",
+        "title": "Error",
+        "required": ["error", "detail"],
+        "properties": {
+            "error": {"type": "string", "description": "the kind (Invalid, NotFound, ...)"},
+            "detail": {"type": "string", "description": "what is wrong, in words"},
+        },
+    }
+    body = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for path_item in spec.get("paths", {}).values():
+        for operation in path_item.values():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            responses = operation["responses"]
+            for status, description in ERROR_STATUSES.items():
+                responses[status] = {"description": description, "content": body}
+    return spec
