@@ -131,7 +131,7 @@ def start_phalanx(state: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]
     state.mkdir(parents=True, exist_ok=True)
     config.write_text(CLUSTER)
     try:
-        server = spawn_server(state, ["--port", "0", "--config", str(config)])
+        server = spawn_server(state, ["--port", "0", "--config", str(config), "--single-user"])
     except PhalanxError as exc:
         raise SystemExit(exc.detail) from None
     return server.proc, {"url": server.url, "token": server.token}

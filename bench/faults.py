@@ -82,7 +82,9 @@ class Chaos:
         self.problems: list[str] = []
 
     def _start(self) -> ServerProcess:
-        return spawn_server(self.state, ["--port", "0", "--config", str(self.config)], timeout=120)
+        return spawn_server(
+            self.state, ["--port", "0", "--config", str(self.config), "--single-user"], timeout=120
+        )
 
     def client(self) -> httpx.Client:
         with self.lock:

@@ -145,7 +145,7 @@ def run_phalanx(jobs: int, clients: int) -> dict[str, Any]:
     (state / "slurm.conf").write_text(SLURM_CONF)
     log = open(state / "server.log", "wb")  # noqa: SIM115 - the child owns it
     proc = subprocess.Popen(
-        [str(BIN / "phalanx"), "up", "--state-dir", str(state), "--port", "0"],
+        [str(BIN / "phalanx"), "up", "--state-dir", str(state), "--port", "0", "--single-user"],
         stdout=log,
         stderr=subprocess.STDOUT,
     )

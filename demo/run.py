@@ -60,7 +60,7 @@ def start_server(state: Path, console: Console) -> tuple[subprocess.Popen[bytes]
     with console.status("starting phalanx (SQLite store, local runtime, virtual nodes)..."):
         try:
             server = spawn_server(
-                state, ["--port", "0", "--config", str(EXAMPLES)], new_session=True
+                state, ["--port", "0", "--config", str(EXAMPLES), "--single-user"], new_session=True
             )
         except PhalanxError as exc:
             raise SystemExit(f"phalanx up failed to start:\n{exc.detail}") from None

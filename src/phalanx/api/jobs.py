@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Response
@@ -11,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from phalanx.api.deps import Caller, Plane
 from phalanx.api.views import EventView, JobList, JobView, event_view, job_view
-from phalanx.errors import Invalid, NotFound
+from phalanx.errors import Forbidden, Invalid, NotFound
 from phalanx.model.job import JobState
 from phalanx.model.submission import JobSubmission
 
@@ -240,9 +241,20 @@ def job_log(
         )
     data = b""
     size = 0
+    owner = plane.output_owner(row)
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        # A job that runs as its user's account read back by the server (root): only
+        # a regular file of that account, not through a last symlink, so that the
+        # output path cannot show another user's file.
+        flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_NOFOLLOW if owner is not None else 0)
+        with open(os.open(path, flags), "rb") as f:
+            st = os.fstat(f.fileno())
+            if owner is not None and (st.st_uid != owner or not stat.S_ISREG(st.st_mode)):
+                raise Forbidden(
+                    f"job {job_id}'s {stream} ({path}) is not a file of the job's account "
+                    f"({row.user}): read it on the machine"
+                )
+            size = st.st_size
             if offset < size:
                 f.seek(offset)
                 data = f.read(limit)

@@ -184,6 +184,12 @@ def presets() -> None:
     default=None,
     help="the certificate's PEM private key, unencrypted (with --tls-cert)",
 )
+@click.option(
+    "--single-user",
+    is_flag=True,
+    help="run every job as the server's own user, even as root (also PHALANX_SINGLE_USER=1); "
+    "default as root: each job as its user's Unix account",
+)
 def up(
     state_dir: Path | None,
     host: str,
@@ -205,6 +211,7 @@ def up(
     rate_limit: str | None,
     tls_cert: Path | None,
     tls_key: Path | None,
+    single_user: bool,
 ) -> None:
     """Run the control plane, the API, the dashboard and the local runtime in the
     foreground."""
@@ -242,6 +249,7 @@ def up(
         rate_limit=rate_limit,
         tls_cert=tls_cert,
         tls_key=tls_key,
+        single_user=single_user,
     )
 
 

@@ -65,7 +65,7 @@ from phalanx.engine.decisions import decision_from_dict
 from phalanx.errors import Conflict, Forbidden, Invalid, NotFound, PhalanxError, Unauthorized
 from phalanx.model import CPU, GPU, GPU_MILLI, MEMORY, Job, JobState, JobSubmission
 from phalanx.runtime.base import Runtime
-from phalanx.runtime.spec import AlreadyLaunched, Exited, LaunchSpec, Started, TaskSpec
+from phalanx.runtime.spec import Account, AlreadyLaunched, Exited, LaunchSpec, Started, TaskSpec
 from phalanx.store import JobEventRow, JobRow, NewJob, Store, TokenRow, Tx
 
 __all__ = ["SHARE_ENV", "ControlPlane"]
@@ -187,6 +187,9 @@ class ControlPlane:
         """The API's URL, for the jobs' environment (set by the server)."""
         self.container_runtime: str | None = None
         """``host``: ``srun --container-image`` steps run on the host, without the image."""
+        self.accounts: Callable[[str], Account] | None = None
+        """The Unix account a user's jobs run as (raises :class:`Forbidden` when there is
+        none); set by a server that runs jobs as their users (``None``: as itself)."""
         self.ready = False
         self._inbox: queue.SimpleQueue[_Command | None] = queue.SimpleQueue()
         self._lock = threading.RLock()
@@ -421,6 +424,7 @@ class ControlPlane:
         """
         with self._lock:
             [job] = resolve_submissions(principal, [submission], self.registry)
+            self._check_accounts([job])
             job, submission = self._partition_defaults(job, submission)
             target = self._target_queue(job)
         cpu_milli = sum(p.count * p.requests.get(CPU, 0) for p in submission.pod_sets)
@@ -508,6 +512,11 @@ class ControlPlane:
     def estimated_start(self, job_id: int) -> float | None:
         """A pending job's planned start from the engine's last backfill pass."""
         return self.engine.estimated_start(job_id)
+
+    def output_owner(self, job: JobRow) -> int | None:
+        """The uid whose files the job's output must be, to be served back; ``None``:
+        any (the jobs run as the server's own user)."""
+        return self.accounts(job.user).uid if self.accounts is not None else None
 
     def output_paths(self, job: JobRow) -> tuple[Path, Path | None]:
         """Where the job's standard output and standard error go (error None: merged)."""
@@ -778,6 +787,7 @@ class ControlPlane:
             try:
                 if isinstance(cmd, _SubmitCmd):
                     jobs = resolve_submissions(cmd.principal, cmd.submissions, self.registry)
+                    self._check_accounts(jobs)
                     pairs = [
                         self._partition_defaults(*wall_default(job, sub, self.registry))
                         for job, sub in zip(jobs, cmd.submissions, strict=True)
@@ -866,6 +876,7 @@ class ControlPlane:
         if fresh:
             subs = [item.job.submission for item in fresh]
             jobs = resolve_submissions(cmd.principal, subs, registry)
+            self._check_accounts(jobs)
             SubmitCounts(store_counter(self.store)).check(jobs, subs, registry)
             for item, job in zip(fresh, jobs, strict=True):
                 item.engine_job = job
@@ -1481,7 +1492,20 @@ class ControlPlane:
     ) -> LaunchSpec:
         spec = self._runnable(row, submission, tasks, attempt)
         requests = {p.name: dict(p.requests) for p in submission.pod_sets}
-        return replace(spec, requests=requests)
+        return replace(spec, requests=requests, user=row.user)
+
+    def _check_accounts(self, jobs: Sequence[Job]) -> None:
+        """Refuse jobs whose users have no account to run as (one error for all)."""
+        if self.accounts is None:
+            return
+        problems: list[str] = []
+        for user in dict.fromkeys(job.user for job in jobs):
+            try:
+                self.accounts(user)
+            except PhalanxError as exc:
+                problems.append(exc.detail)
+        if problems:
+            raise Forbidden("; ".join(problems))
 
     def _runnable(
         self, row: JobRow, submission: JobSubmission, tasks: list[TaskSpec], attempt: int

@@ -62,6 +62,8 @@ class RunningServer:
     _api: ApiServer = field(repr=False)
     _lock: IO[str] = field(repr=False)
     _stopped: bool = field(default=False, repr=False)
+    jobs_run_as: str = ""
+    """Whose account the jobs run as, in words (said at start-up)."""
 
     def stop(self) -> None:
         """Stop the API and the control loop; running jobs keep running under their supervisors."""
@@ -114,6 +116,7 @@ def start_server(
     tls_cert: Path | str | None = None,
     tls_key: Path | str | None = None,
     rate_limit: str | None = None,
+    single_user: bool = False,
 ) -> RunningServer:
     """Start phalanx in this process (``port=0`` picks a free port).
 
@@ -131,8 +134,12 @@ def start_server(
     (PEM files, both or neither) serve HTTPS; the URL in ``client.json`` is then https.
     ``rate_limit`` (``RATE[:BURST]``) limits each token's requests per second
     (:mod:`phalanx.api.ratelimit`; default: no limit, as Slurm's).
+    A server that runs as root runs every job of the local runtime as its user's
+    Unix account (:mod:`phalanx.runtime.accounts`), unless ``single_user`` (or
+    ``PHALANX_SINGLE_USER=1``) runs them all as the server's own user.
     """
     from phalanx.control.configs import read_configs
+    from phalanx.runtime.accounts import account_for, multi_user, single_user_requested
     from phalanx.runtime.base import Runtime
     from phalanx.runtime.local import LocalRuntime
     from phalanx.runtime.noop import NoopRuntime
@@ -177,6 +184,8 @@ def start_server(
         from phalanx.runtime.detect import detect_gpus
 
         detected.append(detect_gpus())
+    accounts = account_for if runtime == "local" and multi_user(single_user) else None
+    jobs_run_as = _jobs_run_as(runtime, accounts is not None, single_user_requested(single_user))
     state.mkdir(parents=True, exist_ok=True)
     lock = _lock_state_dir(state)
     sock: socket.socket | None = None
@@ -194,10 +203,13 @@ def start_server(
             assert ray_address is not None
             backend = ray_backend = RayRuntime(state, ray_address, ray_workdir or DEFAULT_WORKDIR)
         else:
-            backend = NoopRuntime(state) if runtime == "noop" else LocalRuntime(state)
+            backend = (
+                NoopRuntime(state) if runtime == "noop" else LocalRuntime(state, run_as=accounts)
+            )
         plane = ControlPlane(
             store, backend, state_dir=state, config=config, poll_interval_s=poll_interval_s
         )
+        plane.accounts = accounts
         plane.url = url
         plane.container_runtime = container_runtime
         plane.start()
@@ -225,7 +237,26 @@ def start_server(
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
         raise
-    return RunningServer(url, token, plane, state, api, lock)
+    return RunningServer(url, token, plane, state, api, lock, jobs_run_as=jobs_run_as)
+
+
+def _jobs_run_as(runtime: str, multi: bool, single_user: bool) -> str:
+    """Whose account the jobs run as, for the start-up lines."""
+    if runtime == "ray":
+        return "the Ray workers' user (--runtime ray)"
+    if runtime == "noop":
+        return "nothing runs (--runtime noop)"
+    if multi:
+        return "each job's user's Unix account (the server runs as root)"
+    import pwd
+
+    uid = os.geteuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    why = "--single-user" if single_user else "the server is not root"
+    return f"{name} (uid {uid}), the server's own user, every job ({why})"
 
 
 def run_server(
@@ -250,6 +281,7 @@ def run_server(
     tls_cert: Path | str | None = None,
     tls_key: Path | str | None = None,
     rate_limit: str | None = None,
+    single_user: bool = False,
 ) -> None:
     """Run phalanx in the foreground until SIGINT or SIGTERM."""
     running = start_server(
@@ -273,6 +305,7 @@ def run_server(
         tls_cert=tls_cert,
         tls_key=tls_key,
         rate_limit=rate_limit,
+        single_user=single_user,
     )
     # A long-lived process with a large, stable heap: keep the start-up objects out
     # of the collector's way and collect the young generation less often.
@@ -290,6 +323,7 @@ def run_server(
         f"phalanx is up at {running.url}\n"
         f"  dashboard: {running.url}/ (sign in with a token)\n"
         f"  state dir: {running.state_dir}\n"
+        f"  jobs run as: {running.jobs_run_as}\n"
         f"  admin token: in {running.state_dir / CLIENT_CONFIG} (the CLI finds it there)\n"
         + (
             "  https: clients check the certificate against PHALANX_CA (a CA or certificate "

@@ -33,7 +33,9 @@ def _spawn(jobdir: str) -> int:
             signal.signal(sig, signal.SIG_DFL)
         null = os.open(os.devnull, os.O_RDONLY)
         log = os.open(
-            os.path.join(jobdir, "supervisor.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+            os.path.join(jobdir, "supervisor.log"),
+            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
+            0o644,
         )
         os.dup2(null, 0)
         os.dup2(log, 1)

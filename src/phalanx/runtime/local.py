@@ -18,6 +18,14 @@ used the supervisor command is run directly.
 ``PYTHONPATH``, the user site and the current directory, and finds phalanx in
 the interpreter's site-packages (the editable install's ``.pth`` hook keeps
 working under ``-I``). Set :attr:`LocalRuntime.supervisor_command` to change it.
+
+With ``run_as`` (a server running as root, see :mod:`phalanx.runtime.accounts`)
+every attempt runs as its user's Unix account: the runtime writes the job
+directory as root, then gives it (mode 0700) to the account, and the
+supervisor becomes the account before anything else. Every file the runtime
+touches there afterwards is opened without following symlinks and read only
+when it is a regular file, and a pid read from there is signalled only when
+the process is the account's: the account may have changed any of them.
 """
 
 from __future__ import annotations
@@ -27,20 +35,34 @@ import dataclasses
 import errno
 import fcntl
 import json
+import logging
 import os
+import secrets
 import signal
+import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from phalanx.errors import Invalid, PhalanxError
+from phalanx.runtime.accounts import reachable
 from phalanx.runtime.batch import slurm_files, write_bin, write_files
-from phalanx.runtime.spec import AlreadyLaunched, Exited, LaunchSpec, RuntimeEvent, Started
+from phalanx.runtime.spec import (
+    Account,
+    AlreadyLaunched,
+    Exited,
+    LaunchSpec,
+    RuntimeEvent,
+    Started,
+)
 
 __all__ = ["LocalRuntime"]
+
+log = logging.getLogger(__name__)
 
 
 def _find_nss_wrapper() -> str | None:
@@ -85,12 +107,33 @@ class _Attempt:
 class LocalRuntime:
     """Runs admitted jobs on this machine, one detached supervisor per attempt."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, *, run_as: Callable[[str], Account] | None = None) -> None:
         self.state_dir = Path(state_dir)
         self.root = self.state_dir / "runtime"
         self.jobs_dir = self.root / "jobs"
         self.logs_dir = self.root / "logs"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.run_as = run_as
+        """The account a user's jobs run as (raises :class:`~phalanx.errors.PhalanxError`
+        when there is none); ``None``: every job runs as this process's user."""
+        if run_as is not None:
+            self.logs_dir.mkdir(exist_ok=True)
+            closed = reachable(str(self.jobs_dir))
+            if closed is not None:
+                raise Invalid(
+                    f"state dir {self.state_dir}: jobs run as their users' accounts, which "
+                    f"cannot enter {closed} (it lacks o+x): choose a --state-dir they can "
+                    "enter (such as /var/lib/phalanx), or run with --single-user"
+                )
+            python = os.path.realpath(sys.executable)
+            if reachable(python) is not None:
+                log.warning(
+                    "%s is in %s, which the jobs' accounts cannot enter: srun, scontrol and "
+                    "Kubernetes pods in their jobs will fail (install phalanx where every "
+                    "user can read it)",
+                    python,
+                    reachable(python),
+                )
         self.supervisor_command: list[str] = [
             sys.executable,
             "-I",
@@ -126,18 +169,30 @@ class LocalRuntime:
             raise AlreadyLaunched(
                 f"job {spec.job_id} attempt {spec.attempt} was launched already ({path})"
             ) from None
+        record = _Attempt(spec.job_id, spec.attempt, path)
+        if self.run_as is not None:
+            try:
+                spec = dataclasses.replace(spec, account=self.run_as(spec.user))
+            except PhalanxError as exc:
+                self._attempts[(spec.job_id, spec.attempt)] = record
+                _write_json(path / "status.json", _failed(str(exc.detail)))
+                return
         if spec.script is not None or spec.slurm is not None:
             spec = self._prepare_slurm(path, spec)
         spec = self._with_node_names(spec)
         if spec.kube is not None:
             spec = self._prepare_kube(path, spec)
         _write_json(path / "launch.json", dataclasses.asdict(spec))
-        record = _Attempt(spec.job_id, spec.attempt, path)
+        if spec.account is not None:
+            self._give(path, spec)
         self._attempts[(spec.job_id, spec.attempt)] = record
         direct = not self.use_forkserver or self.supervisor_command != self._default_command
         if not direct and self._fork(path):
             return
-        with open(path / "supervisor.log", "ab") as log:
+        fd = os.open(
+            path / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644
+        )
+        with open(fd, "ab") as log:
             try:
                 record.process = subprocess.Popen(
                     [*self.supervisor_command, str(path)],
@@ -152,6 +207,35 @@ class LocalRuntime:
                 # The directory exists now, so it is never retried: report NODE_FAIL.
                 log.write(f"cannot start the supervisor: {exc}\n".encode())
                 record.failed_to_start = True
+
+    def _give(self, path: Path, spec: LaunchSpec) -> None:
+        """Hand the attempt's directory to its account (``launch.json`` stays root's).
+
+        Also the default output files, in the runtime's own ``logs`` folder, which
+        the account cannot write.
+        """
+        account = spec.account
+        assert account is not None
+        os.mkdir(path / "signals", 0o755)
+        os.close(os.open(path / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
+        os.chmod(path / "launch.json", 0o644)
+        for folder, dirs, files in os.walk(path):
+            for name in [*dirs, *files]:
+                if folder == str(path) and name == "launch.json":
+                    continue
+                os.chown(
+                    os.path.join(folder, name), account.uid, account.gid, follow_symlinks=False
+                )
+        for output in {spec.output, spec.error}:
+            if output is not None and Path(output).parent == self.logs_dir:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                out = os.open(output, flags, 0o644)
+                try:
+                    os.fchown(out, account.uid, account.gid)
+                finally:
+                    os.close(out)
+        os.chmod(path, 0o700)
+        os.chown(path, account.uid, account.gid)
 
     def set_node_names(self, names: Iterable[str]) -> None:
         """The virtual nodes' names: inside jobs they resolve to this machine.
@@ -265,12 +349,12 @@ class LocalRuntime:
         path = self.attempt_dir(job_id, attempt)
         with contextlib.suppress(FileNotFoundError):
             if preempt_grace_s is None:
-                (path / "cancel").touch()
+                _write_file(path / "cancel", "")
             else:
                 # Complete before it exists: the supervisor reads it as soon as it sees it.
                 _write_json(path / "cancel", {"reason": "PREEMPTED", "grace_s": preempt_grace_s})
         pid = _read_pid(path)
-        if pid is not None and _supervisor_alive(path):
+        if pid is not None and _supervisor_alive(path) and _may_signal(path, pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
 
@@ -284,9 +368,20 @@ class LocalRuntime:
         if attempt is None:
             return
         folder = self.attempt_dir(job_id, attempt) / "signals"
-        folder.mkdir(exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir()
         name = f"{time.time_ns()}-{os.getpid()}.json"
-        _write_json(folder / name, {"signal": int(signum), "batch_only": batch_only})
+        body = json.dumps({"signal": int(signum), "batch_only": batch_only})
+        # Not through a symlink: the folder may be the job's account's (which may
+        # also have made it something else: then the request is dropped).
+        try:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return
+        try:
+            _write_file(Path(name), body, dir_fd=fd)
+        finally:
+            os.close(fd)
 
     def set_time_limit(self, job_id: int, seconds: float | None) -> None:
         """Change the running attempt's time limit (seconds from its start; None: none)."""
@@ -294,9 +389,7 @@ class LocalRuntime:
         if attempt is None:
             return
         path = self.attempt_dir(job_id, attempt) / "time_limit"
-        tmp = path.with_name("time_limit.tmp")
-        tmp.write_text("none" if seconds is None else f"{seconds:.3f}", encoding="ascii")
-        os.replace(tmp, path)
+        _write_file(path, "none" if seconds is None else f"{seconds:.3f}")
 
     def adopt(self, job_id: int, attempt: int) -> bool:
         """Track an attempt started before a restart; False when it was never launched."""
@@ -397,16 +490,17 @@ class LocalRuntime:
     def _read_status(self, record: _Attempt) -> bool:
         path = record.path / "status.json"
         try:
-            st = os.stat(path)
+            st = os.lstat(path)
         except FileNotFoundError:
             return False
         key = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_size)
         if key == record.status_key:
             return False
         try:
-            with open(path, encoding="utf-8") as fh:
-                status = json.load(fh)
+            status = json.loads(_read_small(path))
         except (OSError, ValueError):
+            return False
+        if not isinstance(status, dict):
             return False
         record.status_key = key
         record.status = status
@@ -442,7 +536,7 @@ class LocalRuntime:
         # Its tasks must not outlive it holding GPUs that are about to be given away;
         # each task leads its own process group (best effort).
         for pid in record.status.get("tasks") or ():
-            if isinstance(pid, int) and pid > 1:
+            if isinstance(pid, int) and pid > 1 and _may_signal(record.path, pid):
                 with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
         start = record.status.get("start_time")
@@ -472,19 +566,77 @@ class LocalRuntime:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f"{path.name}.tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(tmp, path)
+    _write_file(path, json.dumps(data))
+
+
+def _write_file(path: Path, text: str, *, dir_fd: int | None = None) -> None:
+    """Write ``path`` atomically through a fresh temporary file that no one could have
+    planted (a random name, ``O_EXCL``, ``O_NOFOLLOW``)."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    fd = os.open(tmp, flags, 0o644, dir_fd=dir_fd)
+    with open(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def _read_small(path: Path, limit: int = 1 << 24) -> str:
+    """A regular file's text, never through a symlink nor blocking on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with open(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return fh.read(limit).decode("utf-8")
+
+
+def _failed(message: str) -> dict[str, Any]:
+    """The status of an attempt that failed before its supervisor could start."""
+    return {
+        "state": "exited",
+        "pid": None,
+        "tasks": [],
+        "start_time": None,
+        "end_time": time.time(),
+        "job_state": "FAILED",
+        "exit_code": 1,
+        "signal": None,
+        "message": message,
+    }
+
+
+def _uid_of(pid: int) -> int | None:
+    """The real uid of process ``pid`` (None when it is gone or unknown)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _may_signal(path: Path, pid: int) -> bool:
+    """Whether the runtime may signal ``pid``, read from the attempt directory ``path``.
+
+    A directory that belongs to another account (a job that runs as its user)
+    holds what that account wrote: its pids are signalled only when they are its.
+    """
+    try:
+        owner = os.stat(path).st_uid
+    except OSError:
+        return False
+    return owner == os.geteuid() or _uid_of(pid) == owner
 
 
 def _read_pid(path: Path) -> int | None:
     try:
-        return int((path / "supervisor.pid").read_text(encoding="ascii").strip())
+        return int(_read_small(path / "supervisor.pid").strip())
     except (OSError, ValueError):
         pass
     try:
-        pid = json.loads((path / "status.json").read_text(encoding="utf-8")).get("pid")
-    except (OSError, ValueError):
+        pid = json.loads(_read_small(path / "status.json")).get("pid")
+    except (OSError, ValueError, AttributeError):
         return None
     return int(pid) if isinstance(pid, int) else None
 
@@ -492,8 +644,8 @@ def _read_pid(path: Path) -> int | None:
 def _supervisor_alive(path: Path) -> bool:
     """True while a supervisor holds ``supervisor.lock`` (a free lock means none is alive)."""
     try:
-        fd = os.open(path / "supervisor.lock", os.O_RDWR)
-    except FileNotFoundError:
+        fd = os.open(path / "supervisor.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:  # gone, or not the lock file any more (a symlink, ...)
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AlreadyLaunched", "Exited", "LaunchSpec", "RuntimeEvent", "Started", "TaskSpec"]
+__all__ = [
+    "Account",
+    "AlreadyLaunched",
+    "Exited",
+    "LaunchSpec",
+    "RuntimeEvent",
+    "Started",
+    "TaskSpec",
+]
 
 
 class AlreadyLaunched(Exception):
@@ -23,6 +31,18 @@ class TaskSpec:
     """Per-task additions to the job environment."""
     pod_set: str = ""
     """The pod set the task belongs to."""
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    """The Unix account a job runs as (see :mod:`phalanx.runtime.accounts`)."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    """Every group of the account, its primary group included (``os.getgrouplist``)."""
+    home: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +76,12 @@ class LaunchSpec:
     requests: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per pod set, what one task requests (base units): what a runtime that reserves
     resources itself (Ray's placement groups) asks for."""
+    user: str = ""
+    """The phalanx user the job belongs to."""
+    account: Account | None = None
+    """The Unix account the supervisor and the tasks run as (the local runtime sets it
+    when the server runs as root and not ``--single-user``); ``None``: the supervisor's
+    own user."""
 
 
 @dataclass(frozen=True, slots=True)

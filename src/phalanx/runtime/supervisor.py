@@ -35,9 +35,17 @@ Files in ``JOBDIR``:
     "grace_s": S}`` into it: the job ends PREEMPTED, and with ``S > 0`` its tasks
     get ``S`` seconds between SIGTERM and SIGKILL instead of ``kill_wait_s``.
 
+When ``launch.json`` names an ``account`` (the local runtime of a server
+running as root), the supervisor becomes that account (``setgroups``,
+``setgid``, ``setuid``) right after reading it, before it forks or writes
+anything: its files, the output files (opened with ``O_NOFOLLOW``) and the
+tasks are the account's. It believes such a ``launch.json`` only when root
+owns it, it has one link and the job directory belongs to the account.
+
 Each task runs in its own process group and session with ``cwd=working_dir``
 and an environment built from scratch: ``PATH``, ``HOME`` and ``LANG`` of the
-supervisor, then the job's env, the task's env, then ``PHALANX_JOB_ID``,
+supervisor, then the job's env, the task's env, the account's ``HOME``,
+``USER`` and ``LOGNAME`` (when it has one), then ``PHALANX_JOB_ID``,
 ``PHALANX_NODE_NAME``, ``PHALANX_TASK_RANK``, ``PHALANX_TASK_COUNT`` and, only
 when the task has GPUs (as Slurm does), ``CUDA_VISIBLE_DEVICES``.
 
@@ -109,8 +117,47 @@ def _open_append(path: str, truncate: bool = False) -> int:
     parent = os.path.dirname(path)
     if parent:
         os.makedirs(parent, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
+    # Never through a symlink as the last component: the file is the job's own.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | (os.O_TRUNC if truncate else 0)
     return os.open(path, flags, 0o644)
+
+
+def _read_spec(jobdir: str) -> dict[str, Any]:
+    """``launch.json``; with an account in it, only as the runtime wrote it (see
+    :func:`_drop_privileges`)."""
+    fd = os.open(os.path.join(jobdir, "launch.json"), os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, encoding="utf-8") as fh:
+        st = os.fstat(fh.fileno())
+        spec: dict[str, Any] = json.load(fh)
+    account = spec.get("account")
+    if account and os.geteuid() == 0:
+        # The job directory belongs to the job's account, which could put a file of
+        # its own there: only a launch.json the runtime (root) wrote, not linked from
+        # elsewhere, is believed.
+        if st.st_uid != 0 or st.st_nlink != 1:
+            raise PermissionError(f"{jobdir}/launch.json was not written by the runtime")
+        if os.stat(jobdir).st_uid != int(account["uid"]):
+            raise PermissionError(f"{jobdir} does not belong to account {account['name']!r}")
+    return spec
+
+
+def _drop_privileges(spec: dict[str, Any]) -> None:
+    """Become the job's account (``spec["account"]``): groups, then gid, then uid.
+
+    Done before anything else, so that the supervisor's files, the output files and
+    the tasks are the account's, and the kernel refuses what the account may not do.
+    """
+    account = spec.get("account")
+    if not account:
+        return
+    uid, gid = int(account["uid"]), int(account["gid"])
+    if uid == 0:
+        raise PermissionError("a job never runs as root (uid 0)")
+    if os.geteuid() == uid and os.getegid() == gid:
+        return
+    os.setgroups([int(g) for g in account.get("groups") or (gid,)])
+    os.setgid(gid)
+    os.setuid(uid)
 
 
 def _slurm_time(now: float | None = None) -> str:
@@ -121,14 +168,13 @@ def _slurm_time(now: float | None = None) -> str:
 class Supervisor:
     """Runs the tasks of one job attempt and records what happened in ``status.json``."""
 
-    def __init__(self, jobdir: str) -> None:
+    def __init__(self, jobdir: str, spec: dict[str, Any] | None = None) -> None:
         self.jobdir = jobdir
         self.status_path = os.path.join(jobdir, "status.json")
         self.cancel_path = os.path.join(jobdir, "cancel")
         self.terminating_path = os.path.join(jobdir, "terminating")
         self.steps_dir = os.path.join(jobdir, "steps")
-        with open(os.path.join(jobdir, "launch.json"), encoding="utf-8") as fh:
-            self.spec: dict[str, Any] = json.load(fh)
+        self.spec: dict[str, Any] = _read_spec(jobdir) if spec is None else spec
         self.procs: list[subprocess.Popen[bytes]] = []
         self.returncodes: dict[int, int] = {}
         self.start_time: float | None = None
@@ -223,6 +269,10 @@ class Supervisor:
         env.setdefault("PATH", DEFAULT_PATH)
         env.update({str(k): str(v) for k, v in (self.spec.get("env") or {}).items()})
         env.update({str(k): str(v) for k, v in (task.get("env") or {}).items()})
+        account = self.spec.get("account")
+        if account:
+            env["HOME"] = str(account["home"])
+            env["USER"] = env["LOGNAME"] = str(account["name"])
         env["PHALANX_JOB_ID"] = str(self.spec["job_id"])
         env["PHALANX_NODE_NAME"] = str(task["node"])
         env["PHALANX_TASK_RANK"] = str(task["rank"])
@@ -242,10 +292,16 @@ class Supervisor:
         """Start every task; on failure return ``(message, exit_code)``."""
         spec = self.spec
         truncate = spec.get("open_mode") == "truncate"
-        out_fd = _open_append(spec["output"], truncate)
-        err_fd = out_fd
-        if spec.get("error") and spec["error"] != spec["output"]:
-            err_fd = _open_append(spec["error"], truncate)
+        out_fd = err_fd = -1
+        try:
+            out_fd = err_fd = _open_append(spec["output"], truncate)
+            if spec.get("error") and spec["error"] != spec["output"]:
+                err_fd = _open_append(spec["error"], truncate)
+        except OSError as exc:
+            # As the job's account: a file it may not write, or a symlink, is refused.
+            if out_fd >= 0:
+                os.close(out_fd)
+            return f"cannot open output file {exc.filename}: {exc.strerror or exc}", 1
         try:
             workdir = spec["working_dir"]
             if not os.path.isdir(workdir):
@@ -579,8 +635,11 @@ def main(argv: list[str] | None = None) -> int:
         print(usage, file=sys.stderr)
         return 2
     jobdir = os.path.abspath(args[0])
+    # The very first thing: become the job's account (both processes below run as it).
+    spec = _read_spec(jobdir)
+    _drop_privileges(spec)
     if foreground:
-        return _foreground(jobdir)
+        return _foreground(jobdir, spec)
     rfd, wfd = os.pipe()
     child = os.fork()
     if child > 0:
@@ -605,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     supervisor: Supervisor | None = None
     try:
-        supervisor = Supervisor(jobdir)
+        supervisor = Supervisor(jobdir, spec)
         if early:
             supervisor.cancel_requested = True
         supervisor.write_status()
@@ -622,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _foreground(jobdir: str) -> int:
+def _foreground(jobdir: str, spec: dict[str, Any]) -> int:
     """Supervise without detaching, as the child of a node agent (the Ray runtime's
     node supervisor actor): when that parent dies, the node is taken as lost."""
     parent = os.getppid()
@@ -631,7 +690,7 @@ def _foreground(jobdir: str) -> int:
         print(f"supervisor: {jobdir} is supervised already", file=sys.stderr)
         return 1
     _write_json_pidfile(jobdir, os.getpid())
-    supervisor = Supervisor(jobdir)
+    supervisor = Supervisor(jobdir, spec)
     supervisor.parent = parent
     try:
         supervisor.run()
