@@ -702,6 +702,9 @@ FOUND: list[tuple[str, str]] = [
         '  annotations: {slurm.phalanx.io/max-time: "\u00b2"}\nspec: {}\n',  # crashed submits
     ),
     ("manifest-yaml", 'apiVersion: v1\nkind: "a\\nb"\nmetadata: {name: n}\n'),  # split lines
+    # Found by bench/fuzz.py (atheris): a NUL in --output only failed in the model.
+    ("sbatch-args", "-ob-\x1f\x00\x00art\nx\n--part\nrt\n-HV"),
+    ("sbatch-env", "\udcd4\x00\x00\x00\x01\n\x01+"),
 ]
 
 

@@ -739,6 +739,9 @@ def _store(values: dict[str, Any], ignored: list[str], opt: Option, raw: str | N
     assert opt.convert is not None
     if raw is None and opt.arg == "required":  # pragma: no cover - guarded by the caller
         raise OptionError(f"option '{spelled}' requires an argument", index)
+    if raw is not None and "\0" in raw:
+        # Not from a real command line or environment, but not passed on either.
+        raise OptionError(f"error: --{opt.long}: contains a NUL character", index, usage=False)
     try:
         values[opt.field] = opt.convert(raw, f"--{opt.long}")
     except Invalid as exc:
@@ -850,6 +853,8 @@ def options_from_env(env: Mapping[str, str]) -> SbatchOptions:
                 ignored.append(f"--{long}={value} ({var})")
                 continue
             assert opt.field is not None and opt.convert is not None
+            if "\0" in value:
+                raise _bad(f"--{long}: contains a NUL character")
             raw: str | None = value if value != "" or opt.arg == "required" else None
             values[opt.field] = opt.convert(raw, f"--{long}")
         except Invalid as exc:

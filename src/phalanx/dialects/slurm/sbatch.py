@@ -541,4 +541,5 @@ def to_submission(req: SbatchRequest, *, env: Mapping[str, str]) -> JobSubmissio
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise _err(f"Batch job submission failed: {where}: {first['msg']}") from None
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise _err(f"Batch job submission failed: {where}: {message}") from None
