@@ -193,6 +193,15 @@ def test_the_api_does_not_read_another_file_for_a_jobs_output(
         assert out.is_symlink()
         with pytest.raises(errors.PhalanxError):
             "".join(client.logs(job["id"]))
+    # Nor does the dashboard's output tail.
+    import httpx
+
+    with Client(multi.url, multi.admin_token, state_dir=multi.state_dir) as admin:
+        token = admin.create_token(setup.alice, ["team-a"], name=f"{setup.alice}-web")["token"]
+    with httpx.Client(base_url=multi.url) as web:
+        assert web.post("/login", data={"token": token}).status_code == 303
+        tail = web.get(f"/ui/jobs/{job['id']}/log")
+        assert tail.status_code == 403 and "root's" not in tail.text
 
 
 def test_a_job_of_an_account_is_cancelled(setup: Setup, multi: RunningServer) -> None:

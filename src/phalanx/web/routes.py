@@ -11,9 +11,11 @@ it.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -316,14 +318,28 @@ def job_log(
         return JSONResponse({"error": f"no job {job_id}"}, status_code=404)
     path, _ = plane.output_paths(row)
     text, size, start = b"", 0, 0
+    owner = plane.output_owner(row)
+    # As the API's log: a job that runs as its user's account shows only a regular
+    # file of that account, never what a last symlink points at.
+    flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_NOFOLLOW if owner is not None else 0)
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        with open(os.open(path, flags), "rb") as f:
+            st = os.fstat(f.fileno())
+            if owner is not None and (st.st_uid != owner or not stat.S_ISREG(st.st_mode)):
+                return JSONResponse(
+                    {"error": f"job {job_id}'s output is not a file of its account"},
+                    status_code=403,
+                )
+            size = st.st_size
             start = max(0, size - MAX_LOG_TAIL) if offset < 0 else min(offset, size)
             f.seek(start)
             text = f.read(min(MAX_LOG_TAIL, size - start))
-    except OSError:
-        pass
+    except OSError as exc:
+        if owner is not None and exc.errno == errno.ELOOP:
+            return JSONResponse(
+                {"error": f"job {job_id}'s output is a symbolic link: not shown"},
+                status_code=403,
+            )
     nxt = start + len(text)
     finished = JobState(row.state).finished and nxt >= size
     return JSONResponse(
