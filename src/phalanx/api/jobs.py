@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import stat
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Response
@@ -12,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from phalanx.api.deps import Caller, Plane
 from phalanx.api.views import EventView, JobList, JobView, event_view, job_view
+from phalanx.control.output import ForeignOutput, read_output
 from phalanx.errors import Forbidden, Invalid, NotFound
 from phalanx.model.job import JobState
 from phalanx.model.submission import JobSubmission
@@ -239,27 +238,14 @@ def job_log(
             f"job {job_id} has no separate standard error: it goes to the output file "
             "(submit with --error FILE to split it)"
         )
-    data = b""
-    size = 0
-    owner = plane.output_owner(row)
     try:
-        # A job that runs as its user's account read back by the server (root): only
-        # a regular file of that account, not through a last symlink, so that the
-        # output path cannot show another user's file.
-        flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_NOFOLLOW if owner is not None else 0)
-        with open(os.open(path, flags), "rb") as f:
-            st = os.fstat(f.fileno())
-            if owner is not None and (st.st_uid != owner or not stat.S_ISREG(st.st_mode)):
-                raise Forbidden(
-                    f"job {job_id}'s {stream} ({path}) is not a file of the job's account "
-                    f"({row.user}): read it on the machine"
-                )
-            size = st.st_size
-            if offset < size:
-                f.seek(offset)
-                data = f.read(limit)
-    except FileNotFoundError:
-        pass
+        # A job that runs as its user's account: only a regular file of that account.
+        data, _, size = read_output(path, plane.output_owner(row), offset, limit)
+    except ForeignOutput:
+        raise Forbidden(
+            f"job {job_id}'s {stream} ({path}) is not a file of the job's account "
+            f"({row.user}): read it on the machine"
+        ) from None
     except OSError as exc:
         raise Invalid(f"job {job_id}'s {stream} ({path}) cannot be read: {exc.strerror}") from None
     next_offset = offset + len(data)

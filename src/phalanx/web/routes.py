@@ -14,8 +14,6 @@ from __future__ import annotations
 import errno
 import json
 import math
-import os
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ from fastapi.templating import Jinja2Templates
 
 from phalanx import __version__
 from phalanx.auth import Principal
+from phalanx.control.output import ForeignOutput, read_output
 from phalanx.errors import Forbidden, Invalid, NotFound, PhalanxError, Unauthorized
 from phalanx.model import JobState
 from phalanx.store.store import SORT_COLUMNS
@@ -321,19 +320,12 @@ def job_log(
     owner = plane.output_owner(row)
     # As the API's log: a job that runs as its user's account shows only a regular
     # file of that account, never what a last symlink points at.
-    flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_NOFOLLOW if owner is not None else 0)
     try:
-        with open(os.open(path, flags), "rb") as f:
-            st = os.fstat(f.fileno())
-            if owner is not None and (st.st_uid != owner or not stat.S_ISREG(st.st_mode)):
-                return JSONResponse(
-                    {"error": f"job {job_id}'s output is not a file of its account"},
-                    status_code=403,
-                )
-            size = st.st_size
-            start = max(0, size - MAX_LOG_TAIL) if offset < 0 else min(offset, size)
-            f.seek(start)
-            text = f.read(min(MAX_LOG_TAIL, size - start))
+        text, start, size = read_output(path, owner, offset, MAX_LOG_TAIL)
+    except ForeignOutput:
+        return JSONResponse(
+            {"error": f"job {job_id}'s output is not a file of its account"}, status_code=403
+        )
     except OSError as exc:
         if owner is not None and exc.errno == errno.ELOOP:
             return JSONResponse(
