@@ -125,10 +125,11 @@ def _option(option: str) -> Callable[[str], object]:
 
 def _array(text: str) -> object:
     from phalanx.dialects.slurm import parse_array
+    from phalanx.dialects.slurm.arrays import MAX_ARRAY_SIZE_LIMIT
 
     spec = parse_array(text)
-    if len(spec.indices) > 1001 or (spec.indices and spec.indices[-1] > 1000):
-        raise NotClear(f"--array={text!r} gave indices beyond MaxArraySize")
+    if spec.indices and spec.indices[-1] >= MAX_ARRAY_SIZE_LIMIT:
+        raise NotClear(f"--array={text!r} gave indices beyond the largest MaxArraySize")
     return spec
 
 

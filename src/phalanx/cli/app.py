@@ -291,8 +291,9 @@ def import_(path: Path, dry_run: bool) -> None:
     objects = read_slurm_conf(text, str(path), topology)
     if read_scheduling(text, str(path)):
         sys.stderr.write(
-            f"note: {path}'s scheduling keys (Priority*, SchedulerType, SchedulerParameters) "
-            f"are engine settings: they take effect with phalanx up --config {path}\n"
+            f"note: {path}'s scheduling keys (Priority*, SchedulerType, SchedulerParameters, "
+            f"MaxArraySize) are server settings: they take effect with phalanx up --config "
+            f"{path}\n"
         )
     manifests = [to_manifest(type(obj).__name__, obj) for obj in objects]
     manifests.sort(key=lambda m: KINDS.index(_kind_of(m)))

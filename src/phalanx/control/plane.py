@@ -423,7 +423,9 @@ class ControlPlane:
         start time yet: that needs the backfill planner's reservations.
         """
         with self._lock:
-            [job] = resolve_submissions(principal, [submission], self.registry)
+            [job] = resolve_submissions(
+                principal, [submission], self.registry, max_array_size=self.config.max_array_size
+            )
             self._check_accounts([job])
             job, submission = self._partition_defaults(job, submission)
             target = self._target_queue(job)
@@ -786,7 +788,12 @@ class ControlPlane:
         for cmd in commands:
             try:
                 if isinstance(cmd, _SubmitCmd):
-                    jobs = resolve_submissions(cmd.principal, cmd.submissions, self.registry)
+                    jobs = resolve_submissions(
+                        cmd.principal,
+                        cmd.submissions,
+                        self.registry,
+                        max_array_size=self.config.max_array_size,
+                    )
                     self._check_accounts(jobs)
                     pairs = [
                         self._partition_defaults(*wall_default(job, sub, self.registry))

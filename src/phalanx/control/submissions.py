@@ -5,7 +5,9 @@ user, to the caller; without a queue, to its tenant's LocalQueue ``default``
 (or its only LocalQueue). Unknown queues, ClusterQueues and priority classes
 are refused at submit time, naming the job and the field, rather than left
 pending forever; so is a job that its PriorityClass's or tenant's limits would
-never let run (:mod:`phalanx.control.limits`). Only the admin submits as a user
+never let run (:mod:`phalanx.control.limits`), and a job array with an index at or
+above the server's ``MaxArraySize`` (its slurm.conf's, else Slurm's default 1001).
+Only the admin submits as a user
 that the Tenant's ``users`` does not list, or with a ``priority`` value or a
 negative ``nice``.
 """
@@ -17,6 +19,7 @@ from collections.abc import Sequence
 from phalanx.auth import Principal
 from phalanx.control.limits import job_limit_problem
 from phalanx.control.registry import Registry
+from phalanx.dialects.slurm.arrays import MAX_ARRAY_SIZE, index_limit_problem
 from phalanx.errors import Forbidden, Invalid
 from phalanx.model import Job, JobSubmission
 
@@ -41,9 +44,15 @@ _MAX_PROBLEMS = 20
 
 
 def resolve_submissions(
-    principal: Principal, submissions: Sequence[JobSubmission], registry: Registry
+    principal: Principal,
+    submissions: Sequence[JobSubmission],
+    registry: Registry,
+    *,
+    max_array_size: int = MAX_ARRAY_SIZE,
 ) -> list[Job]:
-    """Engine jobs (id 0, submit time 0) for ``submissions``, or one error naming every problem."""
+    """Engine jobs (id 0, submit time 0) for ``submissions``, or one error naming every problem.
+
+    ``max_array_size`` is the server's ``MaxArraySize``: array indices must be below it."""
     problems: list[str] = []
     forbidden: list[str] = []
     jobs: list[Job] = []
@@ -67,6 +76,10 @@ def resolve_submissions(
         problem = _privilege_problem(principal, tenant, user, sub, registry)
         if problem:
             forbidden.append(f"{where}{problem}")
+            continue
+        array_problem = _array_problem(sub, max_array_size)
+        if array_problem:
+            problems.append(f"{where}{array_problem}")
             continue
         queue, cluster_queue = sub.queue, sub.cluster_queue
         if cluster_queue is None and queue is None and sub.slurm is not None:
@@ -168,6 +181,20 @@ def default_partition(registry: Registry) -> str | None:
     if marked:
         return marked[0]
     return next(iter(queues)) if len(queues) == 1 else None
+
+
+def _array_problem(sub: JobSubmission, max_array_size: int) -> str | None:
+    """An array index at or above ``MaxArraySize`` is refused, as slurmctld does; the
+    message names ``--array`` as written (or ``array.indices``) and the limit."""
+    if sub.array is None or sub.array.indices[-1] < max_array_size:
+        return None
+    top = sub.array.indices[-1]
+    text = sub.array.text if len(sub.array.text) <= 80 else f"{sub.array.text[:60]}..."
+    where = f"--array={text}" if text else "array.indices"
+    return (
+        f"array: Invalid job array specification: {where}: "
+        f"{index_limit_problem(top, max_array_size)}"
+    )
 
 
 def _time_limit_problem(

@@ -310,6 +310,9 @@ class EngineConfig:
     """What a ClusterQueue without ``namespaceSelector`` admits: every namespace (phalanx's
     dialects create such queues for everyone), or none (Kueue's nil selector; the
     ``kueue`` preset)."""
+    max_array_size: int = 1001
+    """slurm.conf's ``MaxArraySize``: a job array's indices must be below it (0: no job
+    arrays). Not the engine's: the control plane checks submissions against it."""
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -324,6 +327,8 @@ class EngineConfig:
                 f"got {self.topology_policy!r}"
             )
         check_placement(self.placement)
+        if not 0 <= self.max_array_size <= 4_000_001:
+            raise ValueError("max_array_size (MaxArraySize) must be between 0 and 4000001")
 
     @classmethod
     def for_preset(cls, preset: str, **overrides: object) -> EngineConfig:

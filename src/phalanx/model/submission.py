@@ -28,8 +28,10 @@ __all__ = [
     "SignalSpec",
 ]
 
-MAX_ARRAY_TASKS = 1001
-"""Slurm's default MaxArraySize is 1001 (indices 0..1000)."""
+MAX_ARRAY_TASKS = 4_000_001
+"""The largest MaxArraySize a slurm.conf may set (indices 0..4000000): no array is larger.
+The server's own MaxArraySize (Slurm's default 1001) is checked when the job is submitted
+(:mod:`phalanx.control.submissions`)."""
 
 DEFAULT_KILL_WAIT_S = 30.0
 """Seconds between SIGTERM and SIGKILL at a time limit or cancel (Slurm's KillWait)."""
@@ -176,6 +178,10 @@ class ArraySpec(PhalanxModel):
     def _sorted_unique(cls, value: list[int]) -> list[int]:
         if any(i < 0 for i in value):
             raise ValueError("array indices must be >= 0")
+        if any(i >= MAX_ARRAY_TASKS for i in value):
+            raise ValueError(
+                f"array indices must be below {MAX_ARRAY_TASKS}, the largest MaxArraySize"
+            )
         return sorted(set(value))
 
 

@@ -282,10 +282,24 @@ def test_arrays(text: str, indices: list[int], throttle: int | None) -> None:
     assert (spec.indices, spec.throttle, spec.text) == (indices, throttle, text)
 
 
-@pytest.mark.parametrize("text", ["", "a", "5-1", "0-1001", "1-4:0", "1-3%x", "1,,2", "-1"])
+@pytest.mark.parametrize("text", ["", "a", "5-1", "0-4000001", "1-4:0", "1-3%x", "1,,2", "-1"])
 def test_bad_arrays(text: str) -> None:
     with pytest.raises(Invalid, match="sbatch: error: Invalid job array specification"):
         parse_array(text)
+
+
+def test_array_indices_below_max_array_size() -> None:
+    # The client parses up to the largest MaxArraySize a slurm.conf may set; the server
+    # checks its own (tests/control/test_max_array_size.py).
+    assert parse_array("0-4000").indices[-1] == 4000
+    assert parse_array("4000000").indices == [4000000]
+    with pytest.raises(Invalid, match=r"--array=0-1001: index 1001 is above the maximum 1000 "):
+        parse_array("0-1001", max_size=1001)
+    assert parse_array("0-1000", max_size=1001).indices[-1] == 1000
+    with pytest.raises(Invalid, match=r"--array=0-4000001: index 4000001 is above the maximum "):
+        parse_array("0-4000001")
+    with pytest.raises(Invalid, match=r"job arrays are disabled \(MaxArraySize=0\)"):
+        parse_array("0", max_size=0)
 
 
 def test_dependency_grammar() -> None:

@@ -189,6 +189,6 @@ def test_import_says_the_scheduling_keys_need_up(
     out, err = capsys.readouterr()
     assert "slurm.phalanx.io/priority-job-factor: '2'" in out
     assert err == (
-        f"note: {conf}'s scheduling keys (Priority*, SchedulerType, SchedulerParameters) are "
-        f"engine settings: they take effect with phalanx up --config {conf}\n"
+        f"note: {conf}'s scheduling keys (Priority*, SchedulerType, SchedulerParameters, "
+        f"MaxArraySize) are server settings: they take effect with phalanx up --config {conf}\n"
     )

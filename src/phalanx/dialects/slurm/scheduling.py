@@ -20,6 +20,9 @@ returns them as keyword arguments of
   (:class:`~phalanx.engine.config.BackfillConfig`); ``sched/builtin`` turns
   backfill off. Without ``SchedulerType`` backfill stays as the preset has it
   (``SchedulerParameters`` alone implies ``sched/backfill``).
+* ``MaxArraySize`` (0 to 4000001; 0 disables job arrays) -> ``max_array_size``:
+  the control plane refuses a job array with an index at or above it (Slurm's
+  default is 1001).
 
 Partition ``PriorityJobFactor`` and ``TRESBillingWeights`` are ClusterQueue
 annotations, written by :func:`read_slurm_conf`. Every bad value is one error
@@ -33,6 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from phalanx.dialects.slurm.arrays import MAX_ARRAY_SIZE_LIMIT
 from phalanx.dialects.slurm.slurmconf import _logical_lines, _pairs
 from phalanx.engine.config import (
     BackfillConfig,
@@ -64,7 +68,13 @@ _PRIORITY_KEYS = (
 _USAGE_KEYS = ("prioritydecayhalflife", "priorityusageresetperiod")
 _SCHED_KEYS = ("schedulertype", "schedulerparameters")
 
-SCHEDULING_KEYS = (*_PRIORITY_KEYS, *_USAGE_KEYS, "prioritycalcperiod", *_SCHED_KEYS)
+SCHEDULING_KEYS = (
+    *_PRIORITY_KEYS,
+    *_USAGE_KEYS,
+    "prioritycalcperiod",
+    *_SCHED_KEYS,
+    "maxarraysize",
+)
 """The cluster-wide keys (lower-cased) this module reads."""
 
 _SCHEDULERS = ("sched/backfill", "sched/builtin")
@@ -232,4 +242,13 @@ def read_scheduling(text: str, source: str = "slurm.conf") -> dict[str, object]:
     said, backfill = _backfill(keys, source)
     if said:
         out["backfill"] = backfill
+    if "maxarraysize" in keys:
+        number, name, value = keys["maxarraysize"]
+        size = _whole(source, number, name, value)
+        if size > MAX_ARRAY_SIZE_LIMIT:
+            raise Invalid(
+                f"{source}:{number}: {name}={value.strip()}: too large "
+                f"(at most {MAX_ARRAY_SIZE_LIMIT}, as in Slurm)"
+            )
+        out["max_array_size"] = size
     return out
