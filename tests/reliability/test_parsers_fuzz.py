@@ -12,6 +12,7 @@ checked to be refused quickly with an error that names them.
 from __future__ import annotations
 
 import datetime
+import io
 import os
 import time
 from collections.abc import Callable
@@ -591,6 +592,82 @@ def test_a_manifest_over_8_mib_is_refused_before_it_is_parsed(tmp_path: Path) ->
     with huge.open("wb") as f:
         f.truncate(1 << 30)  # read, it would take a gigabyte
     _refused(lambda: load_path(huge), f"{huge}: 1073741824 bytes, over the limit", within=1)
+
+
+class _EndlessStdin:
+    """Standard input that never ends (``yes | phalanx apply -f -``): records how many
+    bytes were asked for."""
+
+    def __init__(self, line: bytes) -> None:
+        self.line = line
+        self.asked = 0
+        self.buffer = self
+
+    def isatty(self) -> bool:
+        return False
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            raise AssertionError("stdin read whole")
+        self.asked += size
+        return (self.line * (size // len(self.line) + 1))[:size]
+
+
+def test_apply_from_stdin_reads_no_further_than_the_limit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from phalanx.cli.main import main
+
+    stdin = _EndlessStdin(b"# a comment\n")
+    monkeypatch.setattr("sys.stdin", stdin)
+    start = time.monotonic()
+    assert main(["apply", "-f", "-"]) == 1
+    assert time.monotonic() - start < 5
+    assert stdin.asked == MAX_MANIFEST_BYTES + 1
+    err = capsys.readouterr().err
+    assert err == (
+        "phalanx: error: <stdin>: 8388609 bytes or more, over the limit of 8388608 bytes "
+        "(8 MiB) for one manifest file or stream; split it into several files\n"
+    )
+    # At the limit it is read and parsed as usual; bytes that are not UTF-8 are named.
+    from phalanx.dialects.kueue import load_stream
+
+    text = b"# " + b"x" * (MAX_MANIFEST_BYTES - 3) + b"\n"
+    assert load_stream(io.BytesIO(text)) == []
+    _refused(lambda: load_stream(io.BytesIO(b"a: \xff\n")), "<stdin>: not a UTF-8 text stream")
+
+
+def test_sbatch_from_stdin_reads_no_further_than_the_limit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from phalanx.cli.main import main
+
+    stdin = _EndlessStdin(b"#!/bin/sh\necho x\n")
+    monkeypatch.setattr("sys.stdin", stdin)
+    assert main(["sbatch"]) == 1
+    assert stdin.asked == 4 * 1024 * 1024 + 1
+    assert capsys.readouterr().err == (
+        "sbatch: error: <stdin>: the batch script is larger than 4194304 bytes "
+        "(4 MiB, Slurm's default max_script_size)\n"
+    )
+
+
+def test_a_manifest_file_that_grows_is_read_no_further_than_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its size said it fits (as /proc files say 0), but reading finds more.
+    path = tmp_path / "grows.yaml"
+    path.write_bytes(b"# " + b"x" * (MAX_MANIFEST_BYTES + 10) + b"\n")
+    real = Path.stat
+
+    def small(self: Path, **kwargs: Any) -> os.stat_result:
+        st = real(self, **kwargs)
+        if self == path:
+            return os.stat_result((st.st_mode, *st[1:6], 0, *st[7:]))
+        return st
+
+    monkeypatch.setattr(Path, "stat", small)
+    _refused(lambda: load_path(path), f"{path}: 8388609 bytes or more, over the limit")
 
 
 def test_a_billion_laughs_is_refused_fast() -> None:

@@ -407,7 +407,14 @@ def _load_manifests(paths: tuple[str, ...]) -> tuple[list[dict[str, Any]], str]:
     manifests = []
     for path in paths:
         if path == "-":
-            manifests += kueue.load_text(sys.stdin.read(), "<stdin>")
+            # Read no further than one byte past the 8 MiB limit, as bytes.
+            stdin = getattr(sys.stdin, "buffer", None)
+            if stdin is None:  # a text stream stands in for stdin (tests)
+                from phalanx.dialects.kueue.manifests import MAX_MANIFEST_BYTES
+
+                manifests += kueue.load_text(sys.stdin.read(MAX_MANIFEST_BYTES + 1), "<stdin>")
+            else:
+                manifests += kueue.load_stream(stdin, "<stdin>")
         else:
             manifests += kueue.load_path(Path(path))
     docs = [kueue.to_manifest(m.kind, m.obj) for m in manifests]

@@ -96,7 +96,13 @@ def run(argv: Sequence[str]) -> int:
     else:
         if sys.stdin.isatty():
             sys.stderr.write("sbatch: Reading batch script from stdin (end with Ctrl-D)\n")
-        script_text = sys.stdin.read(MAX_SCRIPT_BYTES + 1)
+        # As bytes, one byte past the 4 MiB limit at most (check_script refuses it), decoded
+        # as a script file is (DOS line breaks stay, for check_script to refuse).
+        stdin = getattr(sys.stdin, "buffer", None)
+        if stdin is None:  # a text stream stands in for stdin (tests)
+            script_text = sys.stdin.read(MAX_SCRIPT_BYTES + 1)
+        else:
+            script_text = stdin.read(MAX_SCRIPT_BYTES + 1).decode("utf-8", errors="replace")
     import getpass
     import socket
 

@@ -42,7 +42,8 @@ the manifest's own spelling (``spec.resourceGroups[0].flavors[0].resources[1]
 .nominalQuota``).
 
 Limits, each refused with the file and line before anything else is read:
-a file or stream of more than :data:`MAX_MANIFEST_BYTES`, nesting deeper than
+a file or stream of more than :data:`MAX_MANIFEST_BYTES` (read no further than
+one byte past it: :func:`load_path`, :func:`load_stream`), nesting deeper than
 :data:`MAX_DEPTH`, aliases that would add more than :data:`MAX_ALIAS_NODES`
 nodes (a "billion laughs" document), an alias inside the node it names (a
 recursive structure), and a key given twice in one mapping.
@@ -55,7 +56,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import IO, Any, cast
 
 import yaml
 from pydantic import ValidationError
@@ -94,6 +95,7 @@ __all__ = [
     "ManifestObject",
     "load_documents",
     "load_path",
+    "load_stream",
     "load_text",
     "resolve_kind",
     "to_manifest",
@@ -982,6 +984,33 @@ def load_text(text: str, source: str = "<stdin>") -> list[Manifest]:
     return manifests
 
 
+def load_stream(stream: IO[bytes], source: str = "<stdin>") -> list[Manifest]:
+    """Every manifest in a YAML (or JSON) byte stream (``phalanx apply -f -``), read no
+    further than one byte past :data:`MAX_MANIFEST_BYTES`.
+
+    Raises one :class:`Invalid` listing each problem; ``source`` names the stream in it.
+    """
+    text, problem = _read_bounded(stream, source, "stream")
+    if problem is not None:
+        _raise([problem])
+    assert text is not None
+    return load_text(text, source)
+
+
+def _read_bounded(stream: IO[bytes], source: str, what: str) -> tuple[str | None, _Problem | None]:
+    """At most :data:`MAX_MANIFEST_BYTES` of ``stream`` as text (UTF-8, newlines as a
+    text file's), or the problem: larger (read no further), or not UTF-8."""
+    data = stream.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        return None, _too_large(source, f"{MAX_MANIFEST_BYTES + 1} bytes or more")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, _Problem(source, 0, f"not a UTF-8 text {what} ({exc.reason})")
+    # As a text-mode read gives it (universal newlines).
+    return text.replace("\r\n", "\n").replace("\r", "\n"), None
+
+
 def _load_text(text: str, source: str) -> tuple[list[Manifest], list[_Problem]]:
     too_large = _size_problem(text, source)
     if too_large is not None:
@@ -1048,12 +1077,14 @@ def load_path(path: Path) -> list[Manifest]:
             if size > MAX_MANIFEST_BYTES:
                 problems.append(_too_large(source, f"{size} bytes"))
                 continue
-            text = file.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            problems.append(_Problem(source, 0, f"not a UTF-8 text file ({exc.reason})"))
-            continue
+            # Bounded too: the file may have grown since, or not say its size (/proc).
+            with file.open("rb") as fh:
+                text, problem = _read_bounded(fh, source, "file")
         except OSError as exc:
             problems.append(_Problem(source, 0, f"cannot read: {exc.strerror or exc}"))
+            continue
+        if problem is not None or text is None:
+            problems.extend([problem] if problem is not None else [])
             continue
         found, bad = _load_text(text, source)
         manifests.extend(found)
