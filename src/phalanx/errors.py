@@ -12,6 +12,7 @@ __all__ = [
     "Forbidden",
     "Invalid",
     "NotFound",
+    "NotLeader",
     "PhalanxError",
     "Unauthorized",
     "Unavailable",
@@ -66,3 +67,16 @@ class Unavailable(PhalanxError):
 
     status = 503
     error = "Unavailable"
+
+
+class NotLeader(Unavailable):
+    """This server stands by: another one leads (``leader``: its URL, when known).
+
+    The API forwards such a request to the leader (:mod:`phalanx.api.forward`).
+    """
+
+    error = "NotLeader"
+
+    def __init__(self, detail: str, *, leader: str | None) -> None:
+        super().__init__(detail)
+        self.leader = leader

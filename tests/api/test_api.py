@@ -56,7 +56,7 @@ def test_healthz_needs_no_token(cluster: Cluster) -> None:
     with http(cluster) as h:
         r = h.get("/healthz")
     assert r.status_code == 200
-    assert r.json() == {"status": "ok"}
+    assert r.json() == {"status": "ok", "role": "leader"}
 
 
 @pytest.mark.parametrize(

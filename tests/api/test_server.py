@@ -19,6 +19,8 @@ class FakePlane:
     """Just enough control plane: one token, a job lookup that has a bug."""
 
     ready = False
+    leading = True
+    leader_url: str | None = None
     store: Any = None
 
     def authenticate(self, token: str) -> Principal:
@@ -59,7 +61,31 @@ def test_healthz_follows_readiness(served: tuple[FakePlane, str]) -> None:
     assert httpx.get(f"{url}/healthz").status_code == 503
     plane.ready = True
     r = httpx.get(f"{url}/healthz")
-    assert (r.status_code, r.json()) == (200, {"status": "ok"})
+    assert (r.status_code, r.json()) == (200, {"status": "ok", "role": "leader"})
+
+
+def test_request_bodies_are_bounded(served: tuple[FakePlane, str]) -> None:
+    """A body over the limit is refused 413 before anything parses it, whether its size
+    is declared (Content-Length) or only counted (chunked)."""
+    from phalanx.api.forward import MAX_BODY_BYTES
+
+    _, url = served
+    headers = {"Authorization": "Bearer good", "Content-Type": "application/json"}
+    big = b"[" + b" " * MAX_BODY_BYTES + b"]"
+    r = httpx.post(f"{url}/api/v1/jobs", content=big, headers=headers)
+    assert r.status_code == 413
+    assert r.json()["error"] == "TooLarge"
+    assert "64 MiB" in r.json()["detail"]
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(65):
+            yield b" " * (1 << 20)
+
+    r = httpx.post(f"{url}/api/v1/jobs", content=chunks(), headers=headers)
+    assert r.status_code == 413
+    # Under the limit the request goes through to the route (which validates it).
+    r = httpx.post(f"{url}/api/v1/jobs", content=b"{}", headers=headers)
+    assert r.status_code == 422
 
 
 def test_bugs_are_500_json_without_traceback(served: tuple[FakePlane, str]) -> None:

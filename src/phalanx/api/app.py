@@ -20,6 +20,7 @@ from phalanx import __version__
 from phalanx.api import jobs, kube, objects, priority, usage
 from phalanx.api.deps import Plane, get_principal
 from phalanx.api.errors import document_errors, install_error_handlers
+from phalanx.api.forward import Forwarding
 from phalanx.api.plane import ControlPlane
 from phalanx.api.ratelimit import RateLimit, RateLimiter
 
@@ -32,10 +33,13 @@ def create_app(
     reports_dir: Path | None = None,
     public_metrics: bool = False,
     rate_limit: RateLimit | None = None,
+    own_url: str = "",
 ) -> FastAPI:
     """The API of ``plane``, and the dashboard at ``/`` (``reports_dir``: where it finds
     ``phalanx sim`` results). ``public_metrics``: ``/metrics`` answers without a token.
-    ``rate_limit``: each token's requests per second (:mod:`phalanx.api.ratelimit`)."""
+    ``rate_limit``: each token's requests per second (:mod:`phalanx.api.ratelimit`).
+    Request bodies are bounded, and a standby forwards to the leader what needs it
+    (:mod:`phalanx.api.forward`; ``own_url``: this server's URL, for the leader's log)."""
     app = FastAPI(
         title="phalanx",
         version=__version__,
@@ -48,12 +52,21 @@ def create_app(
     install_error_handlers(app)
     if rate_limit is not None:
         app.middleware("http")(RateLimiter(rate_limit))
+    # Added last, so outermost: bodies are bounded before anything reads them.
+    app.add_middleware(Forwarding, own_url=own_url)
 
     @app.get("/healthz", tags=["health"])
     def healthz(plane: Plane) -> Response:
-        """200 once the server accepts work, 503 before (recovering) and while stopping."""
+        """200 once the server accepts work, 503 before (recovering) and while stopping.
+
+        ``role`` is ``leader`` (it schedules) or ``standby`` (several servers on one
+        PostgreSQL: it serves reads and forwards the rest to ``leader``)."""
         if plane.ready:
-            return JSONResponse({"status": "ok"})
+            leading = plane.leading
+            body: dict[str, Any] = {"status": "ok", "role": "leader" if leading else "standby"}
+            if not leading:
+                body["leader"] = plane.leader_url
+            return JSONResponse(body)
         return JSONResponse({"status": "starting"}, status_code=503)
 
     @app.get("/metrics", tags=["health"], response_class=Response)

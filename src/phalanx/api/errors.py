@@ -17,10 +17,11 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from phalanx.errors import PhalanxError
+from phalanx.errors import NotLeader, PhalanxError
 
 __all__ = [
     "ERROR_STATUSES",
+    "LEADER_HEADER",
     "document_errors",
     "error_response",
     "field_path",
@@ -29,6 +30,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("phalanx.api")
+
+LEADER_HEADER = "X-Phalanx-Leader"
+"""On a standby's 503 answer: the leader's URL (empty while none leads)."""
 
 _SOURCES = {"body", "query", "path", "header", "cookie"}
 _HTTP_ERRORS = {
@@ -107,6 +111,9 @@ def _pydantic_handler(request: Request, exc: Exception) -> JSONResponse:
 def _phalanx_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PhalanxError)
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+    if isinstance(exc, NotLeader):
+        # The forwarding middleware (phalanx.api.forward) sends the request on to it.
+        headers = {LEADER_HEADER: exc.leader or "", "Retry-After": "1"}
     return error_response(exc.status, exc.error, exc.detail, **headers)
 
 
@@ -163,7 +170,8 @@ ERROR_STATUSES = {
     "413": "The request is too large.",
     "422": "Invalid input: ``detail`` names each bad field, one line per problem.",
     "429": "Over the request-rate limit: retry after ``Retry-After`` seconds.",
-    "503": "Not ready, stopping, or the store is unreachable: nothing was applied.",
+    "503": "Not ready, stopping, the store is unreachable, or (``NotLeader``) no server "
+    "leads just now: nothing was applied.",
 }
 """The failures every operation may answer, each with the ``{"error", "detail"}`` body."""
 

@@ -62,11 +62,20 @@ from phalanx.engine import (
     Upsert,
 )
 from phalanx.engine.decisions import decision_from_dict
-from phalanx.errors import Conflict, Forbidden, Invalid, NotFound, PhalanxError, Unauthorized
+from phalanx.errors import (
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+    NotLeader,
+    PhalanxError,
+    Unauthorized,
+)
 from phalanx.model import CPU, GPU, GPU_MILLI, MEMORY, Job, JobState, JobSubmission
 from phalanx.runtime.base import Runtime
 from phalanx.runtime.spec import Account, AlreadyLaunched, Exited, LaunchSpec, Started, TaskSpec
 from phalanx.store import JobEventRow, JobRow, NewJob, Store, TokenRow, Tx
+from phalanx.store.lease import Lease
 
 __all__ = ["SHARE_ENV", "ControlPlane"]
 
@@ -191,7 +200,17 @@ class ControlPlane:
         """The Unix account a user's jobs run as (raises :class:`Forbidden` when there is
         none); set by a server that runs jobs as their users (``None``: as itself)."""
         self.ready = False
+        self.lease: Lease | None = None
+        """With several servers on one PostgreSQL: this server's side of the leader lease
+        (:mod:`phalanx.store.lease`); the loop runs only while it leads. ``None``: the
+        only server, it always leads."""
+        self.leader_url: str | None = None
+        """The leading server's URL, as a standby last saw it (``None``: none leads)."""
+        self.on_lost_lead: Callable[[], None] | None = None
+        """Called from the loop when a write was fenced off (another server leads now)."""
         self._inbox: queue.SimpleQueue[_Command | None] = queue.SimpleQueue()
+        self._inbox_lock = threading.Lock()
+        """Held to queue a command and to stop the loop: none is queued after it stopped."""
         self._lock = threading.RLock()
         """Held while the loop changes the engine; status readers take it too."""
         self._thread: threading.Thread | None = None
@@ -201,6 +220,8 @@ class ControlPlane:
         self._tokens_lock = threading.Lock()
         self._token_generation = 0
         """Bumped by every revocation: a lookup that raced one is not cached."""
+        self._replay: list[Started | Exited] = []
+        """The runtime's events of the last iteration, until it commits."""
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -229,6 +250,7 @@ class ControlPlane:
 
     def start(self) -> None:
         """Rebuild everything from the store, re-attach running jobs, start the loop."""
+        self._stopping.clear()
         with self._lock:
             launches = self._recover()
         self._publish_node_names()
@@ -238,14 +260,58 @@ class ControlPlane:
         self._thread.start()
         self.ready = True
 
+    def stand_by(self) -> None:
+        """Serve reads without leading (another server leads): no loop, no jobs watched."""
+        self.ready = True
+
+    @property
+    def leading(self) -> bool:
+        """Whether this server's loop runs (always, without a lease, once started)."""
+        return self._thread is not None and not self._stopping.is_set()
+
     def stop(self) -> None:
         """Stop the loop; running jobs keep running under their supervisors."""
         self.ready = False
-        self._stopping.set()
-        self._inbox.put(None)
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+        self._halt()
+
+    def step_down(self) -> None:
+        """Stop leading (the lease was lost or given up) and stand by: the loop stops,
+        the runtime stops watching jobs (their supervisors run on, for the new leader to
+        adopt), and the memory of the engine is dropped."""
+        self._halt()
+        self.runtime.close()
+        with self._lock:
+            self._replay = []
+            self._reset_state()
+        self.ready = True
+
+    def _halt(self) -> None:
+        with self._inbox_lock:
+            self._stopping.set()
+            self._inbox.put(None)
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=30)
+        self._drain()
+
+    def _drain(self) -> None:
+        """Answer every command still queued: the loop will not run them."""
+        while True:
+            try:
+                left = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if left is not None and not left.future.done():
+                left.future.set_exception(self._gone())
+
+    def _require_leader(self) -> None:
+        """Raise :class:`NotLeader` on a standby (the API forwards the request)."""
+        if self.lease is not None and not self.leading:
+            leader = self.leader_url if self.leader_url != self.url else None
+            raise NotLeader(
+                "this server stands by and another leads; the request goes to the leader",
+                leader=leader,
+            )
 
     # ------------------------------------------------------------------ public API
 
@@ -293,6 +359,7 @@ class ControlPlane:
         """A new bearer token for ``user`` acting for ``tenants``; its plaintext is shown once."""
         if not principal.admin:
             raise Forbidden("only the admin creates tokens")
+        self._require_leader()
         if not user:
             raise Invalid("user: required")
         if not admin and not tenants:
@@ -325,6 +392,7 @@ class ControlPlane:
         token first. Revoking a revoked token again is fine."""
         if not principal.admin:
             raise Forbidden("only the admin revokes tokens")
+        self._require_leader()
         rows = self.store.tokens()
         named = [row for row in rows if row.name == name]
         if not named:
@@ -379,6 +447,7 @@ class ControlPlane:
         from phalanx.engine.report import explain_job
 
         self.job(principal, job_id)
+        self._require_leader()
         with self._lock:
             explanation = explain_job(self.engine, job_id)
             gated = self.gate.jobs.get(job_id)
@@ -394,6 +463,7 @@ class ControlPlane:
         (``sprio``); ``job_ids`` and ``users`` narrow the jobs."""
         from phalanx.control.priority import priority_answer
 
+        self._require_leader()
         with self._lock:
             return priority_answer(self.engine, principal, job_ids, users)
 
@@ -422,6 +492,7 @@ class ControlPlane:
         The answer names the ClusterQueue (partition) and the size; there is no
         start time yet: that needs the backfill planner's reservations.
         """
+        self._require_leader()
         with self._lock:
             [job] = resolve_submissions(
                 principal, [submission], self.registry, max_array_size=self.config.max_array_size
@@ -480,6 +551,7 @@ class ControlPlane:
         """The variables phalanx sets for the job's first task (its own, ``SLURM_*`` for a
         batch job, rendezvous and ``PHALANX_*``); only its own before it is placed."""
         row = self.job(principal, job_id)
+        self._require_leader()
         submission = JobSubmission.model_validate(row.submission)
         env = {str(k): str(v) for k, v in submission.run.env.items()}
         placed = (row.assignment or {}).get("tasks") or []
@@ -512,8 +584,9 @@ class ControlPlane:
         return env
 
     def estimated_start(self, job_id: int) -> float | None:
-        """A pending job's planned start from the engine's last backfill pass."""
-        return self.engine.estimated_start(job_id)
+        """A pending job's planned start from the engine's last backfill pass (``None`` on
+        a standby, which has no engine)."""
+        return self.engine.estimated_start(job_id) if self.leading else None
 
     def output_owner(self, job: JobRow) -> int | None:
         """The uid whose files the job's output must be, to be served back; ``None``:
@@ -532,6 +605,7 @@ class ControlPlane:
         return out, (expand_output(error, job, workdir) if error else None)
 
     def cluster_queue_status(self) -> dict[str, dict[str, Any]]:
+        self._require_leader()
         with self._lock:
             engine = self.engine
             status: dict[str, dict[str, Any]] = {}
@@ -570,6 +644,7 @@ class ControlPlane:
     def node_status(self, principal: Principal | None = None) -> dict[str, dict[str, Any]]:
         """Each node's state, GPUs in use and jobs; with ``principal``, only the jobs it
         may see are named (the others' ids are not shown, as everywhere else)."""
+        self._require_leader()
         with self._lock:
             status: dict[str, dict[str, Any]] = {}
             for name, slot in self.engine.cache.nodes.items():
@@ -593,6 +668,7 @@ class ControlPlane:
         """The tenant tree with shares, decayed usage and fair-share factors (``sshare``)."""
         from phalanx.control.shares import share_report
 
+        self._require_leader()
         priority = getattr(self.config, "slurm_priority", None)
         fair_tree = self.config.usage.fair_tree and getattr(priority, "fair_tree", True)
         with self._lock:
@@ -613,6 +689,7 @@ class ControlPlane:
     def render_metrics(self) -> bytes:
         from prometheus_client import generate_latest
 
+        self._require_leader()
         with self._lock:
             self.metrics.observe_state(
                 self.cluster_queue_status(), self.node_status(), self._pending_by_cq()
@@ -648,19 +725,61 @@ class ControlPlane:
     # ------------------------------------------------------------------ the loop
 
     def _call(self, command: _Command) -> Any:
-        if self._stopping.is_set() or self._thread is None:
-            from phalanx.errors import Unavailable
+        with self._inbox_lock:
+            self._require_leader()
+            if self._stopping.is_set() or self._thread is None:
+                from phalanx.errors import Unavailable
 
-            raise Unavailable("the control plane is not running")
-        self._inbox.put(command)
+                raise Unavailable("the control plane is not running")
+            self._inbox.put(command)
         return command.future.result()
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except NotLeader:
+            # A write was fenced off: another server took the lease. Nothing of the
+            # iteration was committed; the commands go to the new leader.
+            log.warning("another server leads now: this one stops scheduling and stands by")
+            with self._inbox_lock:
+                self._stopping.set()
+            if self.on_lost_lead is not None:
+                self.on_lost_lead()
+        self._drain()
+
+    def _gone(self) -> PhalanxError:
+        """The answer to a command the loop will not run: with a lease, another server
+        may lead (the API forwards it there); without, the server is stopping."""
+        if self.lease is None:
+            return _stopped()
+        leader: str | None = None
+        try:
+            row = self.lease.current()
+        except Exception:
+            row = None
+        if row is not None and not row.free and row.url != self.url:
+            leader = row.url
+        return NotLeader(
+            "this server stopped leading; the request goes to the leader", leader=leader
+        )
+
+    def _loop(self) -> None:
+        commands: list[_Command] = []
+        try:
+            self._iterations(commands)
+        except NotLeader:
+            for cmd in commands:
+                if not cmd.future.done():
+                    cmd.future.set_exception(self._gone())
+            raise
+
+    def _iterations(self, commands: list[_Command]) -> None:
+        """Run iterations until stopped; ``commands`` holds the current one's commands."""
         while not self._stopping.is_set():
-            commands = self._take_commands()
+            commands[:] = self._take_commands()
             if self._stopping.is_set():
                 for cmd in commands:
-                    cmd.future.set_exception(_stopped())
+                    cmd.future.set_exception(self._gone())
                 break
             if self._stale:
                 # The last rebuild failed (the store is unreachable): nothing runs on
@@ -673,6 +792,8 @@ class ControlPlane:
                     continue
             try:
                 self._iterate(commands)
+            except NotLeader:
+                raise
             except Exception as exc:  # the loop must survive anything a store can throw
                 log.exception("control loop iteration failed; rebuilding from the store")
                 # Rebuilt before answering: a caller that retries finds the recovered state.
@@ -680,14 +801,6 @@ class ControlPlane:
                 for cmd in commands:
                     if not cmd.future.done():
                         cmd.future.set_exception(_internal(exc))
-        # Answer whatever is still queued.
-        while True:
-            try:
-                left = self._inbox.get_nowait()
-            except queue.Empty:
-                break
-            if left is not None:
-                left.future.set_exception(_stopped())
 
     def _take_commands(self) -> list[_Command]:
         commands: list[_Command] = []
@@ -720,7 +833,10 @@ class ControlPlane:
         return max(0.0, min(self.poll_interval_s, due - self.clock()))
 
     def _iterate(self, commands: list[_Command]) -> None:
-        events = self.runtime.poll()
+        # Events taken by an iteration that did not commit are handled again (after the
+        # rebuild from the store); the runtime reports each one only once.
+        events = self._replay + self.runtime.poll() if self._replay else self.runtime.poll()
+        self._replay = events
         now = self.clock()
         # A waitForPodsReady deadline, a requeue backoff's end, or Kueue's next head.
         wakeup = self.engine.next_wakeup()
@@ -758,6 +874,7 @@ class ControlPlane:
                     self._last_cycle = now
                     self._record_decisions(tx, decisions, now, effects)
                 commit_started = time.perf_counter()
+            self._replay = []
             self.metrics.commit_seconds.observe(time.perf_counter() - commit_started)
         if effects.reconfigure:
             # Before answering: the caller sees the engine with its new configuration.
@@ -1557,6 +1674,10 @@ class ControlPlane:
 
     def _recover(self) -> list[LaunchSpec]:
         """Rebuild engine and registry from the store; returns the launches still owed."""
+        if self.lease is not None:
+            # Fenced: a server that no longer leads rebuilds (and launches) nothing.
+            with self.store.begin():
+                pass
         for stored in self.store.objects(CONFIGURATION):
             self.config = _engine_config(self.base_config, _stored_configuration(stored.spec))
         self._reset_state()
@@ -1707,6 +1828,8 @@ class ControlPlane:
             self._publish_node_names()
             for spec in launches:
                 self._launch(spec)
+        except NotLeader:
+            raise
         except Exception:
             log.exception("rebuilding from the store failed; retrying before anything else")
             time.sleep(1.0)

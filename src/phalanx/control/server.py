@@ -4,6 +4,11 @@
 (the tests and the demo use it); :func:`run_server` runs it in the foreground
 until SIGINT or SIGTERM. One server per state directory: a lock file keeps a
 second one out, so two servers never drive the same supervisors.
+
+On PostgreSQL several servers may share one database (and one state directory,
+on storage all of them reach): they elect a leader through the database's leader
+lease (:mod:`phalanx.control.leader`); the others stand by, serve reads and
+forward the rest to the leader, and one of them takes over when it goes.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from phalanx.engine.config import BackfillConfig
 from phalanx.errors import Conflict, Invalid, PhalanxError
 
 if TYPE_CHECKING:
+    from phalanx.control.leader import Elector
     from phalanx.model import Node
     from phalanx.runtime.ray import RayRuntime
 
@@ -64,14 +70,27 @@ class RunningServer:
     _stopped: bool = field(default=False, repr=False)
     jobs_run_as: str = ""
     """Whose account the jobs run as, in words (said at start-up)."""
+    elector: Elector | None = field(default=None, repr=False)
+    """With several servers on one PostgreSQL: who leads (``None``: this one, alone)."""
+
+    @property
+    def leading(self) -> bool:
+        """Whether this server schedules (a standby serves reads and forwards the rest)."""
+        return self.plane.leading
 
     def stop(self) -> None:
-        """Stop the API and the control loop; running jobs keep running under their supervisors."""
+        """Stop the API and the control loop; running jobs keep running under their supervisors.
+
+        A leader gives its lease up, so that a standby takes over at once.
+        """
         if self._stopped:
             return
         self._stopped = True
         self._api.stop(timeout=30)
-        self.plane.stop()
+        if self.elector is not None:
+            self.elector.stop()
+        else:
+            self.plane.stop()
         self.plane.runtime.close()
         self.plane.store.close()
         fcntl.flock(self._lock, fcntl.LOCK_UN)
@@ -187,9 +206,13 @@ def start_server(
     accounts = account_for if runtime == "local" and multi_user(single_user) else None
     jobs_run_as = _jobs_run_as(runtime, accounts is not None, single_user_requested(single_user))
     state.mkdir(parents=True, exist_ok=True)
-    lock = _lock_state_dir(state)
+    # Servers on one PostgreSQL may share the state directory (the leader lease keeps
+    # all but one from acting); a server on SQLite has it to itself.
+    shared = database is not None and database.startswith("postgresql")
+    lock = _lock_state_dir(state, shared=shared)
     sock: socket.socket | None = None
     plane: ControlPlane | None = None
+    elector: Elector | None = None
     try:
         sock = listen(host, port)
         scheme = "https" if tls is not None else "http"
@@ -212,23 +235,42 @@ def start_server(
         plane.accounts = accounts
         plane.url = url
         plane.container_runtime = container_runtime
-        plane.start()
+        if store.dialect == "postgresql":
+            from phalanx.control.leader import Elector
+            from phalanx.store.lease import Lease
+
+            holder = f"{socket.gethostname()}:{os.getpid()}:{url}"
+            elector = Elector(plane, Lease(store.engine, holder, url)).start()
+        else:
+            plane.start()
         token = _admin_token(plane, state, url)
-        if manifests:
-            plane.apply(ADMIN, manifests)
-        if detected:
-            plane.apply(ADMIN, detected)
+        if plane.leading:
+            if manifests:
+                plane.apply(ADMIN, manifests)
+            if detected:
+                plane.apply(ADMIN, detected)
+        elif manifests or detected:
+            log.warning(
+                "standing by: the leader's configuration stands; --config and --detect "
+                "apply only on a server that leads when it starts"
+            )
         if ray_backend is not None:
             _follow_ray(plane, ray_backend)
         from phalanx.api.app import create_app
 
         reports = Path(reports_dir) if reports_dir is not None else state / "reports"
         app = create_app(
-            plane, reports_dir=reports, public_metrics=public_metrics, rate_limit=limit
+            plane,
+            reports_dir=reports,
+            public_metrics=public_metrics,
+            rate_limit=limit,
+            own_url=url,
         )
         cert, key = tls if tls is not None else (None, None)
         api = ApiServer(app, host, sock=sock, tls_cert=cert, tls_key=key).start()
     except BaseException:
+        if elector is not None:
+            elector.stop()
         if plane is not None:
             plane.stop()
             plane.store.close()
@@ -237,7 +279,9 @@ def start_server(
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
         raise
-    return RunningServer(url, token, plane, state, api, lock, jobs_run_as=jobs_run_as)
+    return RunningServer(
+        url, token, plane, state, api, lock, jobs_run_as=jobs_run_as, elector=elector
+    )
 
 
 def _jobs_run_as(runtime: str, multi: bool, single_user: bool) -> str:
@@ -324,7 +368,13 @@ def run_server(
         f"  dashboard: {running.url}/ (sign in with a token)\n"
         f"  state dir: {running.state_dir}\n"
         f"  jobs run as: {running.jobs_run_as}\n"
-        f"  admin token: in {running.state_dir / CLIENT_CONFIG} (the CLI finds it there)\n"
+        + (
+            f"  role: {'leader' if running.leading else 'standby'} (servers on this "
+            "PostgreSQL elect one leader; a standby forwards to it and takes over if it goes)\n"
+            if running.elector is not None
+            else ""
+        )
+        + f"  admin token: in {running.state_dir / CLIENT_CONFIG} (the CLI finds it there)\n"
         + (
             "  https: clients check the certificate against PHALANX_CA (a CA or certificate "
             "file) or the system's store\n"
@@ -359,10 +409,11 @@ def _follow_ray(plane: ControlPlane, runtime: RayRuntime) -> None:
     runtime.watch()
 
 
-def _lock_state_dir(state: Path) -> IO[str]:
+def _lock_state_dir(state: Path, *, shared: bool = False) -> IO[str]:
+    """Keep other servers out of ``state`` (``shared``: only those not on PostgreSQL)."""
     lock = open(state / LOCK_FILE, "a+")  # noqa: SIM115 - held for the server's lifetime
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(lock, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
         lock.seek(0)
         holder = lock.read().strip() or "another process"
@@ -371,10 +422,11 @@ def _lock_state_dir(state: Path) -> IO[str]:
             f"another phalanx server is using the state directory {state} (pid {holder}); "
             "stop it, or start this one with --state-dir DIR"
         ) from None
-    lock.seek(0)
-    lock.truncate()
-    lock.write(str(os.getpid()))
-    lock.flush()
+    if not shared:
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
     return lock
 
 
@@ -425,7 +477,8 @@ def _admin_token(plane: ControlPlane, state: Path, url: str) -> str:
     row = plane.store.find_token(hash_token(token)) if token else None
     if token is None or row is None or not row.admin or row.revoked:
         token = new_token()
-        with plane.store.begin() as tx:
+        # Any server may add a token, leading or not.
+        with plane.store.begin(fenced=False) as tx:
             tx.create_token(
                 name="admin",
                 user="admin",

@@ -33,12 +33,14 @@ __all__ = [
     "Job",
     "JobCharge",
     "JobEvent",
+    "LeaderLease",
     "Object",
     "Token",
     "Usage",
     "job_charges",
     "job_events",
     "jobs",
+    "leader_lease",
     "metadata",
     "objects",
     "tokens",
@@ -186,6 +188,30 @@ class JobCharge(Base):
     charged_until: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
+class LeaderLease(Base):
+    """Who leads: the one row of the leader lease that several servers on one
+    PostgreSQL contend for (:mod:`phalanx.store.lease`).
+
+    ``epoch`` is the fencing token: it grows with every change of leader, and a
+    leader's writes are refused once it is not the row's. ``expires`` and
+    ``renewed`` are the database's clock (epoch seconds); ``backend_pid`` and
+    ``backend_start`` name the leader's lease session, so that a standby sees at
+    once that a killed leader's session is gone.
+    """
+
+    __tablename__ = "leader_lease"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    holder: Mapped[str | None] = mapped_column(String, nullable=True)
+    epoch: Mapped[int] = mapped_column(Integer, nullable=False)
+    url: Mapped[str] = mapped_column(String, nullable=False, default="")
+    backend_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    backend_start: Mapped[float | None] = mapped_column(Float, nullable=True)
+    acquired: Mapped[float | None] = mapped_column(Float, nullable=True)
+    renewed: Mapped[float | None] = mapped_column(Float, nullable=True)
+    expires: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
 metadata: MetaData = Base.metadata
 jobs: Table = Job.__table__  # type: ignore[assignment]
 job_events: Table = JobEvent.__table__  # type: ignore[assignment]
@@ -193,3 +219,4 @@ objects: Table = Object.__table__  # type: ignore[assignment]
 tokens: Table = Token.__table__  # type: ignore[assignment]
 usage: Table = Usage.__table__  # type: ignore[assignment]
 job_charges: Table = JobCharge.__table__  # type: ignore[assignment]
+leader_lease: Table = LeaderLease.__table__  # type: ignore[assignment]

@@ -17,7 +17,7 @@ import dataclasses
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -642,6 +642,9 @@ class Store:
         self._engine = engine
         self._closed = False
         self._lock = threading.Lock()
+        self.fence: Callable[[Connection], None] | None = None
+        """Called first in every write transaction (the leader lease's fence,
+        :meth:`phalanx.store.lease.Lease.fence`): it raises to refuse the transaction."""
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -693,8 +696,12 @@ class Store:
         return self._engine.dialect.name
 
     @contextmanager
-    def begin(self) -> Iterator[Tx]:
-        """One write transaction: commits on normal exit, rolls back on an exception."""
+    def begin(self, *, fenced: bool = True) -> Iterator[Tx]:
+        """One write transaction: commits on normal exit, rolls back on an exception.
+
+        With a :attr:`fence` it is refused unless this server leads (``fenced=False``:
+        a write any server may make, such as a new token).
+        """
         if self._closed:
             raise RuntimeError("store is closed")
         with self._engine.connect() as conn:
@@ -702,6 +709,8 @@ class Store:
             tx = Tx(conn)
             try:
                 with conn.begin():
+                    if fenced and self.fence is not None:
+                        self.fence(conn)
                     yield tx
                     tx.flush()
             finally:
@@ -960,8 +969,26 @@ def _create_engine(url: str) -> Engine:
     if backend == "postgresql":
         if parsed.get_driver_name() != "psycopg":
             raise ValueError(f"PostgreSQL URLs must use psycopg 3 (postgresql+psycopg://): {url}")
-        return create_engine(parsed, pool_pre_ping=True, pool_size=8, max_overflow=16)
+        engine = create_engine(parsed, pool_pre_ping=True, pool_size=8, max_overflow=16)
+        _configure_postgresql(engine)
+        return engine
     raise ValueError(f"unsupported database URL (use sqlite:// or postgresql+psycopg://): {url}")
+
+
+IDLE_IN_TRANSACTION_TIMEOUT_MS = 15_000
+"""PostgreSQL ends a session left idle inside a transaction this long: a server paused
+mid-transaction (or cut off) does not keep its row locks, and so does not stop a standby
+from taking the leader lease, for longer."""
+
+
+def _configure_postgresql(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(
+                f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+            )
+        dbapi_connection.commit()
 
 
 def _configure_sqlite(engine: Engine) -> None:
