@@ -52,6 +52,7 @@ bench: venv
 	$(BIN)/python bench/sim_sweep.py --plot docs/img/sweep.png
 	$(BIN)/python bench/dashboard.py
 	$(BIN)/python bench/faults.py
+	$(BIN)/python bench/faults.py --ha
 	$(BIN)/python bench/load.py
 
 demo: venv

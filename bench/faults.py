@@ -15,9 +15,15 @@ s), restarting it each time at once. When everything has ended it checks, for ev
 - ``phalanx sacct`` says the same as the store (state and exit code);
 - no job is missing and none appeared that was not submitted.
 
-Prints JSON (counts, kills, time, problems found); exit status 1 on a problem.
-``tests/reliability/test_faults.py`` runs it small; ``make bench`` runs the
-full size (2,000 jobs, 10 kills).
+With ``--ha`` the store is a PostgreSQL of the run's own and two servers share it
+(and the state directory): the one that leads is the one killed, the other must
+take over (the time from the kill until it says it leads is measured), and the
+killed one is restarted as the standby. Requests go to either server: a standby
+forwards them to the leader.
+
+Prints JSON (counts, kills, time, takeover times, problems found); exit status 1 on a
+problem. ``tests/reliability/test_faults.py`` runs it small; ``make bench`` runs the
+full size (2,000 jobs, 10 kills), and again with ``--ha``.
 """
 
 from __future__ import annotations
@@ -68,23 +74,31 @@ def submission(index: int, work: Path) -> dict[str, Any]:
 
 
 class Chaos:
-    """The server under test and what was asked of it."""
+    """The server under test (with ``database``: the leader of two) and what was asked of it."""
 
-    def __init__(self, state: Path, config: Path) -> None:
+    def __init__(self, state: Path, config: Path, database: str | None = None) -> None:
         self.state = state
         self.config = config
+        self.database = database
         self.lock = threading.Lock()
         self.server: ServerProcess = self._start()
+        self.standby: ServerProcess | None = self._start() if database else None
         self.index_of: dict[int, int] = {}
         self.cancelled: set[int] = set()
         self.kills = 0
         self.refused = 0
+        self.takeovers: list[float] = []
         self.problems: list[str] = []
 
     def _start(self) -> ServerProcess:
-        return spawn_server(
-            self.state, ["--port", "0", "--config", str(self.config), "--single-user"], timeout=120
-        )
+        args = ["--port", "0", "--config", str(self.config), "--single-user"]
+        if self.database:
+            args += ["--database", self.database]
+        return spawn_server(self.state, args, timeout=120)
+
+    def servers(self) -> list[ServerProcess]:
+        with self.lock:
+            return [s for s in (self.server, self.standby) if s is not None]
 
     def client(self) -> httpx.Client:
         with self.lock:
@@ -94,11 +108,43 @@ class Chaos:
         )
 
     def crash_and_restart(self) -> None:
+        if self.standby is not None:
+            self._crash_leader()
+            return
         with self.lock:
             self.server.proc.kill()
             self.server.proc.wait(timeout=30)
             self.kills += 1
             self.server = self._start()
+
+    def _crash_leader(self) -> None:
+        """Kill the leader; time the standby's takeover; restart the killed one as standby."""
+        assert self.standby is not None
+        leader, standby = self.server, self.standby
+        if _role(standby.url) == "leader":
+            leader, standby = standby, leader
+        with self.lock:
+            # Requests go to the survivor from now on.
+            self.server, self.standby = standby, None
+        leader.proc.kill()
+        killed = time.monotonic()
+        leader.proc.wait(timeout=30)
+        self.kills += 1
+        while _role(standby.url) != "leader":
+            if time.monotonic() - killed > 60:
+                self.problems.append(f"kill {self.kills}: no takeover within 60 s")
+                break
+            time.sleep(0.02)
+        else:
+            self.takeovers.append(round(time.monotonic() - killed, 3))
+        restarted = self._start()
+        with self.lock:
+            self.standby = restarted
+
+    def stop(self) -> None:
+        for server in self.servers():
+            server.proc.terminate()
+            server.proc.wait(timeout=30)
 
     def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response | None:
         """One request, retried across a crash; None if the server never answered.
@@ -115,7 +161,21 @@ class Chaos:
         return None
 
 
-def run(jobs: int, kills: int, seed: int, batch: int = 50, settle_s: float = 900) -> dict[str, Any]:
+def _role(url: str) -> str | None:
+    try:
+        return str(httpx.get(f"{url}/healthz", timeout=2).json().get("role"))
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def run(
+    jobs: int,
+    kills: int,
+    seed: int,
+    batch: int = 50,
+    settle_s: float = 900,
+    database: str | None = None,
+) -> dict[str, Any]:
     max_gap = max(4.0, jobs / 100)  # spreads the kills over the run
     rng = random.Random(seed)
     started = time.monotonic()
@@ -125,7 +185,7 @@ def run(jobs: int, kills: int, seed: int, batch: int = 50, settle_s: float = 900
         work.mkdir()
         config = root / "cluster.yaml"
         config.write_text(cluster_yaml(NODES, gpus=4, cpus=48))
-        chaos = Chaos(root / "state", config)
+        chaos = Chaos(root / "state", config, database)
 
         def submit(indices: range) -> None:
             """One batch; after a crash mid-request, it is looked up by name before it
@@ -196,11 +256,19 @@ def run(jobs: int, kills: int, seed: int, batch: int = 50, settle_s: float = 900
         problems += [f"index {i} never stored" for i in missing]
         problems += _check_jobs(chaos, final, work)
         problems += _check_sacct(chaos, final)
-        with chaos.lock:
-            server = chaos.server
-        server.proc.terminate()
-        server.proc.wait(timeout=30)
+        chaos.stop()
+    takeovers = sorted(chaos.takeovers)
     return {
+        "ha": database is not None,
+        "takeover_s": (
+            {
+                "each": chaos.takeovers,
+                "median": takeovers[len(takeovers) // 2],
+                "max": takeovers[-1],
+            }
+            if takeovers
+            else None
+        ),
         "jobs_asked": jobs,
         "jobs_stored": len(final),
         "kills": chaos.kills,
@@ -314,8 +382,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--ha",
+        action="store_true",
+        help="two servers on a PostgreSQL of the run's own; the leader is the one killed",
+    )
+    parser.add_argument(
+        "--database", help="with --ha: this PostgreSQL URL instead of one started for the run"
+    )
     args = parser.parse_args(argv)
-    report = run(args.jobs, args.kills, args.seed)
+    if args.ha and not args.database:
+        from tests.conftest import _postgres
+
+        for server in _postgres(durable=True):
+            report = run(args.jobs, args.kills, args.seed, database=server.url)
+            break
+    else:
+        report = run(args.jobs, args.kills, args.seed, database=args.database)
     report.update(python=platform.python_version(), platform=platform.platform())
     print(json.dumps(report, indent=2))
     return 1 if report["problem_count"] else 0
