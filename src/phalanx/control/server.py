@@ -255,7 +255,7 @@ def start_server(
                 "apply only on a server that leads when it starts"
             )
         if ray_backend is not None:
-            _follow_ray(plane, ray_backend)
+            _follow_ray(plane, ray_backend, elector)
         from phalanx.api.app import create_app
 
         reports = Path(reports_dir) if reports_dir is not None else state / "reports"
@@ -393,17 +393,24 @@ def run_server(
 # ---------------------------------------------------------------------- pieces
 
 
-def _follow_ray(plane: ControlPlane, runtime: RayRuntime) -> None:
-    """The Ray cluster's nodes become phalanx's, now and as they come and go."""
-    nodes = runtime.nodes()
-    if nodes:
-        plane.apply(ADMIN, nodes)
+def _follow_ray(plane: ControlPlane, runtime: RayRuntime, elector: Elector | None) -> None:
+    """The Ray cluster's nodes become phalanx's, now and as they come and go (a standby
+    leaves that to the leader, and catches up when it starts to lead)."""
 
     def apply(changed: list[Node]) -> None:
+        if not changed or not plane.leading:
+            return
         try:
             plane.apply(ADMIN, changed)
         except PhalanxError as exc:
             log.warning("applying the Ray cluster's nodes failed: %s", exc.detail)
+
+    if plane.leading:
+        nodes = runtime.nodes()
+        if nodes:
+            plane.apply(ADMIN, nodes)
+    if elector is not None:
+        elector.on_lead = lambda: apply(runtime.nodes())
 
     runtime.on_nodes = apply
     runtime.watch()
