@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from phalanx.store import NewJob, Store
+from phalanx.store.store import job_from_record
 
 
 @pytest.fixture
@@ -62,3 +63,63 @@ def test_counts_spans_starts_and_pending_per_queue(filled: Store) -> None:
     assert filled.started_since(2000.0) == 2
     assert filled.started_since(2000.0, tenants=["team-b"]) == 0
     assert filled.pending_by_queue() == {"team-a/default": 4, "team-b/default": 5}
+
+
+# -- records: the API's list pages ----------------------------------------------------
+
+PAGE_FILTERS: list[dict[str, object]] = [
+    {},
+    {"descending": True},
+    {"states": ["RUNNING"]},
+    {"after_id": 2, "limit": 2},
+    {"descending": True, "after_id": 5, "limit": 3},
+    {"tenants": ["team-b"], "limit": 1},
+]
+
+
+def _stored(store: Store, new_job: Callable[..., NewJob], times: list[float]) -> None:
+    submission = {"script": 'echo "é\\n"\t', "big": 2**70, "x": [1.5, None], "e": {}}
+    with store.begin() as tx:
+        ids = tx.insert_jobs(
+            [new_job(i, submit_time=t, submission=submission) for i, t in enumerate(times)]
+        )
+        tx.update_job(
+            ids[1],
+            state="RUNNING",
+            start_time=1796475927.0000001,
+            nodes=["n1", "n2"],
+            assignment={"gpus": {"n1": [0, 1]}},
+            cancel_requested=True,
+        )
+        tx.update_job(ids[2], hold=True, end_time=1e9 + 1e-6, exit_code=-9, tenant="team-b")
+
+
+def test_job_records_are_the_stored_rows_to_the_last_bit(
+    store: Store, new_job: Callable[..., NewJob]
+) -> None:
+    # On SQLite a page comes as one JSON row; REALs must survive it exactly.
+    times = [1796475926.2622733, 1764940000.9995, 1.0, 2.5, 12345.678901234567, 2.0**61]
+    _stored(store, new_job, times)
+    for filters in PAGE_FILTERS:
+        records = store.list_job_records(**filters)
+        assert [job_from_record(r) for r in records] == store.list_jobs(**filters), filters
+    record = store.list_job_records(ids=[2])[0]
+    assert isinstance(record[14], str)  # the submission, as stored
+    assert record[16] == times[1] and record[21] is True  # submit_time, cancel_requested
+    assert [r[16] for r in store.list_job_records()] == times
+
+
+def test_job_records_outside_the_exact_range_are_read_row_by_row(
+    store: Store, new_job: Callable[..., NewJob]
+) -> None:
+    times = [0.0, 0.1, -3.5, 1e300, 5e-324, 1796475926.2622733]
+    _stored(store, new_job, times)
+    for filters in PAGE_FILTERS:
+        records = store.list_job_records(**filters)
+        assert [job_from_record(r) for r in records] == store.list_jobs(**filters), filters
+    assert [r[16] for r in store.list_job_records()] == times
+
+
+def test_job_records_of_no_jobs(store: Store) -> None:
+    assert store.list_job_records() == []
+    assert store.list_job_records(states=["RUNNING"], limit=5) == []
