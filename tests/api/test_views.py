@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
 
 import pytest
+from fastapi.responses import JSONResponse
 
 from phalanx.api.errors import field_path, format_errors
+from phalanx.api.render import JobViewCache, dumps, list_body
 from phalanx.api.views import JobView, job_view, rfc3339
 from phalanx.store.records import JobRow
 
@@ -122,3 +126,67 @@ def test_format_errors_one_line_per_problem() -> None:
         ]
     )
     assert text.splitlines() == ["podSets: Field required", "run.timeLimit: must be positive"]
+
+
+# -- list pages: orjson and the cache of rendered views ----------------------------
+
+
+def record(job: JobRow) -> tuple[Any, ...]:
+    """``job`` as :meth:`Store.list_job_records` gives it (JSON columns as text)."""
+    json_fields = {"nodes", "submission", "assignment"}
+    return tuple(
+        json.dumps(getattr(job, f.name))
+        if f.name in json_fields and getattr(job, f.name) is not None
+        else getattr(job, f.name)
+        for f in dataclasses.fields(job)
+    )
+
+
+class FakePlane:
+    def __init__(self) -> None:
+        self.estimates: dict[int, float] = {}
+
+    def output_paths(self, job: JobRow) -> tuple[str, None]:
+        return f"/out/{job.id}.out", None
+
+    def estimated_start(self, job_id: int) -> float | None:
+        return self.estimates.get(job_id)
+
+
+def test_dumps_writes_what_starlette_writes() -> None:
+    for content in (
+        {"items": [job_view(row())], "continue": None},
+        {"é": 'ü\n"', "f": [0.1, 1e16, -0.0, 2.5e-300], "i": 2**63 - 1},
+        {"big": 2**70},  # past orjson's 64 bits: the standard library's turn
+        {1: "non-string key"},
+    ):
+        assert json.loads(dumps(content)) == json.loads(JSONResponse(content).body)
+    assert dumps({"big": 2**70}) == JSONResponse({"big": 2**70}).body
+
+
+def test_cached_views_are_reused_only_while_the_job_and_its_estimate_are_unchanged() -> None:
+    plane = FakePlane()
+    cache = JobViewCache(plane)  # type: ignore[arg-type]
+    jobs = [row(id=i, state="PENDING", nodes=[], assignment=None) for i in (1, 2, 3)]
+    first = cache.render([record(j) for j in jobs])
+    assert [json.loads(b) for b in first] == [
+        json.loads(dumps(job_view(j, plane.output_paths(j), None))) for j in jobs
+    ]
+    again = cache.render([record(j) for j in jobs])
+    assert all(a is b for a, b in zip(first, again, strict=True))  # reused
+    plane.estimates[2] = 1_796_282_480.0
+    jobs[0] = dataclasses.replace(jobs[0], state="RUNNING")
+    third = cache.render([record(j) for j in jobs])
+    assert json.loads(third[0])["state"] == "RUNNING"
+    assert json.loads(third[1])["estimated_start"] == "2026-12-03T07:21:20.000Z"
+    assert third[2] is first[2]
+
+
+def test_the_view_cache_keeps_the_newest_entries() -> None:
+    cache = JobViewCache(FakePlane(), size=2)  # type: ignore[arg-type]
+    records = [record(row(id=i)) for i in (1, 2, 3)]
+    views = cache.render(records)
+    assert sorted(cache._entries) == [2, 3]
+    assert cache.render(records[2:])[0] is views[2]
+    assert list_body(views[:1], "1").startswith(b'{"items":[{"id":1,')
+    assert json.loads(list_body([], None)) == {"items": [], "continue": None}

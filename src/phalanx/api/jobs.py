@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from phalanx.api.deps import Caller, Plane
+from phalanx.api.render import JobViewCache, list_body
 from phalanx.api.views import EventView, JobList, JobView, event_view, job_view
 from phalanx.control.output import ForeignOutput, read_output
 from phalanx.errors import Forbidden, Invalid, NotFound
@@ -70,6 +71,7 @@ def _ids(values: list[str]) -> list[int] | None:
 
 @router.get("/jobs", responses={200: {"model": JobList}})
 def list_jobs(
+    request: Request,
     plane: Plane,
     principal: Caller,
     state: Annotated[list[str], Query(description="repeatable or comma-separated")] = [],  # noqa: B006
@@ -98,7 +100,7 @@ def list_jobs(
             after_id = -1
         if not 0 <= after_id <= MAX_ID:
             raise Invalid(f"continue (query): {continue_!r} is not a token this API gave")
-    rows = plane.store.list_jobs(
+    records = plane.store.list_job_records(
         states=_states(state),
         tenants=tenants,
         users=_split(user) or None,
@@ -111,11 +113,21 @@ def list_jobs(
         limit=limit + 1,
         descending=order == "desc",
     )
-    more = len(rows) > limit
-    rows = rows[:limit]
-    token = str(rows[-1].id) if more and rows else None
-    items = [job_view(r, plane.output_paths(r), plane.estimated_start(r.id)) for r in rows]
-    return JSONResponse({"items": items, "continue": token})
+    more = len(records) > limit
+    records = records[:limit]
+    token = str(records[-1][0]) if more and records else None
+    return Response(list_body(_views(request, plane).render(records), token), media_type=JSON)
+
+
+JSON = "application/json"
+
+
+def _views(request: Request, plane: Plane) -> JobViewCache:
+    """The app's cache of rendered job views (made on first use)."""
+    cache: JobViewCache | None = getattr(request.app.state, "job_views", None)
+    if cache is None or cache.plane is not plane:
+        cache = request.app.state.job_views = JobViewCache(plane)
+    return cache
 
 
 @router.post("/jobs", status_code=201, response_model=Submitted)
