@@ -42,7 +42,7 @@ def test_a_killed_supervisor_ends_its_job_and_frees_its_gpus(tmp_path: Path) -> 
         assert {j["id"]: j["state"] for j in jobs(server)}[second] == "PENDING"
         pid_file = tmp_path / "state" / "runtime" / "jobs" / str(first) / "1" / "supervisor.pid"
         os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
-        wait_states(server, [first], {"NODE_FAIL"}, timeout=60)
+        wait_states(server, [first], {"FAILED"}, timeout=60)
         # Its four GPUs went back: the job waiting for them starts.
         wait_states(server, [second], {"RUNNING"}, timeout=60)
         with server.client() as c:

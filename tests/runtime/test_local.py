@@ -280,7 +280,7 @@ def test_adopt_reports_a_job_that_finished_while_away(tmp_path: Path) -> None:
     assert rt.poll() == []
 
 
-def test_supervisor_killed_is_node_fail(runtime: LocalRuntime, tmp_path: Path) -> None:
+def test_supervisor_killed_fails_the_job(runtime: LocalRuntime, tmp_path: Path) -> None:
     runtime.launch(spec(tmp_path, ("sleep", "30")))
     wait_started(runtime, 1)
     st = status(runtime, 1)
@@ -288,7 +288,12 @@ def test_supervisor_killed_is_node_fail(runtime: LocalRuntime, tmp_path: Path) -
     assert isinstance(pid, int) and isinstance(tasks, list)
     os.kill(pid, signal.SIGKILL)
     exited = finish(runtime, 1, timeout=5)
-    assert (exited.state, exited.message) == ("NODE_FAIL", "supervisor lost")
+    assert exited.state == "FAILED"
+    assert exited.message == (
+        "supervisor lost: the job's supervisor process died without reporting its end; "
+        "its tasks were killed (SIGKILL)"
+    )
+    assert exited.signal == signal.SIGKILL
     assert exited.start_time is not None
     # Its orphaned task was killed with it.
     assert _gone(tasks[0]), "orphaned task still running"

@@ -8,7 +8,9 @@ The control plane writes ``launch.json`` there and starts
 ``status.json``. :meth:`LocalRuntime.poll` turns those files into
 :class:`~phalanx.runtime.spec.Started` / :class:`~phalanx.runtime.spec.Exited`
 events; a supervisor that vanished without writing its exit (its lock on
-``supervisor.lock`` is free) is reported as ``NODE_FAIL``.
+``supervisor.lock`` is free) ends its job ``FAILED`` ("supervisor lost", its
+tasks killed with SIGKILL), or ``NODE_FAIL`` when it never started (nothing ran,
+and the control plane launches the job again).
 
 Supervisors are forked by a fork server (:mod:`phalanx.runtime.forkserver`,
 about a millisecond each instead of a fresh interpreter); if it cannot be
@@ -535,18 +537,29 @@ class LocalRuntime:
         record.exited = True
         # Its tasks must not outlive it holding GPUs that are about to be given away;
         # each task leads its own process group (best effort).
+        killed = False
         for pid in record.status.get("tasks") or ():
             if isinstance(pid, int) and pid > 1 and _may_signal(record.path, pid):
+                killed = True
                 with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
         start = record.status.get("start_time")
+        # One that had started failed with its supervisor (FAILED, as Slurm's job whose
+        # step daemon died); one that never started did not run at all (NODE_FAIL: the
+        # control plane launches it again).
+        failed = bool(record.status)
+        if failed:
+            message = (
+                f"{message}: the job's supervisor process died without reporting its end"
+                + ("; its tasks were killed (SIGKILL)" if killed else "")
+            )
         self._backlog.append(
             Exited(
                 job_id=record.job_id,
                 attempt=record.attempt,
-                state="NODE_FAIL",
+                state="FAILED" if failed else "NODE_FAIL",
                 exit_code=None,
-                signal=None,
+                signal=int(signal.SIGKILL) if killed else None,
                 start_time=float(start) if start is not None else None,
                 end_time=time.time(),
                 message=message,
