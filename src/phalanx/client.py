@@ -10,6 +10,9 @@ Where the server is and who you are comes from the arguments, then
 ``client.json`` (which ``phalanx up`` writes), then ``http://127.0.0.1:6900``.
 An ``https`` server's certificate is verified against ``PHALANX_CA`` (a CA or
 certificate file in PEM) when it is set, else against the system's store.
+Several servers on one PostgreSQL (one leads, the others forward to it) are
+given as a comma-separated list, ``PHALANX_URL=https://a:6900,https://b:6900``:
+a server that cannot be reached is passed over for the next.
 
 Standard library only (``http.client``, ``json``): the CLI builds on this
 module and must start in well under 150 ms, so it loads neither httpx nor
@@ -53,6 +56,10 @@ _ERRORS: dict[str, type[errors.PhalanxError]] = {
     "Unavailable": errors.Unavailable,
 }
 _BY_STATUS: dict[int, type[errors.PhalanxError]] = {cls.status: cls for cls in _ERRORS.values()}
+
+
+class _Unreachable(Exception):
+    """The connection was refused or the name did not resolve: nothing was sent."""
 
 
 class ClientConfig:
@@ -124,18 +131,27 @@ class Client:
         timeout: float = 30,
     ) -> None:
         self.config = resolve_config(url, token, state_dir)
-        self.url = self.config.url
+        self.urls = [u.strip().rstrip("/") for u in self.config.url.split(",") if u.strip()]
+        """The servers to try, in order (one, or several that share a PostgreSQL)."""
         self.timeout = timeout
+        self._conn: http.client.HTTPConnection | None = None
+        for candidate in self.urls or [self.config.url]:
+            parts = urlsplit(candidate)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise errors.Invalid(
+                    f"server URL {candidate!r} is not an http(s) URL such as {DEFAULT_URL}"
+                )
+        self._use(0)
+
+    def _use(self, index: int) -> None:
+        """Talk to the ``index``-th server of :attr:`urls` from now on."""
+        self._current = index
+        self.url = self.urls[index]
         parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise errors.Invalid(
-                f"server URL {self.url!r} is not an http(s) URL such as {DEFAULT_URL}"
-            )
         self._https = parts.scheme == "https"
-        self._host = parts.hostname
+        self._host = parts.hostname or ""
         self._port = parts.port or (443 if self._https else 80)
         self._base = parts.path.rstrip("/")
-        self._conn: http.client.HTTPConnection | None = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -190,10 +206,25 @@ class Client:
             content_type = "application/json"
         if content_type:
             headers["Content-Type"] = content_type
-        response = self._send(method, target, body, headers)
+        response = self._send_any(method, target, body, headers)
         if response.status >= 400 and response.status not in ok:
             raise _error(response, method, target)
         return response
+
+    def _send_any(
+        self, method: str, target: str, body: bytes | None, headers: dict[str, str]
+    ) -> Response:
+        """:meth:`_send` to the current server; one that refuses the connection (so the
+        request never reached it) is passed over for the next of :attr:`urls`."""
+        tried = 0
+        while True:
+            try:
+                return self._send(method, target, body, headers)
+            except _Unreachable as exc:
+                tried += 1
+                if tried >= len(self.urls):
+                    raise errors.Unavailable(str(exc)) from exc.__cause__
+                self._use((self._current + 1) % len(self.urls))
 
     def _send(
         self, method: str, target: str, body: bytes | None, headers: dict[str, str]
@@ -207,7 +238,7 @@ class Client:
                 data = raw.read()
             except (ConnectionRefusedError, socket.gaierror) as exc:
                 self.close()
-                raise errors.Unavailable(
+                raise _Unreachable(
                     f"no phalanx server at {self.url}: start one with `phalanx up`"
                 ) from exc
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:

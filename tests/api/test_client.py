@@ -172,6 +172,27 @@ def test_sends_the_bearer_token_and_reuses_the_connection(fake: ThreadingHTTPSer
     assert all(h["Authorization"] == "Bearer phx_secret" for h in fake.seen)  # type: ignore[attr-defined]
 
 
+def test_several_servers_the_unreachable_ones_are_passed_over(
+    fake: ThreadingHTTPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PHALANX_URL may list servers that share a PostgreSQL: one that refuses the
+    connection (nothing was sent to it) is passed over for the next, and stays passed."""
+    _Handler.answers = {"/api/v1/whoami": (200, b'{"user": "u", "tenants": [], "admin": false}')}
+    down = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("PHALANX_URL", f"{down}, {url_of(fake)}/")
+    with Client(token="phx_t") as client:
+        assert client.urls == [down, url_of(fake)]
+        assert client.whoami()["user"] == "u"
+        assert client.url == url_of(fake)
+        assert client.whoami()["user"] == "u"
+    other = f"http://127.0.0.1:{free_port()}"
+    with Client(f"{down},{other}", "t") as client, pytest.raises(errors.Unavailable) as info:
+        client.whoami()
+    assert info.value.detail == f"no phalanx server at {other}: start one with `phalanx up`"
+    with pytest.raises(errors.Invalid):
+        Client(f"{url_of(fake)},ftp://x", "t")
+
+
 def test_submissions_may_be_models() -> None:
     from phalanx.client import _as_dict
     from phalanx.model import JobSubmission
