@@ -549,10 +549,10 @@ class LocalRuntime:
         # control plane launches it again).
         failed = bool(record.status)
         if failed:
-            message = (
-                f"{message}: the job's supervisor process died without reporting its end"
-                + ("; its tasks were killed (SIGKILL)" if killed else "")
-            )
+            detail = "the job's supervisor process died without reporting its end"
+            if killed:
+                detail += "; its tasks were killed (SIGKILL)"
+            message = f"{message}: {detail}"
         self._backlog.append(
             Exited(
                 job_id=record.job_id,
