@@ -51,10 +51,12 @@ class Elector:
         """How many times this server has started leading."""
         self._stop = threading.Event()
         self._lost = threading.Event()
+        self._fenced = threading.Event()
+        """The loop stopped on a fenced write: step down at the next look."""
         self._thread: threading.Thread | None = None
         plane.lease = lease
         plane.store.fence = lease.fence
-        plane.on_lost_lead = self._lost.set
+        plane.on_lost_lead = self._on_fenced
 
     @property
     def leading(self) -> bool:
@@ -81,6 +83,10 @@ class Elector:
 
     # -- the thread -------------------------------------------------------------------
 
+    def _on_fenced(self) -> None:
+        self._fenced.set()
+        self._lost.set()
+
     def _run(self) -> None:
         while not self._stop.is_set():
             leading = self.plane.leading and self.lease.epoch is not None
@@ -89,7 +95,10 @@ class Elector:
             if self._stop.is_set():
                 break
             try:
-                if self.plane.leading and self.lease.epoch is not None:
+                if self._fenced.is_set():
+                    self._fenced.clear()
+                    self._step_down()
+                elif self.plane.leading and self.lease.epoch is not None:
                     if self.lease.renew() is False:
                         self._step_down()
                 elif self.plane.leading or self.lease.epoch is not None:
