@@ -764,43 +764,43 @@ class ControlPlane:
         )
 
     def _loop(self) -> None:
-        commands: list[_Command] = []
-        try:
-            self._iterations(commands)
-        except NotLeader:
-            for cmd in commands:
-                if not cmd.future.done():
-                    cmd.future.set_exception(self._gone())
-            raise
-
-    def _iterations(self, commands: list[_Command]) -> None:
-        """Run iterations until stopped; ``commands`` holds the current one's commands."""
+        """Run iterations until stopped; :class:`NotLeader` (a fenced write) ends it."""
         while not self._stopping.is_set():
-            commands[:] = self._take_commands()
+            commands = self._take_commands()
             if self._stopping.is_set():
                 for cmd in commands:
                     cmd.future.set_exception(self._gone())
                 break
-            if self._stale:
-                # The last rebuild failed (the store is unreachable): nothing runs on
-                # the memory of an iteration that did not commit until one succeeds.
-                self._stale = not self._rebuild()
-                if self._stale:
-                    for cmd in commands:
-                        if not cmd.future.done():
-                            cmd.future.set_exception(_store_down())
-                    continue
             try:
-                self._iterate(commands)
+                self._step(commands)
             except NotLeader:
-                raise
-            except Exception as exc:  # the loop must survive anything a store can throw
-                log.exception("control loop iteration failed; rebuilding from the store")
-                # Rebuilt before answering: a caller that retries finds the recovered state.
-                self._stale = not self._rebuild()
                 for cmd in commands:
                     if not cmd.future.done():
-                        cmd.future.set_exception(_internal(exc))
+                        cmd.future.set_exception(self._gone())
+                raise
+
+    def _step(self, commands: list[_Command]) -> None:
+        """One iteration, rebuilding from the store first when the last one failed."""
+        if self._stale:
+            # The last rebuild failed (the store is unreachable): nothing runs on
+            # the memory of an iteration that did not commit until one succeeds.
+            self._stale = not self._rebuild()
+            if self._stale:
+                for cmd in commands:
+                    if not cmd.future.done():
+                        cmd.future.set_exception(_store_down())
+                return
+        try:
+            self._iterate(commands)
+        except NotLeader:
+            raise
+        except Exception as exc:  # the loop must survive anything a store can throw
+            log.exception("control loop iteration failed; rebuilding from the store")
+            # Rebuilt before answering: a caller that retries finds the recovered state.
+            self._stale = not self._rebuild()
+            for cmd in commands:
+                if not cmd.future.done():
+                    cmd.future.set_exception(_internal(exc))
 
     def _take_commands(self) -> list[_Command]:
         commands: list[_Command] = []
@@ -835,7 +835,7 @@ class ControlPlane:
     def _iterate(self, commands: list[_Command]) -> None:
         # Events taken by an iteration that did not commit are handled again (after the
         # rebuild from the store); the runtime reports each one only once.
-        events = self._replay + self.runtime.poll() if self._replay else self.runtime.poll()
+        events = [*self._replay, *self.runtime.poll()]
         self._replay = events
         now = self.clock()
         # A waitForPodsReady deadline, a requeue backoff's end, or Kueue's next head.
