@@ -19,13 +19,12 @@ Two jobs, done together because both need the whole request body in hand:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from phalanx.api.errors import LEADER_HEADER
+from phalanx.api.errors import LEADER_HEADER, error_response
 
 __all__ = ["FORWARDED_HEADER", "MAX_BODY_BYTES", "Forwarding"]
 
@@ -71,7 +70,7 @@ class Forwarding:
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
-            await _too_large(send, self.max_body)
+            await _too_large(self.max_body)(scope, receive, send)
             return
         chunks: list[bytes] = []
         size = 0
@@ -82,7 +81,7 @@ class Forwarding:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
-                await _too_large(send, self.max_body)
+                await _too_large(self.max_body)(scope, receive, send)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -115,10 +114,10 @@ class Forwarding:
 
         await self.app(scope, replay, watch)
         if held and leader is not None:
-            await self._forward(scope, headers, body, leader, send)
+            await self._forward(scope, receive, send, body, leader)
 
     async def _forward(
-        self, scope: Scope, headers: dict[bytes, bytes], body: bytes, leader: str, send: Send
+        self, scope: Scope, receive: Receive, send: Send, body: bytes, leader: str
     ) -> None:
         import httpx
 
@@ -144,8 +143,9 @@ class Forwarding:
             log.warning(
                 "forwarding %s %s to the leader %s failed: %s", scope["method"], url, leader, exc
             )
-            await _unavailable(
-                send, f"the leader at {leader} cannot be reached ({type(exc).__name__}); try again"
+            detail = f"the leader at {leader} cannot be reached ({type(exc).__name__}); try again"
+            await error_response(503, "NotLeader", detail, **{"Retry-After": "1"})(
+                scope, receive, send
             )
             return
         try:
@@ -164,28 +164,10 @@ class Forwarding:
             await response.aclose()
 
 
-async def _too_large(send: Send, limit: int) -> None:
-    await _error(
-        send,
+def _too_large(limit: int) -> Any:
+    return error_response(
         413,
         "TooLarge",
         f"the request body is larger than {limit} bytes ({limit >> 20} MiB), the most one "
         "request may carry: send fewer jobs or objects per request",
     )
-
-
-async def _unavailable(send: Send, detail: str) -> None:
-    await _error(send, 503, "NotLeader", detail, [(b"retry-after", b"1")])
-
-
-async def _error(
-    send: Send, status: int, error: str, detail: str, extra: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    payload = json.dumps({"error": error, "detail": detail}).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(payload)).encode()),
-        *(extra or []),
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload, "more_body": False})

@@ -58,10 +58,6 @@ class Elector:
         plane.store.fence = lease.fence
         plane.on_lost_lead = self._on_fenced
 
-    @property
-    def leading(self) -> bool:
-        return self.plane.leading
-
     def start(self) -> Elector:
         """Lead if the lease is free, stand by otherwise; then keep watching."""
         if not (self.lease.try_acquire() and self._lead()):
