@@ -216,7 +216,16 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'phalanx.db'}"
         return
-    server_url: str = request.getfixturevalue("postgres_url")
+    yield from _fresh_database(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def pg_database(postgres_url: str) -> Iterator[str]:
+    """URL of a new, empty PostgreSQL database (dropped afterwards)."""
+    yield from _fresh_database(postgres_url)
+
+
+def _fresh_database(server_url: str) -> Iterator[str]:
     name = f"t_{uuid.uuid4().hex}"
     with _admin_connect(server_url) as conn:
         conn.execute(f"CREATE DATABASE {name}")
@@ -232,10 +241,4 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | N
     if backend == "sqlite":
         yield None
         return
-    server_url: str = request.getfixturevalue("postgres_url")
-    name = f"t_{uuid.uuid4().hex}"
-    with _admin_connect(server_url) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    with _admin_connect(server_url) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    yield from _fresh_database(request.getfixturevalue("postgres_url"))

@@ -4,32 +4,18 @@ stands by (nothing of the write stored), and it leads again once the lease is fr
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from phalanx.auth import ADMIN
 from phalanx.control.server import start_server
 from phalanx.errors import NotLeader
 from phalanx.model import JobSubmission
-from tests.conftest import _admin_connect
 from tests.reliability.test_reliability import CLUSTER, nodes_yaml
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def database(postgres_url: str) -> Iterator[str]:
-    name = f"t_{uuid.uuid4().hex}"
-    with _admin_connect(postgres_url) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
-    with _admin_connect(postgres_url) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def _job() -> JobSubmission:
@@ -51,8 +37,9 @@ def _wait(condition: object, timeout: float = 10.0) -> None:
 
 
 def test_a_leader_whose_lease_is_taken_is_fenced_and_stands_by(
-    database: str, tmp_path: Path
+    pg_database: str, tmp_path: Path
 ) -> None:
+    database = pg_database
     thief = create_engine(database)
     config = tmp_path / "cluster.yaml"
     config.write_text(CLUSTER + nodes_yaml(1))

@@ -5,10 +5,13 @@ fenced off. Real processes, a real PostgreSQL, real jobs: every job runs once.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,94 +88,97 @@ def _each_ran_once(handle: Server, work: Path, ids: list[int]) -> None:
             assert os.listdir(runtime_jobs / str(job_id)) == ["1"], job_id
 
 
+@dataclass
+class Pair:
+    """Two servers on one PostgreSQL and one state directory: ``a`` leads, ``b`` stands by."""
+
+    a: ServerProcess
+    b: ServerProcess
+    work: Path
+    state: Path
+
+    @property
+    def hb(self) -> Server:
+        return Server(self.b.proc, self.b.url, self.b.token, self.state)
+
+
 @pytest.fixture
-def cluster(tmp_path: Path) -> tuple[Path, Path, Path]:
+def pair(postgres_server: PgServer, tmp_path: Path) -> Iterator[Pair]:
     config = tmp_path / "cluster.yaml"
     config.write_text(CLUSTER + nodes_yaml(5))
     work = tmp_path / "work"
     work.mkdir()
-    return config, work, tmp_path / "state"
-
-
-def test_a_standby_takes_over_from_a_killed_leader(
-    postgres_server: PgServer, cluster: tuple[Path, Path, Path]
-) -> None:
-    config, work, state = cluster
+    state = tmp_path / "state"
     a = _spawn(state, config, postgres_server.url)
-    b = _spawn(state, config, postgres_server.url)
-    hb = Server(b.proc, b.url, b.token, state)
     try:
-        assert _health(a.url)["role"] == "leader"
-        assert _health(b.url) == {"status": "ok", "role": "standby", "leader": a.url}
-        # Writes sent to the standby are forwarded to the leader; reads are its own.
-        ids = [_submit(b, _job(work, 4)) for _ in range(8)]
-        ids += [_submit(a, _job(work, 0.2)) for _ in range(4)]
-        wait_states(hb, ids[:8], {"RUNNING"}, timeout=60)
-        with hb.client() as c:
-            assert c.get("/api/v1/clusterqueues/main").status_code == 200  # forwarded
-            listed = {j["id"] for j in jobs(hb)}
-        assert set(ids) <= listed
-
-        a.proc.kill()
-        a.proc.wait(30)
-        took = _wait_role(b.url, "leader", timeout=30)
-        assert took < TAKEOVER_S, f"the standby took {took:.1f} s to lead"
-
-        # The running jobs were re-adopted, not run again; new work goes on.
-        ids += [_submit(b, _job(work, 0.2)) for _ in range(6)]
-        wait_states(hb, ids, {"COMPLETED"}, timeout=120)
-        _each_ran_once(hb, work, ids)
-    finally:
-        for server in (a, b):
-            server.stop()
+        b = _spawn(state, config, postgres_server.url)
+    except BaseException:
+        a.stop()
+        raise
+    yield Pair(a, b, work, state)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(a.proc.pid, signal.SIGCONT)  # if a test left it paused
+    for server in (a, b):
+        server.stop()
 
 
-def test_a_paused_leader_is_replaced_and_fenced_off_when_it_wakes(
-    postgres_server: PgServer, cluster: tuple[Path, Path, Path]
-) -> None:
-    config, work, state = cluster
-    a = _spawn(state, config, postgres_server.url)
-    b = _spawn(state, config, postgres_server.url)
-    hb = Server(b.proc, b.url, b.token, state)
+def test_a_standby_takes_over_from_a_killed_leader(pair: Pair) -> None:
+    a, b, hb, work = pair.a, pair.b, pair.hb, pair.work
+    assert _health(a.url)["role"] == "leader"
+    assert _health(b.url) == {"status": "ok", "role": "standby", "leader": a.url}
+    # Writes sent to the standby are forwarded to the leader; reads are its own.
+    ids = [_submit(b, _job(work, 4)) for _ in range(8)]
+    ids += [_submit(a, _job(work, 0.2)) for _ in range(4)]
+    wait_states(hb, ids[:8], {"RUNNING"}, timeout=60)
+    with hb.client() as c:
+        assert c.get("/api/v1/clusterqueues/main").status_code == 200  # forwarded
+        listed = {j["id"] for j in jobs(hb)}
+    assert set(ids) <= listed
+
+    a.proc.kill()
+    a.proc.wait(30)
+    took = _wait_role(b.url, "leader", timeout=30)
+    assert took < TAKEOVER_S, f"the standby took {took:.1f} s to lead"
+
+    # The running jobs were re-adopted, not run again; new work goes on.
+    ids += [_submit(b, _job(work, 0.2)) for _ in range(6)]
+    wait_states(hb, ids, {"COMPLETED"}, timeout=120)
+    _each_ran_once(hb, work, ids)
+
+
+def test_a_paused_leader_is_replaced_and_fenced_off_when_it_wakes(pair: Pair) -> None:
+    a, b, hb, work = pair.a, pair.b, pair.hb, pair.work
     answers: list[int] = []
-    try:
-        ids = [_submit(a, _job(work, 3)) for _ in range(4)]
-        wait_states(hb, ids, {"RUNNING"}, timeout=60)
-        os.kill(a.proc.pid, signal.SIGSTOP)
-        paused = True
+    ids = [_submit(a, _job(work, 3)) for _ in range(4)]
+    wait_states(hb, ids, {"RUNNING"}, timeout=60)
+    os.kill(a.proc.pid, signal.SIGSTOP)
 
-        def submit_to_paused() -> None:
-            """A request the paused leader holds until it wakes: it must end either
-            committed once (forwarded to the new leader) or refused, never twice."""
-            with httpx.Client(
-                base_url=a.url, headers={"Authorization": f"Bearer {a.token}"}, timeout=120
-            ) as c:
-                r = c.post("/api/v1/jobs", json=_job(work, 0.2))
-            answers.append(r.status_code)
-            if r.status_code == 201:
-                ids.append(int(r.json()["id"]))
-            else:
-                assert r.status_code == 503, r.text
+    def submit_to_paused() -> None:
+        """A request the paused leader holds until it wakes: it must end either
+        committed once (forwarded to the new leader) or refused, never twice."""
+        with httpx.Client(
+            base_url=a.url, headers={"Authorization": f"Bearer {a.token}"}, timeout=120
+        ) as c:
+            r = c.post("/api/v1/jobs", json=_job(work, 0.2))
+        answers.append(r.status_code)
+        if r.status_code == 201:
+            ids.append(int(r.json()["id"]))
+        else:
+            assert r.status_code == 503, r.text
 
-        pending = threading.Thread(target=submit_to_paused)
-        pending.start()
-        took = _wait_role(b.url, "leader", timeout=30)
-        assert took < TAKEOVER_S + 1, f"the standby took {took:.1f} s to lead"
-        ids += [_submit(b, _job(work, 0.2)) for _ in range(4)]
+    pending = threading.Thread(target=submit_to_paused)
+    pending.start()
+    took = _wait_role(b.url, "leader", timeout=30)
+    assert took < TAKEOVER_S + 1, f"the standby took {took:.1f} s to lead"
+    ids += [_submit(b, _job(work, 0.2)) for _ in range(4)]
 
-        os.kill(a.proc.pid, signal.SIGCONT)
-        paused = False
-        _wait_role(a.url, "standby", timeout=30)
-        assert _health(a.url)["leader"] == b.url
-        pending.join(60)
-        assert len(answers) == 1
-        assert _health(b.url)["role"] == "leader"
-        wait_states(hb, ids, {"COMPLETED"}, timeout=120)
-        _each_ran_once(hb, work, ids)
-        log = (state / "server.log").read_text()
-        assert "another server leads now" in log or "lost the leader lease" in log
-    finally:
-        if paused:
-            os.kill(a.proc.pid, signal.SIGCONT)
-        for server in (a, b):
-            server.stop()
+    os.kill(a.proc.pid, signal.SIGCONT)
+    _wait_role(a.url, "standby", timeout=30)
+    assert _health(a.url)["leader"] == b.url
+    pending.join(60)
+    assert len(answers) == 1
+    assert _health(b.url)["role"] == "leader"
+    wait_states(hb, ids, {"COMPLETED"}, timeout=120)
+    _each_ran_once(hb, work, ids)
+    log = (pair.state / "server.log").read_text()
+    assert "another server leads now" in log or "lost the leader lease" in log
