@@ -38,13 +38,15 @@ test-deps: venv
 test: venv test-deps lint
 	$(BIN)/pytest
 
+# A benchmark that reads ../shared (PHALANX_SHARED names another folder: traces,
+# the real Slurm peer) says on stderr what is missing and skips that part.
 bench: venv
 	$(BIN)/python bench/engine.py --json
 	$(BIN)/python bench/engine.py --json --backfill --fair-share
 	$(BIN)/python bench/engine.py --json --topology
 	$(BIN)/python bench/topology.py
-	$(BIN)/python bench/api.py $$(test -f ../shared/peers/slurm/start-slurm.sh && echo --slurm)
-	$(BIN)/python bench/sbatch.py $$(test -f ../shared/peers/slurm/start-slurm.sh || echo --no-slurm)
+	$(BIN)/python bench/api.py $$(test -f "$${PHALANX_SHARED:-../shared}/peers/slurm/start-slurm.sh" && echo --slurm)
+	$(BIN)/python bench/sbatch.py $$(test -f "$${PHALANX_SHARED:-../shared}/peers/slurm/start-slurm.sh" || echo --no-slurm)
 	$(BIN)/python bench/kueue_baseline.py --json
 	$(BIN)/python bench/openb.py
 	$(BIN)/python bench/ray_runtime.py

@@ -14,7 +14,9 @@ With ``--slurm`` the same run starts the real Slurm of ``../shared/peers/slurm``
 (4 nodes x 64 CPUs x 8 GPUs, like the phalanx cluster here) and measures
 ``sbatch --wrap true`` for the same 1,000 jobs (16 concurrent submitters),
 their submit-to-start latency (sacct) and time to drain, and ``squeue`` start-up,
-so the ratios come from one run on one machine. Prints one JSON object.
+so the ratios come from one run on one machine; without the peer (or when it does
+not start) that part is skipped, said on stderr, and the JSON says so. Prints one
+JSON object.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))  # run as a script
+
+from bench.shared import slurm_off, start_slurm, stop_slurm  # noqa: E402
 
 from phalanx import Client  # noqa: E402
 from phalanx.control.spawn import spawn_server  # noqa: E402
@@ -130,6 +134,8 @@ def start_phalanx(state: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]
     config = state / "cluster.yaml"
     state.mkdir(parents=True, exist_ok=True)
     config.write_text(CLUSTER)
+    # --single-user: every job runs as this process's own user, whoever submits it (as
+    # root the default runs a non-admin user's jobs as the Unix account of that name).
     try:
         server = spawn_server(state, ["--port", "0", "--config", str(config), "--single-user"])
     except PhalanxError as exc:
@@ -242,10 +248,9 @@ def time_command(cmd: list[str], env: dict[str, str], repeats: int = 11) -> floa
 
 
 def bench_slurm(args: argparse.Namespace) -> dict[str, Any]:
-    peer = SHARED / "peers" / "slurm"
-    if not (peer / "start-slurm.sh").exists():
-        return {"skipped": f"no Slurm peer at {peer}"}
-    subprocess.run(["bash", str(peer / "start-slurm.sh")], check=True, capture_output=True)
+    not_started = start_slurm()
+    if not_started is not None:
+        return not_started
     work = Path(tempfile.mkdtemp(prefix="slurm-bench-"))
     result: dict[str, Any] = {}
     try:
@@ -307,7 +312,7 @@ def bench_slurm(args: argparse.Namespace) -> dict[str, Any]:
         result["note"] = "sacct times have one-second resolution"
         result["cli_squeue_ms_median"] = time_command(["squeue"], dict(os.environ))
     finally:
-        subprocess.run(["bash", str(peer / "stop-slurm.sh")], capture_output=True)
+        stop_slurm()
         shutil.rmtree(work, ignore_errors=True)
     return result
 
@@ -329,7 +334,9 @@ def main() -> int:
         "clients": args.clients,
         "phalanx": bench_phalanx(args),
     }
-    if args.slurm:
+    if not args.slurm:
+        out["slurm"] = slurm_off("not asked for (--slurm)")
+    else:
         out["slurm"] = bench_slurm(args)
         p, s = out["phalanx"], out["slurm"]
         if "sbatch_jobs_per_s" in s:

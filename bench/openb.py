@@ -19,6 +19,9 @@ Per workload and policy: the mean curve over the seeds at a few load levels,
 the largest gap to the authors' curve over all levels (``max_gap``: positive is
 above theirs), and the pods that found no node, by kind. ``--quick`` runs one
 seed of the default list only.
+
+The trace is read from ``../shared/traces/alibaba-openb-2023`` (bench/shared.py);
+without it the experiment is skipped, said on stderr, and the JSON says so.
 """
 
 from __future__ import annotations
@@ -37,7 +40,10 @@ from typing import Any
 from phalanx.sim.packing import profile_of, replay, sample_workload
 from phalanx.sim.traces.openb import load_nodes, load_pods
 
-OPENB = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "alibaba-openb-2023"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
+from bench.shared import skipped, traces
+
+OPENB = traces() / "alibaba-openb-2023"
 EXPECTED = OPENB / "fgd_expected_results" / "analysis_allo_discrete.csv"
 POLICIES = ("random", "dot-product", "best-fit", "fgd", "phalanx", "phalanx-online")
 AUTHORS = {
@@ -99,13 +105,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the 1,523 nodes with the 310 CPU-only ones (the authors use the 1,213 GPU nodes)",
     )
     args = parser.parse_args(argv)
-    if not EXPECTED.exists():
-        sys.stderr.write(f"the openb trace is not at {OPENB}\n")
-        return 2
+    nodes = "openb_node_list_all_node.csv" if args.all_nodes else "openb_node_list_gpu_node.csv"
+    missing = skipped("the FGD experiment", EXPECTED, OPENB / nodes)
+    if missing is not None:
+        print(json.dumps({"benchmark": "openb", **missing}))
+        return 0
     authors = expected()
     workloads = args.workload or sorted({w for w, _ in authors})
     if args.quick:
         workloads, args.seeds = ["openb_pod_list_default"], 1
+    unknown = [w for w in workloads if not (OPENB / f"{w}.csv").exists()]
+    if unknown:
+        sys.stderr.write(f"--workload: no pod list {', '.join(unknown)} in {OPENB}\n")
+        return 2
     policies = args.policy or list(POLICIES)
     tasks = [
         (w, p, s, args.all_nodes)

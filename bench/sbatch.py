@@ -10,7 +10,8 @@ the same work, submitted with each system's own ``sbatch``:
   per second, and first submit to every job completed.
 
 Slurm is the real one of ``../shared/peers/slurm`` (started and stopped here;
-skipped when absent). Prints one JSON object.
+``--no-slurm``, or without the peer or when it does not start, that part is
+skipped, said on stderr, and the JSON says so). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-PEER = ROOT.parent / "shared" / "peers" / "slurm"
 BIN = Path(sys.executable).parent
+
+sys.path.insert(0, str(ROOT))  # run as a script
+from bench.shared import slurm_off, start_slurm, stop_slurm  # noqa: E402
 
 SLURM_CONF = """\
 ClusterName=phalanx
@@ -144,6 +147,8 @@ def run_phalanx(jobs: int, clients: int) -> dict[str, Any]:
     state = Path(tempfile.mkdtemp(prefix="phalanx-bench-"))
     (state / "slurm.conf").write_text(SLURM_CONF)
     log = open(state / "server.log", "wb")  # noqa: SIM115 - the child owns it
+    # --single-user: every job runs as this process's own user, whoever submits it (as
+    # root the default runs a non-admin user's jobs as the Unix account of that name).
     proc = subprocess.Popen(
         [str(BIN / "phalanx"), "up", "--state-dir", str(state), "--port", "0", "--single-user"],
         stdout=log,
@@ -172,14 +177,14 @@ def run_phalanx(jobs: int, clients: int) -> dict[str, Any]:
 
 
 def run_slurm(jobs: int, clients: int) -> dict[str, Any]:
-    if not (PEER / "start-slurm.sh").exists():
-        return {"skipped": f"no Slurm peer at {PEER}"}
-    subprocess.run(["bash", str(PEER / "start-slurm.sh")], check=True, capture_output=True)
+    not_started = start_slurm()
+    if not_started is not None:
+        return not_started
     work = Path(tempfile.mkdtemp(prefix="slurm-bench-"))
     try:
         return measure(Slurm(work, dict(os.environ)), jobs, clients)
     finally:
-        subprocess.run(["bash", str(PEER / "stop-slurm.sh")], capture_output=True)
+        stop_slurm()
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -197,7 +202,9 @@ def main() -> int:
         "clients": args.clients,
         "phalanx": run_phalanx(args.jobs, args.clients),
     }
-    if not args.no_slurm:
+    if args.no_slurm:
+        out["slurm"] = slurm_off("--no-slurm")
+    else:
         out["slurm"] = run_slurm(args.jobs, args.clients)
         p, s = out["phalanx"], out["slurm"]
         if "array_submit_s" in s:

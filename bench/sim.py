@@ -5,6 +5,9 @@ Replays every job of ``philly_jobs_pollux.csv`` (82,247) on 352 8-GPU nodes
 the ``slurm`` preset by default (multifactor priority, backfill), and reports
 the wall time, simulated events and engine cycles per second, and the peak
 memory (RSS) of the process.
+
+The Philly trace is read from ``../shared/traces/philly`` (bench/shared.py); without
+it the replay is skipped, said on stderr, and the JSON says so.
 """
 
 from __future__ import annotations
@@ -16,11 +19,31 @@ import resource
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
-from phalanx.sim.run import default_traces, load_cluster, load_trace
+from phalanx.sim.run import load_cluster, load_trace
 from phalanx.sim.setup import scenario
 from phalanx.sim.simulator import Simulator
 from phalanx.sim.trace import TimeLimitRule
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
+from bench.shared import skipped, traces
+
+
+def needs(trace: str, cluster: str, folder: Path) -> list[Path]:
+    """The trace files ``--trace`` and ``--cluster`` read (the named traces only)."""
+    paths: list[Path] = []
+    if trace in ("philly", "philly:all") or cluster.startswith("philly-"):
+        philly = folder / "philly"
+        paths += [philly / "philly_jobs_pollux.csv", philly / "philly_vc_nodes.csv"]
+    if trace.partition(":")[0] == "openb" or cluster.partition(":")[0] == "openb":
+        openb = folder / "alibaba-openb-2023"
+        paths.append(openb / "openb_node_list_gpu_node.csv")
+        if cluster == "openb:all":
+            paths.append(openb / "openb_node_list_all_node.csv")
+        if trace.partition(":")[0] == "openb":
+            paths.append(openb / f"openb_pod_list_{trace.partition(':')[2] or 'default'}.csv")
+    return paths
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,13 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cluster", default="philly-shared:352")
     parser.add_argument("--policy", default="slurm")
     args = parser.parse_args(argv)
-    traces = default_traces()
-    if not (traces / "philly").exists():
-        sys.stderr.write(f"the Philly trace is not at {traces / 'philly'}\n")
-        return 2
+    folder = traces()
+    missing = skipped("the replay", *needs(args.trace, args.cluster, folder))
+    if missing is not None:
+        print(json.dumps({"benchmark": "sim", "trace": args.trace, **missing}))
+        return 0
     started = time.perf_counter()
-    jobs = TimeLimitRule().apply(load_trace(args.trace, traces))
-    cluster = load_cluster(args.cluster, traces, jobs)
+    jobs = TimeLimitRule().apply(load_trace(args.trace, folder))
+    cluster = load_cluster(args.cluster, folder, jobs)
     loaded = time.perf_counter() - started
     started = time.perf_counter()
     result = Simulator(scenario(cluster, args.policy), jobs).run()

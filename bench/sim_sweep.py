@@ -12,6 +12,9 @@ a figure of mean JCT, p99 queueing delay and fairness against load.
 ``holds`` says whether, at every load of 75 % and above, ``phalanx`` beats
 both ``slurm`` and ``kueue`` on mean JCT and p99 queueing delay with a Jain
 fairness index at least as high as theirs.
+
+The Philly trace is read from ``../shared/traces/philly`` (bench/shared.py); without
+it the sweep is skipped (no figure either), said on stderr, and the JSON says so.
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from phalanx.sim.run import default_traces, load_trace, simulate
+from phalanx.sim.run import load_trace, simulate
 from phalanx.sim.trace import TimeLimitRule
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
+from bench.shared import skipped, traces
 
 POLICIES = ("phalanx", "slurm", "kueue", "fifo", "sjf")
 HOUR = 3600.0
@@ -116,14 +122,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, help="write the sweep figure here (PNG)")
     parser.add_argument("--jobs", type=int, default=2, help="loads run at once")
     args = parser.parse_args(argv)
-    traces = default_traces()
-    if not (traces / "philly").exists():
-        sys.stderr.write(f"the Philly trace is not at {traces / 'philly'}\n")
-        return 2
     sizes = [int(n) for n in args.nodes.split(",") if n.strip()]
+    folder = traces()
+    philly = folder / "philly"
+    missing = skipped(
+        "the sweep", philly / "philly_jobs_pollux.csv", philly / "philly_vc_nodes.csv"
+    )
+    if missing is not None:
+        print(json.dumps({"benchmark": "sim_sweep", "nodes": sizes, **missing}, indent=2))
+        return 0
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        rows = list(pool.map(run_load, sizes, [args.out] * len(sizes), [traces] * len(sizes)))
+        rows = list(pool.map(run_load, sizes, [args.out] * len(sizes), [folder] * len(sizes)))
     if args.plot is not None:
         plot(rows, args.plot)
     print(

@@ -57,7 +57,10 @@ from phalanx.model import (
     TopologyRequest,
 )
 
-PHILLY = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "philly"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
+from bench.shared import absent, note, traces
+
+PHILLY_JOBS = traces() / "philly" / "philly_jobs_pollux.csv"
 BLOCK, RACK, HOST = "network.example/block", "network.example/rack", "kubernetes.io/hostname"
 NODES, NODE_GPUS, RACK_NODES, BLOCK_RACKS = 256, 8, 32, 4
 GANG_NODES = 32
@@ -69,16 +72,16 @@ PHILLY_SIZES = {1: 76627, 2: 1818, 4: 1870, 8: 1643, 16: 199, 32: 67, 64: 6, 128
 def philly_jobs(rng: random.Random) -> list[tuple[int, float]]:
     """``(GPUs, run time s)`` of the trace's jobs; sizes only (run times drawn from a
     log-normal of the documented median) when the file is absent."""
-    path = PHILLY / "philly_jobs_pollux.csv"
-    if path.exists():
-        with path.open(newline="") as f:
+    reason = absent(PHILLY_JOBS)
+    if reason is None:
+        with PHILLY_JOBS.open(newline="") as f:
             rows = [
                 (int(r["num_gpus"]), float(r["duration"]))
                 for r in csv.DictReader(f)
                 if r.get("num_gpus")
             ]
         return rows
-    sys.stderr.write(f"note: {path} is absent; using the documented size distribution\n")
+    note(f"skipping the Philly trace's job mix, the documented sizes instead: {reason}")
     sizes, weights = zip(*PHILLY_SIZES.items(), strict=True)
     return [
         (rng.choices(sizes, weights)[0], rng.lognormvariate(math.log(1144), 1.5))
@@ -252,11 +255,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policy", choices=POLICIES, action="append", help="default: all")
     args = parser.parse_args(argv)
     jobs = workload(args)
+    reason = absent(PHILLY_JOBS)
     result: dict[str, Any] = {
         "python": platform.python_version(),
         "cluster": f"{NODES} nodes x {NODE_GPUS} GPUs, {RACK_NODES}-node racks, "
         f"{BLOCK_RACKS} racks a block",
-        "trace": "philly" if (PHILLY / "philly_jobs_pollux.csv").exists() else "documented sizes",
+        "trace": "philly" if reason is None else "documented sizes",
+        **({} if reason is None else {"skipped": f"the Philly trace's job mix: {reason}"}),
         "jobs": args.jobs,
         "load": args.load,
         "gang_every": args.gang_every,
