@@ -35,10 +35,10 @@ from phalanx.model import (
     ResourceFlavor,
     Tenant,
 )
+from tests.shared import needs_shared, shared_files, shared_path
 
 REPO = Path(__file__).parents[2]
-SHARED = REPO.parent / "shared"
-UPSTREAM = SHARED / "examples" / "kueue-upstream"
+UPSTREAM = shared_path("examples", "kueue-upstream")
 GPU = "nvidia.com/gpu"
 
 ALL_KINDS = """\
@@ -533,9 +533,7 @@ REFUSED = {"admin/minimal-cq.yaml": "spec.admissionChecksStrategy"}
 
 
 def upstream_files() -> list[Path]:
-    if not UPSTREAM.is_dir():
-        return []
-    return sorted(UPSTREAM.rglob("*.yaml"))
+    return shared_files("examples", "kueue-upstream", pattern="*.yaml")
 
 
 def supported_only(path: Path) -> bool:
@@ -548,7 +546,7 @@ def supported_only(path: Path) -> bool:
     )
 
 
-@pytest.mark.skipif(not UPSTREAM.is_dir(), reason=f"{UPSTREAM} is absent (no ../shared checkout)")
+@needs_shared("examples", "kueue-upstream")
 def test_upstream_examples_with_supported_kinds_load() -> None:
     checked = 0
     for path in upstream_files():
@@ -567,7 +565,7 @@ def test_upstream_examples_with_supported_kinds_load() -> None:
     assert checked >= 8
 
 
-@pytest.mark.skipif(not UPSTREAM.is_dir(), reason=f"{UPSTREAM} is absent (no ../shared checkout)")
+@needs_shared("examples", "kueue-upstream")
 def test_upstream_job_loads_as_a_job() -> None:
     path = UPSTREAM / "getting-started" / "quick-start-job.yaml"
     (m,) = load_path(path)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,9 +14,12 @@ from phalanx.control.server import RunningServer, start_server
 from phalanx.dialects.kueue.jobs import JOB_KINDS, KubeJob, convert_job
 from phalanx.model import JobState
 from phalanx.store import JobRow
+from tests.shared import needs_shared, shared_path
 
-UPSTREAM = Path(__file__).resolve().parents[3] / "shared" / "examples" / "kueue-upstream"
-SEED = Path(__file__).resolve().parents[3] / "shared" / "examples" / "seed"
+UPSTREAM = shared_path("examples", "kueue-upstream")
+SEED = shared_path("examples", "seed")
+needs_upstream = needs_shared("examples", "kueue-upstream")
+needs_seed = needs_shared("examples", "seed")
 
 NODES = """
 apiVersion: v1

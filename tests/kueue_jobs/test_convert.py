@@ -16,7 +16,7 @@ from phalanx.dialects.kueue.jobs import (
     pod_names,
     pod_plan,
 )
-from tests.kueue_jobs.conftest import SEED, UPSTREAM
+from tests.kueue_jobs.conftest import SEED, UPSTREAM, needs_seed, needs_upstream
 
 
 def _doc(path: str) -> dict[str, Any]:
@@ -30,6 +30,7 @@ def _convert(doc: dict[str, Any]) -> Any:
     return convert_job(JOB_KINDS[(doc["apiVersion"], doc["kind"])], doc)
 
 
+@needs_upstream
 def test_sample_job_generate_name_and_requests() -> None:
     job = _convert(_doc("jobs/sample-job.yaml"))
     assert job.kind == "Job" and job.namespace == "default"
@@ -47,6 +48,7 @@ def test_sample_job_generate_name_and_requests() -> None:
     assert pod_names(job.submission.run.kube, {}) == [f"{job.name}-{i}" for i in range(3)]
 
 
+@needs_upstream
 def test_partial_admission_min_count_and_missing_command() -> None:
     job = _convert(_doc("jobs/sample-job-partial-admission.yaml"))
     [pod_set] = job.submission.pod_sets
@@ -59,6 +61,7 @@ def test_partial_admission_min_count_and_missing_command() -> None:
     assert container["field"] == "spec.template.spec.containers[0].command"
 
 
+@needs_upstream
 def test_jobset_pod_sets_and_pod_names() -> None:
     doc = _doc("jobs/sample-jobset-tas-combined.yaml")
     doc["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"].pop("annotations")
@@ -73,6 +76,7 @@ def test_jobset_pod_sets_and_pod_names() -> None:
     assert ninth["env"]["JOB_COMPLETION_INDEX"] == "1" and ninth["env"]["JOB_INDEX"] == "1"
 
 
+@needs_upstream
 def test_two_replicated_jobs() -> None:
     job = _convert(_doc("jobs/sample-jobset.yaml"))
     assert [(p.name, p.count, p.requests["cpu"]) for p in job.submission.pod_sets] == [
@@ -81,6 +85,7 @@ def test_two_replicated_jobs() -> None:
     ]
 
 
+@needs_upstream
 def test_pytorchjob_rendezvous_environment() -> None:
     doc = _doc("jobs/sample-pytorchjob.yaml")
     doc["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 3
@@ -99,6 +104,7 @@ def test_pytorchjob_rendezvous_environment() -> None:
     assert {e["LOCAL_RANK"] for e in envs} == {"0"}
 
 
+@needs_upstream
 def test_rayjob_head_runs_the_entrypoint() -> None:
     job = _convert(_doc("jobs/ray-job-sample.yaml"))
     assert [(p.name, p.count) for p in job.submission.pod_sets] == [("head", 1), ("small-group", 1)]
@@ -168,6 +174,7 @@ def test_workload_v1beta2() -> None:
     assert job.submission.tenant == "team-a"
 
 
+@needs_seed
 def test_seed_job_suspend_comment_is_named() -> None:
     text = (SEED / "kueue-job.yaml").read_text()
     text = re.sub(r"^//.*$", "", text, flags=re.M)
@@ -198,6 +205,7 @@ def test_seed_job_suspend_comment_is_named() -> None:
         ),
     ],
 )
+@needs_upstream
 def test_bad_fields_are_named(change: dict[str, Any], path: str, message: str) -> None:
     doc = _doc("getting-started/quick-start-job.yaml")
     doc["spec"].update(change)
@@ -207,6 +215,7 @@ def test_bad_fields_are_named(change: dict[str, Any], path: str, message: str) -
     assert message in err.value.message
 
 
+@needs_upstream
 def test_env_value_from_and_expansion() -> None:
     doc = _doc("getting-started/quick-start-job.yaml")
     container = doc["spec"]["template"]["spec"]["containers"][0]
@@ -237,6 +246,7 @@ def _path(path: tuple[str | int, ...]) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
 
 
+@needs_upstream
 def test_topology_slices_become_the_pod_sets_slice_request() -> None:
     [pod_set] = _convert(_doc("jobs/sample-jobset-tas-sliced.yaml")).submission.pod_sets
     assert pod_set.topology is not None
@@ -264,6 +274,7 @@ def test_topology_slices_become_the_pod_sets_slice_request() -> None:
         ),
     ],
 )
+@needs_upstream
 def test_bad_slice_annotations_name_the_annotation(
     change: dict[str, str | None], field: str, message: str
 ) -> None:
@@ -281,6 +292,7 @@ def test_bad_slice_annotations_name_the_annotation(
     assert message in caught.value.message
 
 
+@needs_upstream
 def test_a_slice_that_does_not_divide_the_pods_is_refused() -> None:
     doc = _doc("jobs/sample-jobset-tas-sliced.yaml")
     template = doc["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
@@ -290,6 +302,7 @@ def test_a_slice_that_does_not_divide_the_pods_is_refused() -> None:
     assert "sliceSize (3) must divide count (8)" in caught.value.message
 
 
+@needs_upstream
 def test_topology_annotations_become_the_pod_sets_topology_request() -> None:
     job = _convert(_doc("jobs/sample-jobset-tas-required.yaml")).submission
     [topology] = {p.topology for p in job.pod_sets}
@@ -307,6 +320,7 @@ def test_topology_annotations_become_the_pod_sets_topology_request() -> None:
     assert "expected one topology request" in caught.value.message
 
 
+@needs_upstream
 def test_required_node_affinity_becomes_the_pod_sets_affinity() -> None:
     doc = _doc("jobs/sample-job.yaml")
     spec = doc["spec"]["template"]["spec"]

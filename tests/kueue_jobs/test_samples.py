@@ -11,7 +11,16 @@ import pytest
 from phalanx.control.server import RunningServer
 from phalanx.dialects.kueue import load_text
 from phalanx.runtime.local import LocalRuntime
-from tests.kueue_jobs.conftest import SEED, UPSTREAM, apply, job_row, kube_jobs, wait_finished
+from tests.kueue_jobs.conftest import (
+    SEED,
+    UPSTREAM,
+    apply,
+    job_row,
+    kube_jobs,
+    needs_seed,
+    needs_upstream,
+    wait_finished,
+)
 
 PYTORCH_RENDEZVOUS = """
 apiVersion: kubeflow.org/v1
@@ -120,6 +129,7 @@ def _short(text: str) -> str:
         ("admin/single-clusterqueue-setup.yaml", "jobs/sample-job.yaml", "Job"),
     ],
 )
+@needs_upstream
 def test_upstream_sample_runs_to_completion(
     server: RunningServer, setup: str, sample: str, kind: str
 ) -> None:
@@ -130,6 +140,7 @@ def test_upstream_sample_runs_to_completion(
     assert row.state == "COMPLETED", (row.state, row.message)
 
 
+@needs_upstream
 def test_sample_without_command_fails_naming_the_field(server: RunningServer) -> None:
     setup = "getting-started/quick-start-setup.yaml"
     apply(server, load_text((UPSTREAM / setup).read_text(), setup))
@@ -156,6 +167,7 @@ spec: {nodeLabels: {phalanx.io/flavor: h100-infiniband}}
 """
 
 
+@needs_seed
 def test_seed_job_runs(server: RunningServer, tmp_path: Path) -> None:
     """The seed's // lines made # comments; its container has no command, so the test gives one.
 
@@ -189,6 +201,7 @@ def test_seed_job_runs(server: RunningServer, tmp_path: Path) -> None:
     assert sorted(marker.read_text().splitlines()) == ["INFO 0,1,2,3,4,5,6,7"] * 2
 
 
+@needs_upstream
 def test_rayjob_head_runs_the_entrypoint_and_workers_wait(
     server: RunningServer, tmp_path: Path
 ) -> None:

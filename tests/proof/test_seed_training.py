@@ -26,10 +26,11 @@ from phalanx.control.spawn import spawn_server
 from phalanx.errors import PhalanxError
 from phalanx.runtime.local import NSS_WRAPPER
 from tests.needs import require
+from tests.shared import needs_shared, shared_path
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "slurm"
-SEED = REPO.parent / "shared" / "examples" / "seed" / "llama3-70b-finetune.sbatch"
+SEED = shared_path("examples", "seed", "llama3-70b-finetune.sbatch")
 BIN = Path(sys.executable).parent
 
 
@@ -100,11 +101,10 @@ def test_the_example_trains_on_16_ranks(server: dict[str, str], tmp_path: Path) 
     assert set(re.findall(r"rank +\d+/16 local \d+ on (\w+)", out.read_text())) == {"gpu1", "gpu2"}
 
 
+@needs_shared("examples", "seed", "llama3-70b-finetune.sbatch")
 def test_the_seed_script_with_only_its_comments_and_continuations_fixed(
     server: dict[str, str], tmp_path: Path
 ) -> None:
-    if not SEED.exists():
-        pytest.skip(f"{SEED} is absent (no ../shared beside the checkout)")
     verbatim = workdir(tmp_path, SEED.read_text())
     job_id, stderr = sbatch(server, verbatim)
     assert job_id is None

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.shared import needs_shared, shared_path
 
 from phalanx.errors import Invalid
 from phalanx.sim.run import load_cluster, simulate
@@ -16,8 +17,7 @@ from phalanx.sim.setup import Cluster, scenario
 from phalanx.sim.simulator import Simulator
 from phalanx.sim.trace import TraceJob, load_generic
 
-REPO = Path(__file__).resolve().parents[2]
-TRACES = REPO.parent / "shared" / "traces"
+TRACES = shared_path("traces")
 OPENB = TRACES / "alibaba-openb-2023"
 BIN = Path(sys.executable).parent
 
@@ -166,7 +166,7 @@ def test_gpu_shares_pack_onto_one_gpu(tmp_path: Path) -> None:
         load_generic(bad)
 
 
-@pytest.mark.skipif(not OPENB.exists(), reason=f"the openb trace is not in {OPENB}")
+@needs_shared("traces", "alibaba-openb-2023")
 def test_openb_replays_as_a_time_trace_on_its_own_nodes(tmp_path: Path) -> None:
     from phalanx.sim.traces.openb import load_jobs
 

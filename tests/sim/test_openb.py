@@ -8,13 +8,15 @@ import csv
 from pathlib import Path
 
 import pytest
+from tests.shared import require_shared, shared_path
 
 from phalanx.errors import Invalid
 from phalanx.model import GPU, GPU_MILLI, GPU_PRODUCT_LABEL
 from phalanx.sim.packing import alloc_curve, profile_of, replay, sample_workload
 from phalanx.sim.traces.openb import OpenbPod, load_nodes, load_pods
 
-OPENB = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "alibaba-openb-2023"
+OPENB_PARTS = ("traces", "alibaba-openb-2023")
+OPENB = shared_path(*OPENB_PARTS)
 EXPECTED = OPENB / "fgd_expected_results" / "analysis_allo_discrete.csv"
 NODES = "sn,cpu_milli,memory_mib,gpu,model\n"
 PODS = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
@@ -129,8 +131,7 @@ def _authors(workload: str, policy: str) -> dict[int, float]:
 
 @pytest.fixture(scope="module")
 def openb() -> tuple[list, list[OpenbPod]]:
-    if not EXPECTED.exists():
-        pytest.skip(f"{OPENB} is absent (no ../shared beside the checkout)")
+    require_shared(*OPENB_PARTS, "fgd_expected_results", "analysis_allo_discrete.csv")
     return (
         load_nodes(OPENB / "openb_node_list_gpu_node.csv"),
         load_pods(OPENB / "openb_pod_list_default.csv"),

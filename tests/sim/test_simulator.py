@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.shared import needs_shared, shared_path
 from tests.sim.fifo_reference import simulate as reference
 
 from phalanx.errors import Invalid
@@ -18,8 +19,7 @@ from phalanx.sim.setup import Cluster, scenario
 from phalanx.sim.simulator import Simulator
 from phalanx.sim.trace import TimeLimitRule, TraceJob, load_generic
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-PHILLY = TRACES / "philly"
+PHILLY = shared_path("traces", "philly")
 BIN = Path(sys.executable).parent
 
 
@@ -114,7 +114,7 @@ def test_fifo_and_sjf_agree_with_an_independent_implementation(policy: str) -> N
     assert max(waits) > 0  # the trace queues: the rules are exercised
 
 
-@pytest.mark.skipif(not PHILLY.exists(), reason=f"the Philly trace is not at {PHILLY}")
+@needs_shared("traces", "philly")
 def test_fifo_on_the_first_20000_helios_jobs_agrees_with_the_independent_implementation() -> None:
     from phalanx.sim.traces.philly import HELIOS_WINDOW, load_jobs, load_vc_nodes
 

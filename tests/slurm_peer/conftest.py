@@ -1,8 +1,8 @@
 """The real Slurm 22.05 peer (``../shared/peers/slurm``), started once per session.
 
-The tests here skip only when the peer cannot be installed or started; everything
-else is a failure. The daemons are stopped at the end of the session, also when a
-test fails.
+The tests here skip only when its scripts are absent (no ../shared) or the peer cannot
+be installed or started; everything else is a failure. The daemons are stopped at the
+end of the session, also when a test fails.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-PEER = SHARED / "peers" / "slurm"
+from tests.shared import require_shared, shared_path
+
+PEER = shared_path("peers", "slurm")
 START = PEER / "start-slurm.sh"
 STOP = PEER / "stop-slurm.sh"
 SLURM_TOOLS = ("sbatch", "squeue", "sacct", "scancel", "sinfo")
@@ -51,8 +52,8 @@ def _wait_idle(timeout: float = 60) -> None:
 @pytest.fixture(scope="session")
 def slurm_peer() -> Iterator[Path]:
     """Start the 4-node peer (gpu[1-4], partition ``gpu``); yield its directory; stop it."""
-    if not START.is_file() or not STOP.is_file():
-        pytest.skip(f"Slurm peer not available: {START} or {STOP} is missing")
+    for script in (START, STOP):
+        require_shared("peers", "slurm", script.name)
     have_tools = all(shutil.which(tool) for tool in SLURM_TOOLS)
     if not have_tools and not (shutil.which("apt-get") and shutil.which("dpkg")):
         pytest.skip("Slurm peer cannot be installed: no Slurm tools and no apt-get/dpkg")

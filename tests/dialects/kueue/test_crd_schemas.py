@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,12 +21,10 @@ from phalanx.dialects.kueue import load_documents, to_manifest
 from phalanx.dialects.kueue.manifests import format_path
 from phalanx.dialects.kueue.validation import Field, schema_for
 from phalanx.errors import Invalid
+from tests.shared import needs_shared, shared_path
 
-REPO = Path(__file__).parents[3]
-CRDS = REPO.parent / "shared" / "reference" / "kueue-crds"
-pytestmark = pytest.mark.skipif(
-    not CRDS.is_dir(), reason=f"{CRDS} is absent: Kueue's CRD schemas are not checked out"
-)
+CRDS = shared_path("reference", "kueue-crds")
+pytestmark = needs_shared("reference", "kueue-crds")
 
 # (CRD file, wire kind, canonical kind)
 KINDS = [

@@ -17,9 +17,9 @@ from phalanx.client import Client
 from phalanx.control.server import RunningServer, start_server
 from phalanx.errors import Invalid
 from tests.api.server import CLUSTER
+from tests.shared import needs_shared, shared_path
 
-REPO = Path(__file__).parents[3]
-SEED = REPO.parent / "shared" / "examples" / "seed"
+SEED = shared_path("examples", "seed")
 
 EXTRA = """\
 apiVersion: kueue.x-k8s.io/v1beta2
@@ -255,7 +255,7 @@ spec: {clusterQueue: broken}
 # --------------------------------------------------------------------------- seed files
 
 
-@pytest.mark.skipif(not SEED.is_dir(), reason=f"{SEED} is absent (no ../shared checkout)")
+@needs_shared("examples", "seed")
 def test_seed_files_verbatim_give_precise_diagnostics(
     server: RunningServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -290,7 +290,7 @@ def hash_comments(text: str) -> str:
     return text.replace(" // ", " # ")
 
 
-@pytest.mark.skipif(not SEED.is_dir(), reason=f"{SEED} is absent (no ../shared checkout)")
+@needs_shared("examples", "seed")
 def test_seed_files_with_hash_comments_apply(
     server: RunningServer,
     tmp_path: Path,

@@ -8,19 +8,16 @@ message naming the field. Read from ``../shared/examples/kueue-upstream``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from phalanx.client import Client
 from phalanx.control.server import RunningServer, start_server
 from phalanx.errors import Invalid
+from tests.shared import needs_shared, shared_files, shared_path
 
-REPO = Path(__file__).parents[3]
-UPSTREAM = REPO.parent / "shared" / "examples" / "kueue-upstream"
-pytestmark = pytest.mark.skipif(
-    not UPSTREAM.is_dir(), reason=f"{UPSTREAM} is absent (no ../shared checkout)"
-)
+UPSTREAM = shared_path("examples", "kueue-upstream")
+pytestmark = needs_shared("examples", "kueue-upstream")
 
 SETUP_OF = {
     "getting-started/quick-start-job.yaml": "getting-started/quick-start-setup.yaml",
@@ -54,9 +51,8 @@ JOB_KINDS = {"Job", "JobSet", "PyTorchJob", "RayJob"}
 
 
 def upstream_files() -> list[str]:
-    if not UPSTREAM.is_dir():
-        return []
-    return sorted(p.relative_to(UPSTREAM).as_posix() for p in UPSTREAM.rglob("*.yaml"))
+    files = shared_files("examples", "kueue-upstream", pattern="*.yaml")
+    return sorted(p.relative_to(UPSTREAM).as_posix() for p in files)
 
 
 @pytest.fixture(scope="module")

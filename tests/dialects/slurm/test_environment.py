@@ -9,7 +9,6 @@ pids, hosts, ports, paths, the cluster's name), which are compared by shape.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,10 +21,9 @@ from phalanx.dialects.slurm.environment import (
     step_env,
     step_layout,
 )
+from tests.shared import require_shared
 
-CAPTURES = (
-    Path(__file__).resolve().parents[3].parent / "shared" / "peers" / "slurm" / "env-contract"
-)
+CAPTURES = ("peers", "slurm", "env-contract")
 PREFIX = re.compile(r"^(SLURM|SLURMD|CUDA|GPU_|ROCR)")
 
 SHAPES = {
@@ -46,9 +44,7 @@ NOT_SET = {"SLURM_TASK_PID"}
 
 
 def captured(name: str) -> dict[str, str]:
-    path = CAPTURES / name
-    if not path.exists():
-        pytest.skip(f"capture {path} not available (no ../shared beside the checkout)")
+    path = require_shared(*CAPTURES, name)
     lines = path.read_text().splitlines()
     return dict(line.split("=", 1) for line in lines if "=" in line)
 

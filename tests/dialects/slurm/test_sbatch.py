@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -26,12 +25,10 @@ from phalanx.dialects.slurm import (
 )
 from phalanx.errors import Invalid
 from phalanx.model import ClusterQueue, Node, ResourceFlavor
+from tests.shared import needs_shared, shared_path
 
-SHARED = Path(__file__).resolve().parents[3].parent / "shared"
-SEED = SHARED / "examples" / "seed" / "llama3-70b-finetune.sbatch"
-needs_seed = pytest.mark.skipif(
-    not SEED.exists(), reason=f"{SEED} is absent (no ../shared beside the checkout)"
-)
+SEED = shared_path("examples", "seed", "llama3-70b-finetune.sbatch")
+needs_seed = needs_shared("examples", "seed", "llama3-70b-finetune.sbatch")
 GiB = 1 << 30
 
 
@@ -436,7 +433,7 @@ def test_script_reader_raises_only_invalid(text: str) -> None:
 def test_srun_torchrun_with_several_tasks_per_node_is_warned() -> None:
     from phalanx.dialects.slurm import build_request
 
-    seed = (SHARED / "examples" / "seed" / "llama3-70b-finetune.sbatch").read_text()
+    seed = SEED.read_text()
     corrected = "\n".join(
         ("#" + line[2:] if line.startswith("//") else line).replace("\\\\", "\\")
         for line in seed.split("\n")
