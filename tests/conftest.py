@@ -6,7 +6,6 @@ PostgreSQL refuses to run as root, so under root the server runs as the ``postgr
 OS user. Without PostgreSQL binaries the dependent tests are skipped, or fail when
 ``CI`` or ``PHALANX_REQUIRE_POSTGRES`` is set.
 
-``PHALANX_SINGLE_USER=1`` is set for the whole session (see below).
 """
 
 from __future__ import annotations
@@ -26,11 +25,6 @@ from typing import NoReturn
 import psycopg
 import pytest
 from sqlalchemy.engine import make_url
-
-# The suite runs as root and submits as phalanx users ("admin", "alice", ...) that
-# have no Unix accounts: every server it starts (in process or as ``phalanx up``)
-# runs jobs as its own user. tests/runtime/test_run_as_user.py unsets it for its own.
-os.environ.setdefault("PHALANX_SINGLE_USER", "1")
 
 _PG_SUPERUSER = "postgres"
 _PG_DATABASE = "phalanx_test"

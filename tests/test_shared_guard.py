@@ -13,13 +13,6 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 EXEMPT = {TESTS / "shared.py", Path(__file__).resolve()}
 
-ALLOWED = {
-    ("tests/runtime/test_run_as_user.py", 'shared = setup.work / "shared"'): (
-        "a folder named shared in the test's own work directory, not ../shared"
-    ),
-}
-"""(file, the line's text) -> why that ``"shared"`` is no path to ../shared."""
-
 SHARED_IN_PATH = re.compile(r"/shared(/|$)")
 """In a string: ``../shared``, ``/work/shared/traces``, the ``/shared`` of ``f"{x}/shared"``."""
 
@@ -40,7 +33,6 @@ def _is_component(node: ast.Constant) -> bool:
 def offences(source: str, name: str) -> list[str]:
     """``name:line: why`` for each place ``source`` reaches ../shared on its own."""
     tree = ast.parse(source, filename=name)
-    lines = source.splitlines()
     # Docstrings (of modules, classes, functions and attributes) only talk about paths.
     prose = {
         id(n.value)
@@ -72,7 +64,6 @@ def offences(source: str, name: str) -> list[str]:
     return [
         f"{name}:{line}: {why}: use tests/shared.py (shared_path, needs_shared, require_shared)"
         for line, why in sorted(set(found))
-        if (name, lines[line - 1].strip()) not in ALLOWED
     ]
 
 
@@ -96,7 +87,7 @@ BAD = [
     'X = f"{REPO}/../shared/traces"',
     'X = "/work/shared/reference/kueue.md"',
     'X = os.environ["PHALANX_SHARED"]',
-    'shared = setup.work / "shared"',  # allowed in tests/runtime/test_run_as_user.py only
+    'shared = setup.work / "shared"',
 ]
 
 
@@ -120,9 +111,3 @@ GOOD = [
 @pytest.mark.parametrize("snippet", GOOD)
 def test_the_scanner_passes_what_is_no_path_to_shared(snippet: str) -> None:
     assert offences(snippet + "\n", "tests/x.py") == []
-
-
-def test_an_allowed_line_is_allowed_in_its_file_only() -> None:
-    ((name, line),) = ALLOWED
-    assert offences(line + "\n", name) == []
-    assert len(offences(line + "\n", "tests/x.py")) == 1

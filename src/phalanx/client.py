@@ -7,7 +7,9 @@
 
 Where the server is and who you are comes from the arguments, then
 ``PHALANX_URL`` / ``PHALANX_TOKEN``, then the state directory's
-``client.json`` (which ``phalanx up`` writes), then ``http://127.0.0.1:6900``.
+``client.json`` (which ``phalanx up`` writes; the state directory is
+``PHALANX_STATE_DIR``, else ``/var/lib/phalanx`` for root and
+``~/.local/state/phalanx`` for other users), then ``http://127.0.0.1:6900``.
 An ``https`` server's certificate is verified against ``PHALANX_CA`` (a CA or
 certificate file in PEM) when it is set, else against the system's store.
 Several servers on one PostgreSQL (one leads, the others forward to it) are
@@ -35,11 +37,11 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from phalanx import errors
+from phalanx.statedir import CLIENT_CONFIG, default_state_dir
 
 __all__ = ["DEFAULT_URL", "Client", "ClientConfig", "resolve_config"]
 
 DEFAULT_URL = "http://127.0.0.1:6900"
-CLIENT_CONFIG = "client.json"
 CA_ENV = "PHALANX_CA"
 """A CA or certificate file (PEM) an https server's certificate is verified against."""
 MAX_PAGE = 10_000
@@ -81,11 +83,7 @@ def resolve_config(
     url: str | None = None, token: str | None = None, state_dir: str | Path | None = None
 ) -> ClientConfig:
     """Arguments first, then the environment, then ``STATE/client.json``, then the defaults."""
-    if state_dir is None:
-        env_state = os.environ.get("PHALANX_STATE_DIR")
-        state = Path(env_state) if env_state else Path.home() / ".local" / "state" / "phalanx"
-    else:
-        state = Path(state_dir)
+    state = default_state_dir() if state_dir is None else Path(state_dir)
     url = url or os.environ.get("PHALANX_URL") or None
     token = token or os.environ.get("PHALANX_TOKEN") or None
     if url is None or token is None:

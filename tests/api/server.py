@@ -48,7 +48,10 @@ class Cluster:
 def running_cluster(state_dir: Path) -> Iterator[Cluster]:
     from phalanx.control.server import start_server
 
-    server = start_server(state_dir, port=0, configs=[CLUSTER])
+    # alice and bob are phalanx users with no Unix accounts: every job runs as the
+    # server's own user (tests/readme and tests/runtime/test_run_as_user.py run the
+    # default, where each runs as its account).
+    server = start_server(state_dir, port=0, configs=[CLUSTER], single_user=True)
     try:
         with Client(server.url, server.admin_token, state_dir=state_dir) as admin:
             alice = admin.create_token("alice", ["team-a"], name="alice")["token"]

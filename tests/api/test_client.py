@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from phalanx.client import DEFAULT_URL, Client, resolve_config
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("PHALANX_URL", "PHALANX_TOKEN", "PHALANX_STATE_DIR"):
+    for name in ("PHALANX_URL", "PHALANX_TOKEN", "PHALANX_STATE_DIR", "XDG_STATE_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
 
@@ -34,11 +35,19 @@ def test_lazy_export() -> None:
         _ = phalanx.Nope  # type: ignore[attr-defined]
 
 
-def test_defaults(tmp_path: Path) -> None:
+def test_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     config = resolve_config()
     assert config.url == DEFAULT_URL
     assert config.token is None
     assert config.state_dir == tmp_path / "home" / ".local" / "state" / "phalanx"
+
+
+def test_roots_default_state_dir_is_a_system_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert resolve_config().state_dir == Path("/var/lib/phalanx")
+    monkeypatch.setenv("PHALANX_STATE_DIR", "/srv/phalanx")
+    assert resolve_config().state_dir == Path("/srv/phalanx")
 
 
 def test_state_dir_client_json(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -108,7 +108,7 @@ def multi(setup: Setup) -> Iterator[RunningServer]:
 
 
 def test_the_server_says_whose_account_jobs_run_as(multi: RunningServer) -> None:
-    assert multi.jobs_run_as.startswith("each job's user's Unix account")
+    assert multi.jobs_run_as.startswith("root's and the admin token's as root, every other")
 
 
 def test_a_job_runs_as_its_users_account(setup: Setup, multi: RunningServer) -> None:
@@ -130,9 +130,9 @@ def test_a_job_cannot_write_through_another_accounts_symlink(
     setup: Setup, multi: RunningServer
 ) -> None:
     bob = pwd.getpwnam(setup.bob)
-    shared = setup.work / "shared"
-    shared.mkdir(mode=0o777, exist_ok=True)
-    shared.chmod(0o1777)  # /tmp-like: anyone may plant a link
+    sticky = setup.work / "sticky"
+    sticky.mkdir(mode=0o777, exist_ok=True)
+    sticky.chmod(0o1777)  # /tmp-like: anyone may plant a link
     precious = setup.work / "precious"
     precious.write_text("root's\n")
     bobs = setup.work / "bobs"
@@ -141,7 +141,7 @@ def test_a_job_cannot_write_through_another_accounts_symlink(
     bobs.chmod(0o600)
     planted = {}
     for name, target in (("to-root", precious), ("to-bob", bobs), ("dir", setup.work)):
-        link = shared / name
+        link = sticky / name
         os.symlink(target, link)
         os.chown(link, bob.pw_uid, bob.pw_gid, follow_symlinks=False)
         planted[name] = link
@@ -220,15 +220,65 @@ def test_a_job_of_an_account_is_cancelled(setup: Setup, multi: RunningServer) ->
 
 
 def test_a_user_without_an_account_is_refused_at_submit(setup: Setup, multi: RunningServer) -> None:
-    for user, why in ((setup.nobody, "has no Unix account"), ("root", "never run as root")):
-        with client_for(multi, user) as client, pytest.raises(errors.Forbidden) as caught:
-            client.submit(
-                {
-                    "podSets": [{"name": "main", "count": 1, "requests": {"cpu": "1"}}],
-                    "run": {"command": ["true"], "workingDir": "/tmp"},
-                }
-            )
-        assert repr(user) in caught.value.detail and why in caught.value.detail
+    with client_for(multi, setup.nobody) as client, pytest.raises(errors.Forbidden) as caught:
+        client.submit(
+            {
+                "podSets": [{"name": "main", "count": 1, "requests": {"cpu": "1"}}],
+                "run": {"command": ["true"], "workingDir": "/tmp"},
+            }
+        )
+    assert repr(setup.nobody) in caught.value.detail
+    assert "has no Unix account" in caught.value.detail
+
+
+@pytest.mark.parametrize("who", ["admin", "root"])
+def test_roots_own_jobs_run_as_root(multi: RunningServer, who: str) -> None:
+    """As under Slurm: the admin token's jobs, and a token for user root, run as root."""
+    if who == "admin":
+        client = Client(multi.url, multi.admin_token, state_dir=multi.state_dir)
+        fields: dict[str, Any] = {"tenant": "team-a"}
+    else:
+        client = client_for(multi, "root")
+        fields = {}
+    with client:
+        job_id = client.submit(
+            {
+                **fields,
+                "podSets": [{"name": "main", "count": 1, "requests": {"cpu": "1"}}],
+                "run": {"command": ["sh", "-c", "id -u; id -g"], "workingDir": "/tmp"},
+            }
+        )
+        job = client.wait(job_id, timeout=30)
+        output = "".join(client.logs(job_id))
+    assert job["state"] == "COMPLETED", job
+    assert output.split() == ["0", "0"]
+
+
+def test_other_users_are_refused_where_they_cannot_enter_the_state_dir(setup: Setup) -> None:
+    """A --state-dir under a folder other accounts cannot enter: the server still starts
+    and runs root's jobs; a user's submission is refused naming the folder."""
+    closed = Path(tempfile.mkdtemp(prefix="phx-closed-", dir="/tmp"))
+    closed.chmod(0o700)
+    try:
+        with server(closed / "state") as running:
+            assert str(closed) in running.jobs_run_as
+            with client_for(running, setup.alice) as alice, pytest.raises(errors.Forbidden) as e:
+                alice.submit({"podSets": [{"count": 1}], "run": {"command": ["true"]}})
+            assert str(closed) in e.value.detail and "o+x" in e.value.detail
+            with Client(running.url, running.admin_token) as admin:
+                job = admin.wait(
+                    admin.submit(
+                        {
+                            "tenant": "team-a",
+                            "podSets": [{"count": 1}],
+                            "run": {"command": ["true"]},
+                        }
+                    ),
+                    timeout=30,
+                )
+            assert job["state"] == "COMPLETED", job
+    finally:
+        shutil.rmtree(closed, ignore_errors=True)
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])

@@ -34,27 +34,22 @@ from phalanx.control.plane import ControlPlane
 from phalanx.engine import EngineConfig
 from phalanx.engine.config import BackfillConfig
 from phalanx.errors import Conflict, Invalid, PhalanxError
+from phalanx.statedir import CLIENT_CONFIG, LOCK_FILE, default_state_dir, make_state_dir
 
 if TYPE_CHECKING:
     from phalanx.control.leader import Elector
     from phalanx.model import Node
+    from phalanx.runtime.accounts import Accounts
     from phalanx.runtime.ray import RayRuntime
 
 __all__ = ["RunningServer", "default_state_dir", "run_server", "start_server"]
 
 log = logging.getLogger(__name__)
 
-CLIENT_CONFIG = "client.json"
-LOCK_FILE = "phalanx.lock"
 DEFAULT_PORT = 6900
 RUNTIMES = ("local", "noop", "ray")
 """``phalanx up --runtime``: run jobs on this machine, on a Ray cluster, or run nothing
 (benchmarks)."""
-
-
-def default_state_dir() -> Path:
-    env = os.environ.get("PHALANX_STATE_DIR")
-    return Path(env) if env else Path.home() / ".local" / "state" / "phalanx"
 
 
 @dataclass
@@ -158,7 +153,7 @@ def start_server(
     ``PHALANX_SINGLE_USER=1``) runs them all as the server's own user.
     """
     from phalanx.control.configs import read_configs
-    from phalanx.runtime.accounts import account_for, multi_user, single_user_requested
+    from phalanx.runtime.accounts import Accounts, multi_user, single_user_requested
     from phalanx.runtime.base import Runtime
     from phalanx.runtime.local import LocalRuntime
     from phalanx.runtime.noop import NoopRuntime
@@ -203,9 +198,9 @@ def start_server(
         from phalanx.runtime.detect import detect_gpus
 
         detected.append(detect_gpus())
-    accounts = account_for if runtime == "local" and multi_user(single_user) else None
-    jobs_run_as = _jobs_run_as(runtime, accounts is not None, single_user_requested(single_user))
-    state.mkdir(parents=True, exist_ok=True)
+    make_state_dir(state)
+    accounts = Accounts(state) if runtime == "local" and multi_user(single_user) else None
+    jobs_run_as = _jobs_run_as(runtime, accounts, single_user_requested(single_user))
     # Servers on one PostgreSQL may share the state directory (the leader lease keeps
     # all but one from acting); a server on SQLite has it to itself.
     shared = database is not None and database.startswith("postgresql")
@@ -284,14 +279,23 @@ def start_server(
     )
 
 
-def _jobs_run_as(runtime: str, multi: bool, single_user: bool) -> str:
+def _jobs_run_as(runtime: str, accounts: Accounts | None, single_user: bool) -> str:
     """Whose account the jobs run as, for the start-up lines."""
     if runtime == "ray":
         return "the Ray workers' user (--runtime ray)"
     if runtime == "noop":
         return "nothing runs (--runtime noop)"
-    if multi:
-        return "each job's user's Unix account (the server runs as root)"
+    if accounts is not None:
+        said = (
+            "root's and the admin token's as root, every other user's as the Unix "
+            "account of its name (the server runs as root)"
+        )
+        if accounts.closed is not None:
+            said += (
+                f"; other accounts cannot enter {accounts.closed} (it lacks o+x), so only "
+                "root's jobs are taken: choose a --state-dir they can enter"
+            )
+        return said
     import pwd
 
     uid = os.geteuid()
@@ -383,7 +387,8 @@ def run_server(
             if running.url.startswith("https:")
             else ""
         )
-        + "  stop with Ctrl-C; running jobs keep running and are re-adopted at the next start\n"
+        + f"  stop: Ctrl-C, or '{_down_command(running.state_dir)}'; running jobs keep "
+        "running and are re-adopted at the next start ('phalanx cancel --all' ends them)\n"
     )
     sys.stderr.flush()
     while not done.wait(0.5):
@@ -393,6 +398,13 @@ def run_server(
 
 
 # ---------------------------------------------------------------------- pieces
+
+
+def _down_command(state: Path) -> str:
+    """How to stop the server of ``state`` from another shell."""
+    if state == default_state_dir():
+        return "phalanx down"
+    return f"phalanx down --state-dir {state}"
 
 
 def _follow_ray(plane: ControlPlane, runtime: RayRuntime, elector: Elector | None) -> None:

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.errors import Invalid, PhalanxError
+from phalanx.errors import PhalanxError
 from phalanx.runtime.accounts import reachable
 from phalanx.runtime.batch import slurm_files, write_bin, write_files
 from phalanx.runtime.spec import (
@@ -120,19 +120,15 @@ class LocalRuntime:
         when there is none); ``None``: every job runs as this process's user."""
         if run_as is not None:
             self.logs_dir.mkdir(exist_ok=True)
-            closed = reachable(str(self.jobs_dir))
-            if closed is not None:
-                raise Invalid(
-                    f"state dir {self.state_dir}: jobs run as their users' accounts, which "
-                    f"cannot enter {closed} (it lacks o+x): choose a --state-dir they can "
-                    "enter (such as /var/lib/phalanx), or run with --single-user"
-                )
+            # Other accounts' supervisors enter these whatever the server's umask.
+            for folder in (self.root, self.jobs_dir, self.logs_dir):
+                folder.chmod(0o755)
             python = os.path.realpath(sys.executable)
             if reachable(python) is not None:
                 log.warning(
-                    "%s is in %s, which the jobs' accounts cannot enter: srun, scontrol and "
-                    "Kubernetes pods in their jobs will fail (install phalanx where every "
-                    "user can read it)",
+                    "%s is in %s, which other accounts cannot enter: srun, scontrol and "
+                    "Kubernetes pods in the jobs of users other than root will fail "
+                    "(install phalanx where every user can read it)",
                     python,
                     reachable(python),
                 )
@@ -174,7 +170,10 @@ class LocalRuntime:
         record = _Attempt(spec.job_id, spec.attempt, path)
         if self.run_as is not None:
             try:
-                spec = dataclasses.replace(spec, account=self.run_as(spec.user))
+                account = self.run_as(spec.user)
+                # Root's own jobs run as the server itself, as without accounts.
+                if account.uid != os.geteuid():
+                    spec = dataclasses.replace(spec, account=account)
             except PhalanxError as exc:
                 self._attempts[(spec.job_id, spec.attempt)] = record
                 _write_json(path / "status.json", _failed(str(exc.detail)))
