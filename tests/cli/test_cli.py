@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from phalanx.cli.main import main
-from tests.api.server import CLUSTER, Cluster
+from tests.api.server import CLUSTER, Cluster, job
 
 
 @pytest.fixture
@@ -271,3 +271,67 @@ def test_bad_token(
     monkeypatch.setenv("PHALANX_TOKEN", "phx_wrong")
     code, _, err = run(capsys, "get", "jobs")
     assert_one_line_error(code, err, "token")
+
+
+def test_cancel_all_and_by_user(as_admin: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    with as_admin.alice as alice, as_admin.bob as bob:
+        mine = [alice.submit(job(["sleep", "60"])) for _ in range(2)]
+        theirs = bob.submit(job(["sleep", "60"]))
+    code, out, err = run(capsys, "cancel", "--all", "--user", "alice")
+    assert code == 0, err
+    assert sorted(out.splitlines()) == sorted(f"job/{i} cancelled" for i in mine)
+    with as_admin.admin as admin:
+        assert admin.get(theirs)["state"] in ("PENDING", "ADMITTED", "RUNNING")
+        code, out, err = run(capsys, "cancel", "--all")
+        assert code == 0 and f"job/{theirs} cancelled" in out, err
+        for job_id in [*mine, theirs]:
+            assert admin.wait(job_id, timeout=30)["state"] == "CANCELLED"
+    code, out, err = run(capsys, "cancel", "--all")
+    assert (code, out) == (0, "no unfinished jobs to cancel\n"), err
+
+
+def test_cancel_needs_ids_or_all(as_admin: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "cancel")
+    assert_one_line_error(code, err, "give job ids, or --all", expected_code=2)
+    code, _, err = run(capsys, "cancel", "--user", "alice", "1")
+    assert_one_line_error(code, err, "--user and --tenant go with --all", expected_code=2)
+
+
+def test_up_detached_then_down(tmp_path: Path) -> None:
+    """`phalanx up -d` returns once the server answers and says where its state and log
+    are; `phalanx down` stops it; a second `down` finds none; a bad start says why."""
+    import subprocess
+    import sys
+
+    phalanx = [sys.executable, "-m", "phalanx.cli.main"]
+    state = tmp_path / "state"
+    up = subprocess.run(
+        [*phalanx, "up", "-d", "--state-dir", str(state), "--port", "0", "--single-user"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert up.returncode == 0, up.stderr
+    assert f"state dir: {state}" in up.stderr and f"log: {state / 'server.log'}" in up.stderr
+    assert f"phalanx down --state-dir {state}" in up.stderr
+    url = json.loads((state / "client.json").read_text())["url"]
+    down = subprocess.run(
+        [*phalanx, "down", "--state-dir", str(state)], capture_output=True, text=True, timeout=90
+    )
+    assert down.returncode == 0 and down.stdout.startswith("phalanx stopped (pid "), down
+    with pytest.raises(OSError):
+        socket.create_connection(tuple(url.removeprefix("http://").rsplit(":", 1)), timeout=2)
+    again = subprocess.run(
+        [*phalanx, "down", "--state-dir", str(state)], capture_output=True, text=True, timeout=30
+    )
+    assert again.stdout == f"no phalanx server runs on {state}\n"
+    bad = subprocess.run(
+        [*phalanx, "up", "-d", "--state-dir", str(state), "--config", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert bad.stderr.splitlines() == [
+        f"phalanx: error: {tmp_path / 'nope'}: no such file or directory"
+    ]

@@ -188,7 +188,14 @@ def presets() -> None:
     "--single-user",
     is_flag=True,
     help="run every job as the server's own user, even as root (also PHALANX_SINGLE_USER=1); "
-    "default as root: each job as its user's Unix account",
+    "default as root: root's and the admin's jobs as root, every other user's as its "
+    "Unix account",
+)
+@click.option(
+    "--detach",
+    "-d",
+    is_flag=True,
+    help="run in the background (output in STATE_DIR/server.log); stop with 'phalanx down'",
 )
 def up(
     state_dir: Path | None,
@@ -212,9 +219,15 @@ def up(
     tls_cert: Path | None,
     tls_key: Path | None,
     single_user: bool,
+    detach: bool,
 ) -> None:
-    """Run the control plane, the API, the dashboard and the local runtime in the
-    foreground."""
+    """Run the control plane, the API, the dashboard and the local runtime (in the
+    foreground, or with --detach in the background).
+
+    The state (store, admin token in client.json, job directories) lives in
+    --state-dir, else $PHALANX_STATE_DIR, else /var/lib/phalanx for root and
+    ~/.local/state/phalanx for other users.
+    """
     from phalanx.control.server import run_server
 
     heads: int | str | None = "preset"
@@ -228,29 +241,57 @@ def up(
             )
         heads = int(heads_per_cycle)
 
-    run_server(
-        state_dir=state_dir,
-        host=host,
-        port=port,
-        configs=list(configs),
-        database=database,
-        preset=preset,
-        detect=detect,
-        container_runtime=container_runtime,
-        runtime=runtime,
-        heads_per_cycle=heads,
-        backfill=backfill,
-        placement=placement,
-        topology_policy=topology_policy,
-        ray_address=ray_address,
-        ray_workdir=ray_workdir,
-        reports_dir=reports_dir,
-        public_metrics=public_metrics,
-        rate_limit=rate_limit,
-        tls_cert=tls_cert,
-        tls_key=tls_key,
-        single_user=single_user,
-    )
+    def serve() -> None:
+        run_server(
+            state_dir=state,
+            host=host,
+            port=port,
+            configs=list(configs),
+            database=database,
+            preset=preset,
+            detect=detect,
+            container_runtime=container_runtime,
+            runtime=runtime,
+            heads_per_cycle=heads,
+            backfill=backfill,
+            placement=placement,
+            topology_policy=topology_policy,
+            ray_address=ray_address,
+            ray_workdir=ray_workdir,
+            reports_dir=reports_dir,
+            public_metrics=public_metrics,
+            rate_limit=rate_limit,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            single_user=single_user,
+        )
+
+    from phalanx.statedir import default_state_dir
+
+    state = state_dir if state_dir is not None else default_state_dir()
+    if not detach:
+        serve()
+        return
+    from phalanx.control.daemon import detach as run_detached
+
+    said = run_detached(state, serve)
+    sys.stderr.write(said + f"  log: {state / 'server.log'}\n")
+
+
+@app.command()
+@click.option("--state-dir", type=click.Path(path_type=Path), help="state directory")
+def down(state_dir: Path | None) -> None:
+    """Stop the server of the state directory (as Ctrl-C does). Running jobs keep
+    running and are re-adopted at the next start; 'phalanx cancel --all' ends them."""
+    from phalanx.control.daemon import stop_server
+    from phalanx.statedir import default_state_dir
+
+    state = state_dir if state_dir is not None else default_state_dir()
+    pid = stop_server(state)
+    if pid is None:
+        _out(f"no phalanx server runs on {state}\n")
+    else:
+        _out(f"phalanx stopped (pid {pid}, state dir {state})\n")
 
 
 def _kind_of(manifest: dict[str, Any]) -> str:
@@ -623,25 +664,59 @@ def submit(command: tuple[str, ...], **options: Any) -> None:
 
 
 @app.command()
-@click.argument("ids", nargs=-1, required=True, type=int)
-def cancel(ids: tuple[int, ...]) -> None:
-    """Cancel jobs (pending: dequeued; running: SIGTERM, grace, SIGKILL)."""
-    from phalanx.errors import PhalanxError
+@click.argument("ids", nargs=-1, type=int)
+@click.option(
+    "--all",
+    "all_jobs",
+    is_flag=True,
+    help="every unfinished job you may act on (the admin: the whole cluster's)",
+)
+@click.option("--user", "-u", "users", multiple=True, help="with --all: only this user's jobs")
+@click.option("--tenant", "tenants", multiple=True, help="with --all: only this tenant's jobs")
+def cancel(
+    ids: tuple[int, ...], all_jobs: bool, users: tuple[str, ...], tenants: tuple[str, ...]
+) -> None:
+    """Cancel jobs (pending: dequeued; running: SIGTERM, grace, SIGKILL).
 
+    `phalanx cancel --all` cancels every pending and running job the token may act
+    on; `--user U` and `--tenant T` narrow it (as `scancel -u U` does).
+    """
+    from phalanx.errors import Conflict, PhalanxError
+
+    if all_jobs == bool(ids):
+        raise click.UsageError("give job ids, or --all (with --user/--tenant to narrow it)")
+    if (users or tenants) and not all_jobs:
+        raise click.UsageError("--user and --tenant go with --all")
     failed = False
     with _client() as client:
+        if all_jobs:
+            ids = tuple(
+                int(job["id"])
+                for job in client.jobs(
+                    state=_UNFINISHED, user=list(users) or None, tenant=list(tenants) or None
+                )
+            )
+            if not ids:
+                _out("no unfinished jobs to cancel\n")
+                return
         for job_id in ids:
             try:
                 client.cancel(job_id)
             except PhalanxError as exc:
-                if len(ids) == 1:
+                if len(ids) == 1 and not all_jobs:
                     raise
+                if all_jobs and isinstance(exc, Conflict):
+                    continue  # it ended meanwhile
                 failed = True
-                sys.stderr.write(f"phalanx: error: {exc.detail}\n")
+                sys.stderr.write(f"phalanx: error: job {job_id}: {exc.detail}\n")
                 continue
             _out(f"job/{job_id} cancelled\n")
     if failed:
         raise click.exceptions.Exit(1)
+
+
+_UNFINISHED = ("PENDING", "ADMITTED", "RUNNING", "COMPLETING")
+"""The states a job can be cancelled in."""
 
 
 @app.command()

@@ -380,7 +380,8 @@ def describe_job(job: dict[str, Any], events: Sequence[dict[str, Any]]) -> str:
         lines.append("  <none>")
     for event in events:
         detail = " ".join(x for x in (event.get("reason"), event.get("message")) if x)
-        lines.append(f"  {event.get('time') or '':<26}{event.get('kind', ''):<12}{detail}".rstrip())
+        kind = str(event.get("kind", ""))
+        lines.append(f"  {event.get('time') or '':<26}{kind:<12} {detail}".rstrip())
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,7 @@
 """Shared Slurm formatting: states, time strings, hostlists, job ids, field widths.
 
-Everything here is pure and standard library only. Time strings follow
-``src/squeue/print.c`` ``_print_secs`` (``M:SS``, ``H:MM:SS``,
+Everything here is standard library only and pure, but for ``my_user`` (which
+asks the server). Time strings follow ``src/squeue/print.c`` ``_print_secs`` (``M:SS``, ``H:MM:SS``,
 ``D-HH:MM:SS``) and ``src/common/parse_time.c`` ``secs2time_str``
 (``HH:MM:SS``, ``D-HH:MM:SS``, ``UNLIMITED``); hostlists follow
 ``src/common/hostlist.c`` (compress in the given order, no sorting).
@@ -14,10 +14,13 @@ import sys
 import time
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx.dialects.slurm.environment import compress_hostlist
 from phalanx.timefmt import format_duration
+
+if TYPE_CHECKING:
+    from phalanx.client import Client
 
 __all__ = [
     "FINISHED",
@@ -81,6 +84,17 @@ FINISHED = frozenset(
 
 _PHALANX_TO_SLURM = {"ADMITTED": "CONFIGURING"}
 _REASON_STATES = frozenset({"PENDING", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE"})
+
+
+def my_user(client: Client) -> str:
+    """``--me``: the token's user; for the admin token, the Unix user running the tool
+    (whose name sbatch gives its jobs, as Slurm's tools do)."""
+    who = client.whoami()
+    if who.get("admin"):
+        import getpass
+
+        return getpass.getuser()
+    return str(who["user"])
 
 
 def tool_error(tool: str, message: str) -> None:

@@ -14,7 +14,14 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from phalanx.cli.slurm.common import FINISHED, ArrayRef, parse_job_ref, slurm_state, tool_error
+from phalanx.cli.slurm.common import (
+    FINISHED,
+    ArrayRef,
+    my_user,
+    parse_job_ref,
+    slurm_state,
+    tool_error,
+)
 
 if TYPE_CHECKING:
     from phalanx.client import Client
@@ -140,7 +147,7 @@ def run(
     try:
         with Client() as client:
             if me:
-                users = [str(client.whoami()["user"])]
+                users = [my_user(client)]
             targets: list[tuple[str, dict[str, Any]]] = []
             if refs:
                 for ref in refs:

@@ -375,7 +375,7 @@ def run(
     """The squeue command; returns the exit status."""
     import sys
 
-    from phalanx.cli.slurm.common import parse_job_ref, tool_error
+    from phalanx.cli.slurm.common import my_user, parse_job_ref, tool_error
     from phalanx.client import Client
     from phalanx.errors import Invalid, PhalanxError
 
@@ -406,7 +406,7 @@ def run(
     try:
         with Client() as client:
             if me:
-                users = [str(client.whoami()["user"])]
+                users = [my_user(client)]
             while True:
                 listed = list(client.jobs(user=users, tenant=accounts, name=names))
                 shown = [
