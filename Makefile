@@ -21,13 +21,15 @@ lint: venv
 
 # What the tests need beyond the Python packages: PostgreSQL (the store tests
 # start a real server), nss_wrapper (virtual node names resolve inside jobs) and
-# a CPU build of torch (the sbatch proof trains on 16 ranks with gloo) and
-# Chromium (the dashboard's browser tests drive it with Playwright).
+# a CPU build of torch (the sbatch proof trains on 16 ranks with gloo),
+# Chromium (the dashboard's browser tests drive it with Playwright) and iproute2
+# (the README's walkthroughs run in a network namespace of their own).
 test-deps: venv
 	@missing=""; \
 	command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	ls /usr/lib/*/libnss_wrapper.so /usr/lib/libnss_wrapper.so 2>/dev/null | grep -q . || missing="$$missing libnss-wrapper"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \

@@ -12,6 +12,7 @@ scheduler chose in ``CUDA_VISIBLE_DEVICES``.
 
 from __future__ import annotations
 
+import getpass
 import os
 import shutil
 import signal
@@ -60,7 +61,7 @@ def start_server(state: Path, console: Console) -> tuple[subprocess.Popen[bytes]
     with console.status("starting phalanx (SQLite store, local runtime, virtual nodes)..."):
         try:
             server = spawn_server(
-                state, ["--port", "0", "--config", str(EXAMPLES), "--single-user"], new_session=True
+                state, ["--port", "0", "--config", str(EXAMPLES)], new_session=True
             )
         except PhalanxError as exc:
             raise SystemExit(f"phalanx up failed to start:\n{exc.detail}") from None
@@ -142,19 +143,25 @@ def main() -> int:
     proc, info = start_server(state, console)
     try:
         admin = Client(info["url"], info["token"])
-        console.print(f"phalanx is up at [bold]{info['url']}[/] (state in {state})")
+        console.print(
+            f"phalanx is up at [bold]{info['url']}[/] (state in {state}; the demo stops the "
+            "server, cancels its jobs and removes the state when it ends, Ctrl-C too)"
+        )
         nodes = admin.get_objects("Node")
         gpus = sum(int(n["status"]["capacity"].get("nvidia.com/gpu", 0)) for n in nodes)
         console.print(
             f"virtual cluster: {len(nodes)} nodes, {gpus} GPUs; "
             "ClusterQueues team-a and team-b share the cohort 'research'"
         )
+        # Tokens for you, one per tenant: as root your jobs run as root, otherwise as you
+        # (a server started by anyone else runs every job as its own user).
+        me = getpass.getuser()
         ids: list[int] = []
         for tenant, jobs in submissions(work).items():
-            token = admin.create_token(f"{tenant}-user", [tenant], name="demo")["token"]
+            token = admin.create_token(me, [tenant], name=f"demo-{tenant}")["token"]
             with Client(info["url"], token) as user:
                 ids += user.submit_many(jobs)
-        console.print(f"submitted {len(ids)} jobs as team-a-user and team-b-user\n")
+        console.print(f"submitted {len(ids)} jobs as user {me} of tenants team-a and team-b\n")
         started = time.monotonic()
         with Live(console=console, refresh_per_second=8, transient=False) as live:
             while True:
@@ -178,22 +185,41 @@ def main() -> int:
             f"all {len(jobs)} jobs finished in {time.monotonic() - started:.1f} s"
             + (f"; [red]{len(failed)} did not complete[/]" if failed else "")
         )
+        home = "/var/lib/phalanx" if os.geteuid() == 0 else "~/.local/state/phalanx"
         console.print(
-            "\n[bold]Next:[/]\n"
-            "  .venv/bin/phalanx up --config examples/cluster      # run the server for real\n"
-            "  .venv/bin/phalanx submit --tenant team-a --gpus 16 --nodes 2 -- python train.py\n"
+            "\n[bold]Next:[/] run a server of your own (README.md, 'Running it')\n"
+            "  .venv/bin/phalanx up -d --config examples/cluster   # in the background\n"
+            f"      state: {home} (--state-dir DIR elsewhere); its log: server.log there\n"
+            "  .venv/bin/phalanx submit --tenant team-a --gpus 16 --nodes 2 -- "
+            "python3 examples/train.py\n"
             "  .venv/bin/phalanx get jobs  |  phalanx get clusterqueues  |  phalanx logs -f ID\n"
-            "  .venv/bin/phalanx token create --user alice --tenant team-a\n"
-            "  API docs at http://127.0.0.1:6900/docs; examples in examples/README.md"
+            "  .venv/bin/phalanx cancel --all     # end every job (--user NAME: one user's)\n"
+            "  .venv/bin/phalanx down             # stop it; remove the state to forget all\n"
+            "  API docs at http://127.0.0.1:6900/docs; examples in examples/README.md",
+            soft_wrap=True,
         )
         return 1 if failed else 0
     finally:
+        _cancel_all(info)
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         shutil.rmtree(state, ignore_errors=True)
+
+
+def _cancel_all(info: dict[str, str]) -> None:
+    """End the demo's jobs that still run (after Ctrl-C), before the server stops."""
+    try:
+        with Client(info["url"], info["token"]) as admin:
+            live = [j for j in admin.jobs() if not j["end_time"]]
+            for job in live:
+                admin.cancel(job["id"])
+            for job in live:
+                admin.wait(job["id"], timeout=30)
+    except (PhalanxError, OSError, TimeoutError):
+        pass  # the server is going anyway; the supervisors' jobs end with their SIGTERM
 
 
 if __name__ == "__main__":
