@@ -42,7 +42,7 @@ test: venv test-deps lint
 
 # A benchmark that reads ../shared (PHALANX_SHARED names another folder: traces,
 # the real Slurm peer) says on stderr what is missing and skips that part.
-bench: venv
+bench: venv test-deps
 	$(BIN)/python bench/engine.py --json
 	$(BIN)/python bench/engine.py --json --backfill --fair-share
 	$(BIN)/python bench/engine.py --json --topology
