@@ -138,10 +138,12 @@ def test_between_passes_reservations_stand_and_new_jobs_wait_for_the_next_pass()
     engine = _engine(backfill=BackfillConfig(interval_s=30))
     _start_running(engine)
     engine.apply(Submit(_job(3, 3, None, priority=5)))
-    engine.cycle(1.0)  # the pass was at t=0: no plan yet
-    assert engine.reservations() == []
+    engine.cycle(1.0)  # the pass was at t=0, yet the blocked head is reserved for at once
+    [at_once] = engine.reservations()
+    assert (at_once.job_id, at_once.start) == (3, 120.0)
     engine.cycle(30.0)
     [reservation] = engine.reservations()
+    assert reservation == at_once  # the pass plans it the same
     engine.apply(Submit(_job(4, 1, 600, priority=1)))
     engine.apply(Submit(_job(5, 1, 60, priority=1)))
     # Not a pass: job 4 gets no plan yet, job 5 still backfills onto the held node.

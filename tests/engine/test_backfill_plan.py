@@ -51,6 +51,9 @@ def _engine(nodes: int, jobs: list[tuple[int, int, float | None]]) -> Engine:
             Submit(Job(id=i + 1, cluster_queue="cq", time_limit=limit, pod_sets=[pod_set]))
         )
         engine.cycle(0.0)
+    # A job that did not fit was reserved for at once: the plan here is over the running
+    # jobs alone, as the brute force's.
+    engine.replan()
     return engine
 
 

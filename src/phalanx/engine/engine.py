@@ -1146,7 +1146,30 @@ class Engine:
         self._bf_waiting[rec.id] = rec
         if self._pass_cycle:
             self.queues.set_aside(sq.cq)
+        elif rec.id not in self._retried and self._may_reserve(info):
+            self._reserve_at_once(rec, info)
         return False
+
+    def _may_reserve(self, info: ClusterQueueInfo) -> bool:
+        """Whether ``info`` holds fewer reservations than ``reservations_per_queue``."""
+        bf = self.config.backfill
+        assert bf is not None
+        if not bf.reservations_per_queue:
+            return True
+        held = sum(1 for r in self._reservations.values() if r.cluster_queue == info.name)
+        return held < bf.reservations_per_queue
+
+    def _reserve_at_once(self, rec: JobRecord, info: ClusterQueueInfo) -> None:
+        """A head blocked between passes gets its reservation now, planned around the
+        ones that stand: nothing the cycle admits after it (or until the next pass) can
+        take its nodes or quota unless it ends before the reservation starts."""
+        planned = self._plan(rec, info, self._quota_ends_of(info.root_key))
+        if planned is None:
+            self._estimates.pop(rec.id, None)
+            return
+        start, slots, needs, _ = planned
+        self._estimates[rec.id] = start
+        self._reserve_for(rec, info, start, slots, needs)
 
     def _backfill_pass(self, out: list[Decision]) -> None:
         """Slurm's backfill pass: every reservation is planned again, with the jobs that
