@@ -100,6 +100,28 @@ def test_pending_job_view() -> None:
     assert view["pod_sets"][0]["flavors"] == {}
     assert view["gpu_indices"] == {}
     assert view["start_time"] is None
+    assert view["num_nodes"] == 2  # a 2-node gang, one task per node, before it is placed
+
+
+@pytest.mark.parametrize(
+    ("pod_sets", "nodes"),
+    [
+        ([{"count": 16, "tasksPerNode": 8}], 2),
+        ([{"count": 3}], 1),
+        ([{"count": 1}, {"count": 4, "tasksPerNode": 2}], 2),
+    ],
+)
+def test_a_pending_jobs_nodes_are_the_fewest_it_can_run_on(
+    pod_sets: list[dict[str, Any]], nodes: int
+) -> None:
+    pending = row(
+        state="PENDING",
+        assignment=None,
+        nodes=[],
+        start_time=None,
+        submission={"podSets": pod_sets, "run": {"command": ["true"]}},
+    )
+    assert job_view(pending)["num_nodes"] == nodes
 
 
 @pytest.mark.parametrize(

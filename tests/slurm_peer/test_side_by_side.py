@@ -448,3 +448,29 @@ def test_timeout(sides: tuple[Side, Side]) -> None:
     assert results["slurm"][0][:2] == ("slow", "TIMEOUT")
     assert results["phalanx"][0][:2] == results["slurm"][0][:2]
     assert results["phalanx"] == results["slurm"]  # ExitCode 0:0: the kill is on the step
+
+
+GANG_SCRIPT = """\
+#!/bin/bash
+#SBATCH --job-name=gang2
+#SBATCH --nodes=2 --ntasks-per-node=1
+#SBATCH --output=%x-%j.out
+sleep 60
+"""
+
+
+def test_multi_node_jobs_count_their_nodes(sides: tuple[Side, Side]) -> None:
+    """A 2-node job shows 2 nodes pending (held) and running, in squeue and sacct."""
+    seen = {}
+    for side, cwd in _both(sides, "nodes"):
+        held = side.sbatch(cwd, GANG_SCRIPT, "--hold", name="held.sh")
+        running = side.sbatch(cwd, GANG_SCRIPT, name="running.sh")
+        side.notes += [held, running]
+    for side in sides:
+        running, held = side.notes.pop(), side.notes.pop()
+        side.wait_squeue(running, "%T", "RUNNING", timeout=60)
+        [[_, nnodes]] = side.sacct([running], "JobID,NNodes")
+        seen[side.name] = (side.squeue(held, "%T %D"), side.squeue(running, "%T %D"), nnodes)
+        side.run("scancel", held, running)
+    assert seen["slurm"] == ("PENDING 2", "RUNNING 2", "2")
+    assert seen["phalanx"] == seen["slurm"]

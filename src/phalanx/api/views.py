@@ -169,13 +169,28 @@ def _sizes(row: JobRow) -> tuple[int, int, int]:
     cpu_milli = 0
     for p in pod_sets:
         cpu_milli += int(p.get("count", 1)) * _cpu_milli(p.get("requests", {}).get("cpu", 0))
-    nodes = len(row.nodes) or int(slurm.get("nodes") or 1)
+    nodes = len(row.nodes) or int(slurm.get("nodes") or 0) or _requested_nodes(pod_sets)
     tasks = int(slurm.get("ntasks") or 0)
     if not tasks and slurm.get("ntasksPerNode"):
         tasks = int(slurm["ntasksPerNode"]) * nodes
     if not tasks:
         tasks = nodes if slurm.get("nodes") else units
     return nodes, tasks, max(1, -(-cpu_milli // 1000)) if cpu_milli else tasks
+
+
+def _requested_nodes(pod_sets: list[dict[str, Any]]) -> int:
+    """The fewest nodes a pending job can run on: each pod set spread ``tasksPerNode``
+    to a node takes ``ceil(count / tasksPerNode)``; pod sets free to share a node, one
+    node together."""
+    spread = 0
+    packed = False
+    for p in pod_sets:
+        per_node = int(p.get("tasksPerNode") or 0)
+        if per_node > 0:
+            spread += -(-int(p.get("count", 1)) // per_node)
+        else:
+            packed = True
+    return max(1, spread + (1 if packed and not spread else 0))
 
 
 def _cpu_milli(value: Any) -> int:
