@@ -77,7 +77,10 @@ def test_quota_shortage_in_plain_words() -> None:
         "It needs 8 nvidia.com/gpu in flavor f; ClusterQueue a has 4 free of its nominal 8 "
         "and cohort co lends 2: 2 short."
     )
-    assert lines[3] == "No start time can be estimated yet."
+    assert lines[3] == (
+        "No start time can be estimated: the kueue preset plans no start times "
+        "(phalanx up --backfill plans them)."
+    )
 
 
 def test_priority_factors_reservations_and_estimate() -> None:

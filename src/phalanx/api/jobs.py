@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from phalanx.api.deps import Caller, Plane
 from phalanx.api.render import JobViewCache, list_body
-from phalanx.api.views import EventView, JobList, JobView, event_view, job_view
+from phalanx.api.views import EventView, JobList, JobView, event_view, job_view, rfc3339
 from phalanx.control.output import ForeignOutput, read_output
 from phalanx.errors import Forbidden, Invalid, NotFound
 from phalanx.model.job import JobState
@@ -139,8 +139,11 @@ def submit(plane: Plane, principal: Caller, job: JobSubmission) -> dict[str, Any
 
 @router.post("/jobs/estimate")
 def estimate_job(plane: Plane, principal: Caller, job: JobSubmission) -> dict[str, Any]:
-    """Validate a job without submitting it: its partition and size (``sbatch --test-only``)."""
-    return plane.estimate(principal, job)
+    """Validate a job without submitting it: its partition, size and the start the
+    engine plans for it (``sbatch --test-only``; ``why`` when there is none)."""
+    answer = plane.estimate(principal, job)
+    answer["start_time"] = rfc3339(answer.get("start_time"))
+    return answer
 
 
 @router.post("/jobs/batch", status_code=201, response_model=BatchSubmitted)

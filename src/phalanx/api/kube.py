@@ -109,6 +109,36 @@ class _Conditions:
         return [{k: v for k, v in c.items() if not k.startswith("_")} for c in ranked]
 
 
+_PENDING_REASONS = {
+    "InsufficientQuota": "WaitingForQuota",
+    "Priority": "WaitingForQuota",
+    "StrictFIFO": "WaitingForQuota",
+    "Resources": "WaitingForQuota",
+    "ExceedsMaxQuota": "ExceedsMaxQuota",
+    "NoMatchingFlavor": "NoMatchingFlavor",
+    "NoNodeFit": "TopologyPlacementFailed",
+    "PendingPreemption": "WaitingForPreemptedWorkloads",
+    "WaitingForPodsReady": "WaitingForPodsReady",
+    "ClusterQueueNotFound": "Misconfigured",
+    "LocalQueueNotFound": "Misconfigured",
+    "ClusterQueueInactive": "Misconfigured",
+    "UndeclaredResource": "Misconfigured",
+    "NamespaceMismatch": "Misconfigured",
+    "Stopped": "Suspended",
+    "JobHeldUser": "Suspended",
+    "JobHeldAdmin": "Suspended",
+}
+"""phalanx's pending reasons as Kueue v0.19's structured ``QuotaReserved=False`` reasons
+(UnadmittedWorkloadsObservability); the rest are ``Pending``, as before v0.19."""
+
+
+def pending_reason(code: str | None) -> str:
+    """The Kueue reason of a pending workload's ``QuotaReserved=False`` condition."""
+    if code is None:
+        return "PendingEvaluation"
+    return _PENDING_REASONS.get(code, "Pending")
+
+
 def workload_conditions(row: JobRow, events: Sequence[JobEventRow]) -> list[dict[str, Any]]:
     """The Workload's conditions after ``events`` (oldest first) and the row's current state."""
     conds = _Conditions()
@@ -170,9 +200,8 @@ def workload_conditions(row: JobRow, events: Sequence[JobEventRow]) -> list[dict
                 conds.set("Finished", True, "Failed", message, t)
     state = JobState(row.state)
     if state is JobState.PENDING and row.reason and row.message:
-        conds.set(
-            "QuotaReserved", False, "Pending", row.message, conds.items["QuotaReserved"]["_since"]
-        )
+        since = conds.items["QuotaReserved"]["_since"]
+        conds.set("QuotaReserved", False, pending_reason(row.reason), row.message, since)
     if state.finished and "Finished" not in conds.items:
         at = row.end_time or row.submit_time
         reason = "Succeeded" if state is JobState.COMPLETED else "Failed"

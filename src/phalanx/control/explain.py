@@ -166,6 +166,7 @@ def explain_answer(
         "reservation_ahead": _dated(engine["reservation_ahead"], "start") if engine else None,
         "reservation": _dated(engine["reservation"], "start") if engine else None,
         "estimated_start": _stamp(engine["estimated_start"]) if engine else None,
+        "no_estimate": engine.get("no_estimate") if engine else None,
         "admission": _dated(engine["admission"], "admitted_at") if engine else None,
     }
     answer.update(_from_events(events))
@@ -440,7 +441,12 @@ def _pending_lines(answer: Mapping[str, Any], now: float) -> list[str]:
     if estimate is not None:
         lines.append(f"Expected to start at {estimate} ({_relative(estimate, now)}).")
     elif not any(line.get("never_fits") for line in shortages):
-        lines.append("No start time can be estimated yet.")
+        why = answer.get("no_estimate")
+        lines.append(
+            f"No start time can be estimated: {why}."
+            if why
+            else "No start time can be estimated yet."
+        )
     return lines
 
 

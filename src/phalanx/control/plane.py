@@ -489,8 +489,9 @@ class ControlPlane:
     def estimate(self, principal: Principal, submission: JobSubmission) -> dict[str, Any]:
         """Validate a submission without submitting it (``sbatch --test-only``).
 
-        The answer names the ClusterQueue (partition) and the size; there is no
-        start time yet: that needs the backfill planner's reservations.
+        The answer names the ClusterQueue (partition), the size, and when the job would
+        start if submitted now: the engine's plan around the reservations that stand,
+        as for a pending job (``None``, with ``why``, when it cannot be planned).
         """
         self._require_leader()
         with self._lock:
@@ -500,15 +501,23 @@ class ControlPlane:
             self._check_accounts([job])
             job, submission = self._partition_defaults(job, submission)
             target = self._target_queue(job)
+            start, why = (
+                self.engine.planned_start(job, target, self.clock())
+                if target
+                else (None, "it has no ClusterQueue to go to")
+            )
         cpu_milli = sum(p.count * p.requests.get(CPU, 0) for p in submission.pod_sets)
-        return {
+        answer: dict[str, Any] = {
             "id": None,
             "partition": target,
             "num_cpus": max(1, -(-cpu_milli // 1000)),
             "gpus": job.gpus,
             "nodes": [],
-            "start_time": None,
+            "start_time": start,
         }
+        if why is not None:
+            answer["why"] = why
+        return answer
 
     def hold(self, principal: Principal, job_id: int) -> JobRow:
         """Keep a pending job from starting until :meth:`release` (``scontrol hold``)."""

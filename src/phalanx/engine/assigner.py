@@ -47,6 +47,7 @@ from phalanx.engine.topology import DomainIndex, place_in_topology
 from phalanx.model import (
     GPU,
     HOSTNAME_LABEL,
+    PODS,
     FungibilityPreference,
     ResourceFlavor,
     Toleration,
@@ -311,6 +312,9 @@ class FlavorAssigner:
                 continue
             if group not in groups:
                 groups.append(group)
+        pods = cq.group_for.get(PODS)
+        if undeclared is None and pods is not None and pods not in groups:
+            groups.append(pods)  # every pod counts one where a group covers pods (Kueue)
         placing = next((g for g in groups if GPU in g.covered), groups[0] if groups else None)
         if placing is None and cq.groups:
             # Nothing requested (or nothing with quota): no quota is charged, but the

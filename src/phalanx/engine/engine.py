@@ -100,6 +100,7 @@ from phalanx.engine.state import Admission, Allocation, JobRecord
 from phalanx.model import (
     GPU,
     GPU_MILLI,
+    PODS,
     ClusterQueue,
     Cohort,
     Job,
@@ -563,7 +564,7 @@ class Engine:
             shape = shapes[assigned.name]
             for resource, flavor in assigned.flavors:
                 fr = (flavor, resource)
-                usage[fr] = usage.get(fr, 0) + assigned.count * shape.request(resource)
+                usage[fr] = usage.get(fr, 0) + assigned.count * shape.per_task(resource)
             for placed in assigned.nodes:
                 slot = self.cache.nodes.get(placed.node)
                 if slot is None:
@@ -1163,6 +1164,7 @@ class Engine:
         """A head blocked between passes gets its reservation now, planned around the
         ones that stand: nothing the cycle admits after it (or until the next pass) can
         take its nodes or quota unless it ends before the reservation starts."""
+        self._timeline_now().new_pass()  # what the last pass closed may be open now
         planned = self._plan(rec, info, self._quota_ends_of(info.root_key))
         if planned is None:
             self._estimates.pop(rec.id, None)
@@ -1328,7 +1330,7 @@ class Engine:
             at, slots, chosen = best
             start = max(start, at)
             taken.update(slots)
-            for resource, amount in pod_set.requests:
+            for resource, amount in (*pod_set.requests, (PODS, 1)):
                 if not amount:
                     continue
                 g = info.group_for.get(resource)
@@ -2214,6 +2216,73 @@ class Engine:
         """When a pending job is expected to start, from the backfill plan (None: unknown)."""
         return self._estimates.get(job_id)
 
+    def no_estimate_why(self, job_id: int) -> str | None:
+        """Why a pending job has no planned start, in words (None: it has one, or it is
+        not pending)."""
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.admission is not None or job_id in self._estimates:
+            return None
+        return self._why_unplanned(rec.id, self.cache.cluster_queues.get(rec.cluster_queue or ""))
+
+    def _why_unplanned(self, job_id: int, info: ClusterQueueInfo | None) -> str:
+        """Why the plan has no start for a job of ``info``."""
+        bf = self.config.backfill
+        if bf is None:
+            return (
+                f"the {self.config.preset} preset plans no start times "
+                "(phalanx up --backfill plans them)"
+            )
+        if info is not None and self._unlimited_in(info.root_key):
+            return (
+                "the jobs holding what it needs include some without a time limit, "
+                "which never end in the plan"
+            )
+        if any(r.job_id != job_id for r in self._reservations.values()):
+            return (
+                "the nodes it could use are held for higher-priority jobs' reservations, "
+                "and the plan does not look past their starts"
+            )
+        return f"it cannot start within the planning window ({_hours(bf.window_s)})"
+
+    def _unlimited_in(self, root: str) -> bool:
+        """Whether an admitted job of the quota tree ``root`` has no time limit."""
+        for cq_name, jobs in self._admitted_by_cq.items():
+            info = self.cache.cluster_queues.get(cq_name)
+            if info is None or info.root_key != root:
+                continue
+            if any(r.job.time_limit is None for r in jobs.values()):
+                return True
+        return False
+
+    def planned_start(
+        self, job: Job, cluster_queue: str, now: float
+    ) -> tuple[float | None, str | None]:
+        """When ``job`` would start if it were submitted now (``sbatch --test-only``):
+        ``now`` when it fits, else the backfill plan's start around the reservations
+        that stand; ``(None, why)`` when it cannot be planned. Changes nothing."""
+        info = self.cache.cluster_queues.get(cluster_queue)
+        if info is None:
+            return None, f"ClusterQueue {cluster_queue} is not known"
+        value = job.priority
+        if value is None:
+            pc = self.cache.priority_classes.get(job.priority_class or "")
+            value = pc.value if pc is not None else 0
+        rec = JobRecord(job=job, shape=self._shapes.job(job), facts=job_facts(job, value))
+        if self.assigner.assign_fresh(rec.shape, info).ok:
+            return now, None
+        if self.config.backfill is None:
+            return None, self._why_unplanned(job.id, info)
+        saved = self._now
+        self._now = now
+        try:
+            self._timeline_now().new_pass()
+            planned = self._plan(rec, info, self._quota_ends_of(info.root_key))
+        finally:
+            self._now = saved
+        if planned is None:
+            return None, self._why_unplanned(job.id, info)
+        return planned[0], None
+
     def reservations(self) -> list[Reservation]:
         """The reservations held now, in the order of their jobs' priority."""
         return sorted(self._reservations.values(), key=lambda r: self.jobs[r.job_id].key[1:])
@@ -2230,3 +2299,8 @@ class Engine:
 
     def admitted_count(self) -> int:
         return sum(len(jobs) for jobs in self._admitted_by_cq.values())
+
+
+def _hours(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours:g} h" if hours >= 1 else f"{seconds / 60:g} min"

@@ -243,7 +243,8 @@ class Explanation:
     or null), ``reason`` (``{"code", "message", "details"}`` or null), ``quota``
     (list), ``gang`` (or null), ``ahead`` (list), ``blocked_by`` (or null),
     ``reservation_ahead`` (or null), ``reservation`` (or null),
-    ``estimated_start`` (or null), ``admission`` (or null).
+    ``estimated_start`` (or null), ``no_estimate`` (why there is none, or null),
+    ``admission`` (or null).
     """
 
     job_id: int
@@ -265,6 +266,7 @@ class Explanation:
     reservation_ahead: ReservationFacts | None = None
     reservation: ReservationFacts | None = None
     estimated_start: float | None = None
+    no_estimate: str | None = None
     admission: AdmissionFacts | None = None
 
     @property
@@ -303,6 +305,7 @@ class Explanation:
             else None,
             "reservation": self.reservation.to_dict() if self.reservation else None,
             "estimated_start": self.estimated_start,
+            "no_estimate": self.no_estimate,
             "admission": self.admission.to_dict() if self.admission else None,
         }
 
@@ -357,6 +360,7 @@ def explain_job(engine: Engine, job_id: int) -> Explanation | None:
         reservation_ahead=_reservation_ahead(engine, rec, info) if sq is not None else None,
         reservation=_reservation_facts(engine, own, rec) if own is not None else None,
         estimated_start=engine.estimated_start(job_id),
+        no_estimate=engine.no_estimate_why(job_id),
     )
 
 

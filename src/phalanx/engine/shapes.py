@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from phalanx.model import GPU_MILLI, Job, NodeSelectorTerm, PodSet, Toleration
+from phalanx.model import GPU_MILLI, PODS, Job, NodeSelectorTerm, PodSet, Toleration
 
 __all__ = ["JobShape", "PodSetShape", "ShapeInterner"]
 
@@ -57,8 +57,12 @@ class PodSetShape:
                 return amount
         return 0
 
+    def per_task(self, resource: str) -> int:
+        """What each task counts against quota: its request, and one of Kueue's ``pods``."""
+        return 1 if resource == PODS else self.request(resource)
+
     def total(self, resource: str) -> int:
-        return self.count * self.request(resource)
+        return self.count * self.per_task(resource)
 
     @property
     def share(self) -> tuple[int, int] | None:

@@ -38,6 +38,8 @@ CPU = "cpu"
 MEMORY = "memory"
 GPU = "nvidia.com/gpu"
 GPU_MILLI = "phalanx.io/gpu-milli"
+PODS = "pods"
+"""Kueue's special resource: a ClusterQueue that covers it is charged one per pod."""
 """A task's share of one GPU device in thousandths (1 to 1000): GPU sharing. A node
 offers 1000 per GPU it has; a device serves whole-GPU tasks or shares, never both."""
 

@@ -181,4 +181,6 @@ def _test_only(client: Any, submission: dict[str, Any]) -> int:
         f"sbatch: Job {job_id} to start at {when} using {procs} processors on nodes "
         f"{nodes} in partition {partition}\n"
     )
+    if estimate.get("why"):
+        sys.stderr.write(f"sbatch: no start time: {estimate['why']}\n")
     return 0
