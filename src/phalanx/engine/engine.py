@@ -1147,18 +1147,37 @@ class Engine:
         self._bf_waiting[rec.id] = rec
         if self._pass_cycle:
             self.queues.set_aside(sq.cq)
-        elif rec.id not in self._retried and self._may_reserve(info):
+        elif rec.id not in self._retried and self._may_reserve(rec, info):
             self._reserve_at_once(rec, info)
         return False
 
-    def _may_reserve(self, info: ClusterQueueInfo) -> bool:
-        """Whether ``info`` holds fewer reservations than ``reservations_per_queue``."""
+    def _may_reserve(self, rec: JobRecord, info: ClusterQueueInfo) -> bool:
+        """Whether ``rec`` is among the top ``reservations_per_queue`` blocked jobs of its
+        ClusterQueue: the queue holds fewer reservations, or one for a lower job, which
+        gives it up (its job waits for the next pass; a reservation set aside for a retry
+        this cycle counts as held)."""
         bf = self.config.backfill
         assert bf is not None
         if not bf.reservations_per_queue:
             return True
-        held = sum(1 for r in self._reservations.values() if r.cluster_queue == info.name)
-        return held < bf.reservations_per_queue
+        mine = [
+            r
+            for held in (self._reservations, self._retried)
+            for r in held.values()
+            if r.cluster_queue == info.name
+        ]
+        if len(mine) < bf.reservations_per_queue:
+            return True
+        lowest = max(mine, key=lambda r: self.jobs[r.job_id].key[1:])
+        if self.jobs[lowest.job_id].key[1:] <= rec.key[1:]:
+            return False
+        if lowest.job_id in self._reservations:
+            self._drop_reservation(lowest.job_id, wake=False)
+        else:
+            del self._retried[lowest.job_id]
+        self._estimates.pop(lowest.job_id, None)
+        self._bf_waiting[lowest.job_id] = self.jobs[lowest.job_id]
+        return True
 
     def _reserve_at_once(self, rec: JobRecord, info: ClusterQueueInfo) -> None:
         """A head blocked between passes gets its reservation now, planned around the
