@@ -469,8 +469,10 @@ def test_multi_node_jobs_count_their_nodes(sides: tuple[Side, Side]) -> None:
     for side in sides:
         running, held = side.notes.pop(), side.notes.pop()
         side.wait_squeue(running, "%T", "RUNNING", timeout=60)
-        [[_, nnodes]] = side.sacct([running], "JobID,NNodes")
-        seen[side.name] = (side.squeue(held, "%T %D"), side.squeue(running, "%T %D"), nnodes)
+        queued = (side.squeue(held, "%T %D"), side.squeue(running, "%T %D"))
         side.run("scancel", held, running)
+        # sacct's NNodes once the job has ended (the accounting record is complete then).
+        [[_, _, nnodes]] = side.wait_final([running], 1, fields="JobID,State,NNodes")
+        seen[side.name] = (*queued, nnodes)
     assert seen["slurm"] == ("PENDING 2", "RUNNING 2", "2")
     assert seen["phalanx"] == seen["slurm"]
