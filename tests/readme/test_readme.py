@@ -47,6 +47,21 @@ def walkthroughs() -> list[str]:
     return [b for b in blocks if b.startswith(".venv/bin/phalanx up -d")]
 
 
+def python_blocks() -> list[str]:
+    """The README's ``python`` blocks: the client's (needs a server), the engine's."""
+    return re.findall(r"^```python\n(.*?)^```", README.read_text(), re.S | re.M)
+
+
+def script() -> str:
+    """Every walkthrough in order, and the Python blocks run as written while the first
+    walkthrough's server is up (before its ``phalanx down``)."""
+    blocks = walkthroughs()
+    first = blocks[0].rstrip().splitlines()
+    for i, code in enumerate(python_blocks()):
+        first.insert(-1, f".venv/bin/python - <<'PHALANX_README_{i}'\n{code}PHALANX_README_{i}")
+    return "\n".join(["\n".join(first) + "\n", *blocks[1:]])
+
+
 def test_the_walkthroughs_cover_what_users_do_first() -> None:
     text = "\n".join(walkthroughs())
     for command in (
@@ -154,6 +169,9 @@ def _check(run: Run, state_dir: str) -> None:
     # The first walkthrough: the 2-node gang ran, its two ranks said so.
     assert "rank 0/2 on gpu-h100-" in out and "rank 1/2 on gpu-h100-" in out, out[-6000:]
     assert "rank 1 step 3" in out, out[-6000:]
+    # The Python client's job streamed its output too; the engine's block printed Admit.
+    assert out.count("rank 1/2 on gpu-h100-") == 2, out[-6000:]
+    assert "{'type': 'Admit', 'job_id': 1, 'cluster_queue': 'research'" in out, out[-6000:]
     assert "Events:" in out or "EVENTS" in out.upper(), out[-6000:]
     # Slurm: the batch script went in and the tools answered.
     assert re.search(r"Submitted batch job \d+", out), out[-6000:]
@@ -191,7 +209,7 @@ def test_the_readme_runs_as_root(copy: Path, tmp_path: Path) -> None:
     (copy / ".venv").symlink_to(VENV)
     home = tmp_path / "home"
     home.mkdir()
-    run = _run(copy, "\n".join(walkthroughs()), _env(home))
+    run = _run(copy, script(), _env(home))
     _check(run, "/var/lib/phalanx")
     assert "user 'root'" not in run.output
 
@@ -264,7 +282,7 @@ def test_the_readme_runs_as_an_ordinary_user(copy: Path, account: str) -> None:
     _venv_for(account, mine)
     subprocess.run(["chown", "-R", f"{account}:{account}", str(mine)], check=True)
     env = _env(home) | {"USER": account, "LOGNAME": account}
-    run = _run(mine, "\n".join(walkthroughs()), env, user=account)
+    run = _run(mine, script(), env, user=account)
     _check(run, f"{home}/.local/state/phalanx")
     assert f"{account} (uid {entry.pw_uid}), the server's own user" in run.output
     _no_server_left(home / ".local" / "state" / "phalanx")
