@@ -506,15 +506,19 @@ class Engine:
                 self.queues.remove(rec)
                 self._wait(rec, problem)
 
-    def _submit(self, job: Job) -> None:
-        if job.id in self.jobs:
-            raise ValueError(f"job {job.id} was already submitted")
+    def _record(self, job: Job) -> JobRecord:
+        """A new record of ``job``: its shape, and its priority value (its own, else its
+        PriorityClass's)."""
         value = job.priority
         if value is None:
             pc = self.cache.priority_classes.get(job.priority_class or "")
             value = pc.value if pc is not None else 0
-        facts = job_facts(job, value)
-        rec = JobRecord(job=job, shape=self._shapes.job(job), facts=facts)
+        return JobRecord(job=job, shape=self._shapes.job(job), facts=job_facts(job, value))
+
+    def _submit(self, job: Job) -> None:
+        if job.id in self.jobs:
+            raise ValueError(f"job {job.id} was already submitted")
+        rec = self._record(job)
         rec.order_time = job.submit_time
         self.jobs[job.id] = rec
         self.workload.observe(rec.shape.pod_sets)
@@ -2282,11 +2286,7 @@ class Engine:
         info = self.cache.cluster_queues.get(cluster_queue)
         if info is None:
             return None, f"ClusterQueue {cluster_queue} is not known"
-        value = job.priority
-        if value is None:
-            pc = self.cache.priority_classes.get(job.priority_class or "")
-            value = pc.value if pc is not None else 0
-        rec = JobRecord(job=job, shape=self._shapes.job(job), facts=job_facts(job, value))
+        rec = self._record(job)
         if self.assigner.assign_fresh(rec.shape, info).ok:
             return now, None
         if self.config.backfill is None:
