@@ -15,6 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+# The tests' finder of ../shared, so that both read $PHALANX_SHARED the same way.
+from tests.shared import SHARED_ENV, shared_path, shared_root
+
 __all__ = [
     "SHARED_ENV",
     "TRACES_ENV",
@@ -30,23 +33,8 @@ __all__ = [
     "traces",
 ]
 
-SHARED_ENV = "PHALANX_SHARED"
-"""Names the folder to use instead of ``../shared`` beside the checkout."""
 TRACES_ENV = "PHALANX_TRACES"
 """Names the traces folder (``phalanx sim`` reads it too)."""
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def shared_root() -> Path:
-    """``$PHALANX_SHARED`` if set, else ``../shared`` beside the checkout."""
-    env = os.environ.get(SHARED_ENV)
-    return Path(env).expanduser() if env else ROOT.parent / "shared"
-
-
-def shared_path(*parts: str) -> Path:
-    """``parts`` under the shared folder, present or not."""
-    return shared_root().joinpath(*parts)
 
 
 def traces() -> Path:
