@@ -273,9 +273,10 @@ def up(
         serve()
         return
     from phalanx.control.daemon import detach as run_detached
+    from phalanx.statedir import LOG_FILE
 
     said = run_detached(state, serve)
-    sys.stderr.write(said + f"  log: {state / 'server.log'}\n")
+    sys.stderr.write(said + f"  log: {state / LOG_FILE}\n")
 
 
 @app.command()

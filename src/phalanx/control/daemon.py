@@ -87,13 +87,9 @@ def _answers(client_json: Path, since_ns: int) -> bool:
         info = json.loads(client_json.read_text())
     except (OSError, ValueError):
         return False
-    from phalanx.client import Client
+    from phalanx.control.spawn import healthy
 
-    try:
-        with Client(info["url"], info["token"]) as client:
-            return client.healthz()
-    except Exception:
-        return False
+    return healthy(info["url"], info["token"])
 
 
 def _read_from(path: Path, offset: int) -> str:

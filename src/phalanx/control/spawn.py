@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from phalanx.errors import PhalanxError
+from phalanx.statedir import CLIENT_CONFIG, LOG_FILE
 
-__all__ = ["ServerProcess", "spawn_server"]
+__all__ = ["ServerProcess", "healthy", "spawn_server"]
 
 
 @dataclass
@@ -32,7 +33,7 @@ class ServerProcess:
 
     @property
     def log(self) -> Path:
-        return self.state_dir / "server.log"
+        return self.state_dir / LOG_FILE
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout`` seconds."""
@@ -45,11 +46,13 @@ class ServerProcess:
                 self.proc.wait()
 
 
-def _healthy(url: str, token: str) -> bool:
+def healthy(url: str, token: str) -> bool:
+    """Whether the server at ``url`` answers ``/healthz`` (False while it is starting)."""
     from phalanx.client import Client
 
     try:
-        return Client(url, token).healthz()
+        with Client(url, token) as client:
+            return client.healthz()
     except Exception:  # not listening yet, or mid start-up
         return False
 
@@ -69,11 +72,11 @@ def spawn_server(
     does not become ready within ``timeout`` seconds.
     """
     state_dir.mkdir(parents=True, exist_ok=True)
-    client_json = state_dir / "client.json"
+    client_json = state_dir / CLIENT_CONFIG
     client_json.unlink(missing_ok=True)
     command = [sys.executable, "-m", "phalanx.cli.main", "up", "--state-dir", str(state_dir)]
     command += list(args)
-    log_path = state_dir / "server.log"
+    log_path = state_dir / LOG_FILE
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             command,
@@ -90,7 +93,7 @@ def spawn_server(
             info = json.loads(client_json.read_text())
         except (OSError, ValueError):
             info = None
-        if info is not None and _healthy(info["url"], info["token"]):
+        if info is not None and healthy(info["url"], info["token"]):
             return ServerProcess(proc, info["url"], info["token"], state_dir)
         time.sleep(0.05)
     proc.kill()
