@@ -167,12 +167,16 @@ def record(job: JobRow) -> tuple[Any, ...]:
 class FakePlane:
     def __init__(self) -> None:
         self.estimates: dict[int, float] = {}
+        self.why = "the backfill pass has not planned it"
 
     def output_paths(self, job: JobRow) -> tuple[str, None]:
         return f"/out/{job.id}.out", None
 
     def estimated_start(self, job_id: int) -> float | None:
         return self.estimates.get(job_id)
+
+    def no_estimate(self, job_id: int) -> str | None:
+        return None if job_id in self.estimates else self.why
 
 
 def test_dumps_writes_what_starlette_writes() -> None:
@@ -192,8 +196,9 @@ def test_cached_views_are_reused_only_while_the_job_and_its_estimate_are_unchang
     jobs = [row(id=i, state="PENDING", nodes=[], assignment=None) for i in (1, 2, 3)]
     first = cache.render([record(j) for j in jobs])
     assert [json.loads(b) for b in first] == [
-        json.loads(dumps(job_view(j, plane.output_paths(j), None))) for j in jobs
+        json.loads(dumps(job_view(j, plane.output_paths(j), None, plane.why))) for j in jobs
     ]
+    assert json.loads(first[0])["no_estimate"] == plane.why
     again = cache.render([record(j) for j in jobs])
     assert all(a is b for a, b in zip(first, again, strict=True))  # reused
     plane.estimates[2] = 1_796_282_480.0
@@ -201,7 +206,12 @@ def test_cached_views_are_reused_only_while_the_job_and_its_estimate_are_unchang
     third = cache.render([record(j) for j in jobs])
     assert json.loads(third[0])["state"] == "RUNNING"
     assert json.loads(third[1])["estimated_start"] == "2026-12-03T07:21:20.000Z"
+    assert json.loads(third[1])["no_estimate"] is None
+    assert json.loads(third[0])["no_estimate"] is None  # not pending
     assert third[2] is first[2]
+    plane.why = "it cannot start within the planning window (24 h)"
+    fourth = cache.render([record(j) for j in jobs])
+    assert json.loads(fourth[2])["no_estimate"] == plane.why  # the reason is part of the key
 
 
 def test_the_view_cache_keeps_the_newest_entries() -> None:

@@ -15,6 +15,7 @@ from phalanx.control.output import ForeignOutput, read_output
 from phalanx.errors import Forbidden, Invalid, NotFound
 from phalanx.model.job import JobState
 from phalanx.model.submission import JobSubmission
+from phalanx.store.records import JobRow
 
 __all__ = ["MAX_BATCH", "MAX_LIST", "router"]
 
@@ -152,17 +153,23 @@ def submit_batch(plane: Plane, principal: Caller, batch: BatchRequest) -> dict[s
     return {"ids": plane.submit(principal, list(batch.jobs))}
 
 
+def _view(plane: Plane, row: JobRow) -> dict[str, Any]:
+    return job_view(
+        row, plane.output_paths(row), plane.estimated_start(row.id), plane.no_estimate(row.id)
+    )
+
+
 @router.get("/jobs/{job_id}", responses={200: {"model": JobView}})
 def get_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
     row = plane.job(principal, job_id)
-    return JSONResponse(job_view(row, plane.output_paths(row), plane.estimated_start(row.id)))
+    return JSONResponse(_view(plane, row))
 
 
 @router.delete("/jobs/{job_id}", responses={200: {"model": JobView}})
 def cancel_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
     """Cancel a job (pending: removed from its queue; running: SIGTERM, grace, SIGKILL)."""
     row = plane.cancel(principal, job_id)
-    return JSONResponse(job_view(row, plane.output_paths(row), plane.estimated_start(row.id)))
+    return JSONResponse(_view(plane, row))
 
 
 class SignalRequest(BaseModel):
@@ -184,27 +191,27 @@ class JobUpdate(BaseModel):
 def hold_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
     """Keep a pending job from starting (Slurm's ``scontrol hold``)."""
     row = plane.hold(principal, job_id)
-    return JSONResponse(job_view(row, plane.output_paths(row), plane.estimated_start(row.id)))
+    return JSONResponse(_view(plane, row))
 
 
 @router.post("/jobs/{job_id}/release", responses={200: {"model": JobView}})
 def release_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
     row = plane.release(principal, job_id)
-    return JSONResponse(job_view(row, plane.output_paths(row), plane.estimated_start(row.id)))
+    return JSONResponse(_view(plane, row))
 
 
 @router.post("/jobs/{job_id}/requeue", responses={200: {"model": JobView}})
 def requeue_job(plane: Plane, principal: Caller, job_id: JobId) -> Response:
     """Stop a running job and queue it again (or queue a finished one again)."""
     row = plane.requeue(principal, job_id)
-    return JSONResponse(job_view(row, plane.output_paths(row), plane.estimated_start(row.id)))
+    return JSONResponse(_view(plane, row))
 
 
 @router.post("/jobs/{job_id}/signal", responses={200: {"model": JobView}})
 def signal_job(plane: Plane, principal: Caller, job_id: JobId, body: SignalRequest) -> Response:
     """Send a signal to a running job's tasks, or only to its batch shell."""
     row = plane.signal(principal, job_id, body.signal, batch_only=body.batch_only)
-    return JSONResponse(job_view(row, plane.output_paths(row), plane.estimated_start(row.id)))
+    return JSONResponse(_view(plane, row))
 
 
 @router.patch("/jobs/{job_id}", responses={200: {"model": JobView}})
@@ -214,7 +221,7 @@ def update_job(plane: Plane, principal: Caller, job_id: JobId, body: JobUpdate) 
     if not changes:
         raise Invalid("body: name at least one of time_limit, nice, comment, name")
     row = plane.update(principal, job_id, changes)
-    return JSONResponse(job_view(row, plane.output_paths(row), plane.estimated_start(row.id)))
+    return JSONResponse(_view(plane, row))
 
 
 @router.get("/jobs/{job_id}/explain")

@@ -6,7 +6,8 @@ standard library) and several times that under load, since the API shares one
 interpreter lock with the control loop. Pollers (``squeue``, the dashboard,
 scripts) read the same pages again and again, and most of the jobs on them have
 not changed in between: :class:`JobViewCache` keeps each job's rendered JSON
-together with the stored row it came from and the estimate it showed, and reuses
+together with the stored row it came from and the estimate it showed (or why there
+was none), and reuses
 it only while both are equal, so a reused view is exactly what rendering anew
 would give.
 """
@@ -25,6 +26,9 @@ from phalanx.api.views import job_view
 from phalanx.store.store import job_from_record
 
 __all__ = ["JobViewCache", "dumps", "list_body"]
+
+Estimate = tuple[float | None, str | None]
+"""A pending job's planned start, or why it has none."""
 
 CACHE_SIZE = 10_000
 """Job views kept (20 pages of 500): about 2.5 KB each, the stored row and its JSON."""
@@ -52,24 +56,25 @@ class JobViewCache:
     def __init__(self, plane: ControlPlane, size: int = CACHE_SIZE) -> None:
         self.plane = plane
         self.size = size
-        self._entries: dict[int, tuple[tuple[Any, ...], float | None, bytes]] = {}
+        self._entries: dict[int, tuple[tuple[Any, ...], Estimate, bytes]] = {}
         self._lock = threading.Lock()
 
     def render(self, records: Sequence[tuple[Any, ...]]) -> list[bytes]:
         """Each record's job view as JSON, in order."""
         plane, entries = self.plane, self._entries
         out: list[bytes] = []
-        fresh: list[tuple[int, tuple[tuple[Any, ...], float | None, bytes]]] = []
+        fresh: list[tuple[int, tuple[tuple[Any, ...], Estimate, bytes]]] = []
         for record in records:
             job_id = record[0]
-            estimate = plane.estimated_start(job_id)
+            at = plane.estimated_start(job_id)
+            estimate = (at, plane.no_estimate(job_id) if at is None else None)
             entry = entries.get(job_id)
             if entry is not None and entry[1] == estimate and entry[0] == record:
                 out.append(entry[2])
                 continue
             row = job_from_record(record)
             # A copy: orjson's bytes keep the whole buffer it wrote into (16 KB).
-            body = bytes(memoryview(dumps(job_view(row, plane.output_paths(row), estimate))))
+            body = bytes(memoryview(dumps(job_view(row, plane.output_paths(row), *estimate))))
             out.append(body)
             fresh.append((job_id, (record, estimate, body)))
         if fresh:

@@ -75,6 +75,9 @@ class JobView(BaseModel):
     exit_code: int | None
     signal: int | None
     estimated_start: str | None
+    no_estimate: str | None
+    """Why a pending job has no ``estimated_start`` (no time limits, beyond the planning
+    window, ...); null when it has one or is not pending."""
     command: list[str]
     working_dir: str | None
     time_limit: int | None
@@ -209,11 +212,13 @@ def job_view(
     row: JobRow,
     paths: tuple[Any, Any] | None = None,
     estimated_start: float | None = None,
+    no_estimate: str | None = None,
 ) -> dict[str, Any]:
     """The DESIGN contract's job object (see :class:`JobView`).
 
     ``paths`` are the job's output files as the control plane resolves them;
-    ``estimated_start`` a pending job's planned start (epoch seconds) from the engine.
+    ``estimated_start`` a pending job's planned start (epoch seconds) from the engine,
+    ``no_estimate`` why it has none.
     """
     run = row.submission.get("run") or {}
     sub = row.submission
@@ -221,6 +226,7 @@ def job_view(
     stdout, stderr = paths if paths is not None else (None, None)
     nodes, tasks, cpus = _sizes(row)
     array = sub.get("array") or {}
+    pending = row.state == "PENDING"
     return {
         "id": row.id,
         "name": row.name,
@@ -241,7 +247,8 @@ def job_view(
         "end_time": rfc3339(row.end_time),
         "exit_code": row.exit_code,
         "signal": row.signal,
-        "estimated_start": rfc3339(estimated_start) if row.state == "PENDING" else None,
+        "estimated_start": rfc3339(estimated_start) if pending else None,
+        "no_estimate": no_estimate if pending and estimated_start is None else None,
         "command": list(run.get("command") or []),
         "working_dir": run.get("workingDir"),
         "time_limit": run.get("timeLimit"),

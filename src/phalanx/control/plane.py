@@ -597,6 +597,11 @@ class ControlPlane:
         a standby, which has no engine)."""
         return self.engine.estimated_start(job_id) if self.leading else None
 
+    def no_estimate(self, job_id: int) -> str | None:
+        """Why a pending job has no planned start (``None``: it has one, it is not
+        pending, or this is a standby)."""
+        return self.engine.no_estimate_why(job_id) if self.leading else None
+
     def output_owner(self, job: JobRow) -> int | None:
         """The uid whose files the job's output must be, to be served back; ``None``:
         any (the jobs run as the server's own user)."""

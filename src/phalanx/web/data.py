@@ -357,6 +357,7 @@ def job_row(plane: ControlPlane, row: JobRow, now: float) -> dict[str, Any]:
     else:
         wait = None
     estimate = plane.estimated_start(row.id) if state is JobState.PENDING else None
+    no_estimate = plane.no_estimate(row.id) if state is JobState.PENDING and estimate is None else None
     return {
         "id": row.id,
         "name": row.name,
@@ -372,6 +373,7 @@ def job_row(plane: ControlPlane, row: JobRow, now: float) -> dict[str, Any]:
         "end": row.end_time,
         "wait": wait,
         "estimate": estimate,
+        "no_estimate": no_estimate,
         "reason": row.reason,
         "message": row.message,
         "exit_code": row.exit_code,
