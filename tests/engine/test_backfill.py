@@ -179,6 +179,26 @@ def test_a_gang_waiting_behind_unlimited_jobs_has_no_estimate() -> None:
     engine.cycle(1.0)
     assert engine.reservations() == []
     assert engine.estimated_start(2) is None
+    assert "without a time limit" in (engine.no_estimate_why(2) or "")
+    assert engine.no_estimate_why(1) is None  # running: nothing to explain
+
+
+def test_every_pending_job_without_an_estimate_says_why() -> None:
+    window = BackfillConfig(interval_s=0, window_s=3600.0, max_job_test=2)
+    engine = _engine(nodes=2, backfill=window)
+    engine.apply(Submit(_job(1, 2, 7200, priority=10)))
+    engine.cycle(0.0)
+    for i in range(2, 5):
+        engine.apply(Submit(_job(i, 1, 60, priority=5 - i)))
+    engine.cycle(1.0)
+    # Job 2 was tested: it cannot start before job 1's limit ends, past the window.
+    assert engine.estimated_start(2) is None
+    assert engine.no_estimate_why(2) == "it cannot start within the planning window (1 h)"
+    # Job 4 is beyond bf_max_job_test: the pass never planned it.
+    assert engine.no_estimate_why(4) == (
+        "the backfill pass, which plans the top jobs of each ClusterQueue in every cycle, "
+        "has not planned it"
+    )
 
 
 def test_the_reservation_is_honoured_over_a_busy_timeline() -> None:
@@ -364,3 +384,77 @@ def test_a_reservation_keeps_to_the_topology_placement_will_use() -> None:
         [reservation] = engine.reservations()
         assert sorted(reservation.nodes) == ["b1", "b2"], request
         assert reservation.start == 300.0
+
+
+# ------------------------------------------------------------------ what a reservation holds
+
+
+def _in(cq: str, id: int, nodes: int, limit: float | None, priority: int = 0) -> Job:
+    return Job(
+        id=id,
+        cluster_queue=cq,
+        priority=priority,
+        submit_time=0.0,
+        time_limit=limit,
+        pod_sets=[PodSet(count=nodes, tasks_per_node=1, requests={GPU: 8})],
+    )
+
+
+def test_a_gang_holds_the_nodes_that_free_last_by_its_start() -> None:
+    engine = _engine(nodes=3)
+    engine.apply(Submit(_job(1, 2, 100, priority=10)))
+    busy = _admitted(engine.cycle(0.0))[1]
+    [idle] = {"n1", "n2", "n3"} - set(busy)
+    engine.apply(Submit(_job(2, 2, 500, priority=5)))
+    engine.cycle(1.0)
+    [reservation] = engine.reservations()
+    # The idle node would start it no sooner: it stays open to every job.
+    assert sorted(reservation.nodes) == busy
+    engine.apply(Submit(_job(3, 1, 10_000, priority=1)))
+    assert _admitted(engine.cycle(2.0)) == {3: [idle]}
+
+
+def _cohort_engine() -> Engine:
+    """Seven nodes, but quota for five in one Cohort: a and b 16 GPUs each, c 8."""
+    engine = Engine(EngineConfig(preset="kueue", backfill=_BACKFILL))
+    engine.apply(Upsert(flavor("f")))
+    for i in range(1, 8):
+        engine.apply(Upsert(node(f"n{i}")))
+    for name, gpus in (("a", 16), ("b", 16), ("c", 8)):
+        engine.apply(Upsert(cluster_queue(name, {"f": gpus}, cohort="all")))
+    return engine
+
+
+def test_a_reservation_holds_only_the_quota_its_tree_does_not_give_back_by_its_start() -> None:
+    engine = _cohort_engine()
+    engine.apply(Submit(_in("b", 1, 2, 100, priority=10)))
+    engine.apply(Submit(_in("a", 2, 1, 1000, priority=10)))
+    assert set(_admitted(engine.cycle(0.0))) == {1, 2}
+    # 24 GPUs in a: 8 of a's own free now, the 16 of job 1 given back at 100.
+    engine.apply(Submit(_in("a", 3, 3, 500, priority=5)))
+    assert _admitted(engine.cycle(1.0)) == {}
+    [reservation] = engine.reservations()
+    assert reservation.start == 120.0
+    assert sum(amount for _, amount in reservation.quota) == 8
+    # c's own quota stays c's: its long job starts on a node the gang does not need.
+    engine.apply(Submit(_in("c", 4, 1, 10_000, priority=1)))
+    assert set(_admitted(engine.cycle(2.0))) == {4}
+
+
+def test_what_an_ended_job_gave_back_is_held_for_the_reservation() -> None:
+    engine = _cohort_engine()
+    engine.apply(Submit(_in("b", 1, 2, 100, priority=10)))
+    engine.apply(Submit(_in("a", 2, 1, 1000, priority=10)))
+    engine.cycle(0.0)
+    engine.apply(Submit(_in("a", 3, 3, 500, priority=5)))
+    engine.apply(Submit(_in("c", 4, 1, 10_000, priority=1)))
+    engine.cycle(1.0)
+    assert sum(amount for _, amount in engine.reservations()[0].quota) == 8
+    # Job 1 ends early: the 16 GPUs it was to give back by the start are free now,
+    # and held from now on.
+    engine.apply(Finish(1))
+    assert sum(amount for _, amount in engine.reservations()[0].quota) == 24
+    # A long job of b would take them from the gang; the gang, which fits now, goes.
+    engine.apply(Submit(_in("b", 6, 1, 10_000, priority=1)))
+    admitted = _admitted(engine.cycle(50.0))
+    assert 3 in admitted and 6 not in admitted

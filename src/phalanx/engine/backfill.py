@@ -68,13 +68,17 @@ Release = tuple[float, int, NodeSlot, dict[str, int]]
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """Nodes (and quota) held for ``job_id`` from now until it starts, planned at ``start``."""
+    """Nodes (and quota) held for ``job_id`` from now until it starts, planned at ``start``.
+
+    ``needs`` is the quota the job takes when it starts; ``quota`` the part of it held
+    now: what the running jobs of its quota tree do not give back by ``start``."""
 
     job_id: int
     cluster_queue: str
     start: float
     nodes: tuple[str, ...]
     quota: tuple[tuple[FlavorResource, int], ...] = ()
+    needs: tuple[tuple[FlavorResource, int], ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -602,9 +606,19 @@ def _plan_first_units(
     wanted, or at most one per node): the ``need`` nodes whose first unit fits
     soonest. Nodes come in the order they first have the unit's GPUs free; each is
     taken at the exact time its unit fits (later when other resources are still busy
-    then), merged through a heap: a 64-node gang looks at about 64 nodes."""
+    then), merged through a heap: a 64-node gang looks at about 64 nodes. A gang that
+    starts later than now gets the nodes that fit last by then (:func:`_latest_by`)."""
     later: list[tuple[float, int, NodeSlot]] = []
     chosen: list[NodeSlot] = []
+
+    def usable(slot: NodeSlot) -> bool:
+        return (
+            not closed(slot)
+            and slot not in taken
+            and slot.schedulable
+            and (accept is None or accept(slot))
+        )
+
     items = order.items
     i = 0
     while (item := items[i] if i < len(items) else order.get(i)) is not None:
@@ -618,10 +632,10 @@ def _plan_first_units(
             at, _, pick = heapq.heappop(later)
             chosen.append(pick)
             if len(chosen) >= need:
-                return max(now, at), chosen
+                return _latest_by(max(now, at), need, unit, order, timeline, now, chosen, usable)
         if low >= before:
             break
-        if slot in taken or not slot.schedulable or (accept is not None and not accept(slot)):
+        if not usable(slot):
             continue
         at = timeline.first_fit(slot, unit, low, gpus_free=True)
         if at == math.inf:
@@ -629,7 +643,7 @@ def _plan_first_units(
         if at <= low:
             chosen.append(slot)
             if len(chosen) >= need:
-                return max(now, at), chosen
+                return _latest_by(max(now, at), need, unit, order, timeline, now, chosen, usable)
         else:
             heapq.heappush(later, (at, i, slot))
     while later:
@@ -638,8 +652,45 @@ def _plan_first_units(
             return None
         chosen.append(pick)
         if len(chosen) >= need:
-            return max(now, at), chosen
+            return _latest_by(max(now, at), need, unit, order, timeline, now, chosen, usable)
     return None
+
+
+def _latest_by(
+    start: float,
+    need: int,
+    unit: tuple[tuple[str, int], ...],
+    order: NodeOrder,
+    timeline: Timeline,
+    now: float,
+    soonest: list[NodeSlot],
+    usable: Callable[[NodeSlot], bool],
+) -> tuple[float, list[NodeSlot]]:
+    """Of the nodes whose first unit fits by ``start``, the ``need`` that fit last.
+
+    A reservation keeps everything but short jobs off its nodes until it starts, so
+    the nodes it holds should be the ones busy longest anyway: those free sooner are
+    left to any job, and the gang still starts at ``start``. Now (nothing held) or one
+    node (the soonest is the only choice): ``soonest`` as it is. The order's nodes
+    come by a lower bound on when they fit, so the walk stops past ``start``."""
+    if start <= now or need <= 1:
+        return start, soonest
+    fits: list[tuple[float, int, NodeSlot]] = []
+    i = 0
+    items = order.items
+    while (item := items[i] if i < len(items) else order.get(i)) is not None:
+        low, slot = item
+        i += 1
+        if low > start:
+            break
+        if not usable(slot):
+            continue
+        at = timeline.first_fit(slot, unit, low, gpus_free=True)
+        if at <= start:
+            fits.append((-at, i, slot))
+    if len(fits) < need:  # nodes closed since (only fewer): keep the plan's own
+        return start, soonest
+    return start, [slot for _, _, slot in heapq.nsmallest(need, fits)]
 
 
 class QuotaEnds:

@@ -256,6 +256,10 @@ class Engine:
         """When the minimum runtimes that kept jobs from being preempted end."""
         self._estimates: dict[int, float] = {}
         """Planned start times of pending jobs, from the last backfill pass."""
+        self._planned: set[int] = set()
+        """The jobs the last backfill pass tested, and those reserved for since."""
+        self._unplanned_why: dict[str, str] = {}
+        """This cycle: why jobs of a quota tree (by root key) have no planned start."""
         self._relax_at: list[tuple[float, int]] = []
         """A heap of ``(when, job)``: when a job's ``switches`` wait ends."""
         self.limits = Limits()
@@ -1021,6 +1025,7 @@ class Engine:
         blocked = False
         backfill = self.config.backfill is not None
         backfill_pass = self._pass_cycle = False
+        self._unplanned_why.clear()
         if backfill:
             self._no_room.clear()
             backfill_pass = self._pass_cycle = self._backfill_due(now)
@@ -1125,7 +1130,7 @@ class Engine:
                 if holds.hold(slot, res.job_id):
                     self.cache.reindex(slot)
                 names.append(name)
-        kept = Reservation(res.job_id, res.cluster_queue, res.start, tuple(names), res.quota)
+        kept = replace(res, nodes=tuple(names))
         self._hold_quota(kept, 1)
         self._reservations[res.job_id] = kept
         self.assigner.generation += 1
@@ -1188,6 +1193,7 @@ class Engine:
         ones that stand: nothing the cycle admits after it (or until the next pass) can
         take its nodes or quota unless it ends before the reservation starts."""
         self._timeline_now().new_pass()  # what the last pass closed may be open now
+        self._planned.add(rec.id)
         planned = self._plan(rec, info, self._quota_ends_of(info.root_key))
         if planned is None:
             self._estimates.pop(rec.id, None)
@@ -1236,6 +1242,7 @@ class Engine:
         self._drop_reservations(wake=False)
         self._no_room.clear()
         self._timeline_now().new_pass()
+        self._planned = planned_ids = set()
         order = sorted(pool.values(), key=lambda r: r.key[1:])
         budget = bf.max_job_test
         held: dict[str, int] = {}
@@ -1255,6 +1262,7 @@ class Engine:
             if self.limits.active and self._limit_held(rec, out):
                 continue
             budget -= 1
+            planned_ids.add(rec.id)
             self.stats["backfill_tests"] += 1
             limit = rec.job.time_limit
             if limit is not None and starts and self._now + limit <= starts[-1][0]:
@@ -1389,7 +1397,15 @@ class Engine:
         self._timeline = None
 
     def _ended(self, rec: JobRecord, adm: Admission) -> None:
-        """A job gave back its nodes and quota: take it out of the running ends."""
+        """A job gave back its nodes and quota: take it out of the running ends, and
+        hold for the reservations of its tree what it was to give back to them."""
+        self._drop_end(rec, adm)
+        if self._reservations:
+            info = self.cache.cluster_queues.get(adm.cluster_queue)
+            if info is not None:
+                self._rehold(info.root_key)
+
+    def _drop_end(self, rec: JobRecord, adm: Admission) -> None:
         if self._timeline is not None:
             self._timeline.ended(rec)
         self._quota_ends.clear()
@@ -1539,9 +1555,9 @@ class Engine:
         slots: list[NodeSlot],
         needs: dict[FlavorResource, int],
     ) -> None:
-        """Hold the planned nodes, and the quota the job needs beyond what the jobs of
-        its ClusterQueue that end by ``start`` give back (so jobs that outlive the
-        reservation cannot take it)."""
+        """Hold the planned nodes, and the quota the job needs beyond what the running
+        jobs of its quota tree give back by ``start`` (so jobs that outlive the
+        reservation cannot take it); :meth:`_rehold` keeps that true as jobs end."""
         holds = self._holds
         names: list[str] = []
         for slot in slots:
@@ -1549,17 +1565,48 @@ class Engine:
                 if holds.hold(slot, rec.id):
                     self.cache.reindex(slot)
                 names.append(slot.name)
-        own = self._quota_ends_of("cq:" + info.name)
-        freed = {fr: own.returned(fr, start, amount) for fr, amount in needs.items()}
-        quota = tuple(
-            (fr, amount - freed.get(fr, 0))
-            for fr, amount in sorted(needs.items())
-            if amount > freed.get(fr, 0)
-        )
+        wanted = tuple(sorted(needs.items()))
+        quota = self._to_hold(info, start, wanted)
         for fr, amount in quota:
             info.node.add_usage(fr, amount)
-        self._reservations[rec.id] = Reservation(rec.id, info.name, start, tuple(names), quota)
+        self._reservations[rec.id] = Reservation(
+            rec.id, info.name, start, tuple(names), quota, wanted
+        )
         self.assigner.generation += 1
+
+    def _to_hold(
+        self,
+        info: ClusterQueueInfo,
+        start: float,
+        needs: tuple[tuple[FlavorResource, int], ...],
+    ) -> tuple[tuple[FlavorResource, int], ...]:
+        """The part of ``needs`` the running jobs of ``info``'s quota tree do not give
+        back by ``start``: held from now, the rest comes free as they end. The tree's
+        ends count as the plan counts them (:func:`plan_quota`)."""
+        tree = self._quota_ends_of(info.root_key)
+        held = []
+        for fr, amount in needs:
+            short = amount - tree.returned(fr, start, amount)
+            if short > 0:
+                held.append((fr, short))
+        return tuple(held)
+
+    def _rehold(self, root: str) -> None:
+        """A job of the quota tree ``root`` ended: what it was to give back by a
+        reservation's start is free now, so the reservation holds it from now on (and
+        whatever the end gave back beyond that stays free)."""
+        clusters = self.cache.cluster_queues
+        for job_id, r in list(self._reservations.items()):
+            info = clusters.get(r.cluster_queue)
+            if info is None or info.root_key != root or not r.needs:
+                continue
+            quota = self._to_hold(info, r.start, r.needs)
+            if quota == r.quota:
+                continue
+            self._hold_quota(r, -1)
+            r = self._reservations[job_id] = replace(r, quota=quota)
+            self._hold_quota(r, 1)
+            self.assigner.generation += 1
 
     def _drop_reservation(self, job_id: int, wake: bool = True) -> None:
         """Give back what a reservation holds and (``wake``) wake what waits for it."""
@@ -2245,10 +2292,25 @@ class Engine:
         rec = self.jobs.get(job_id)
         if rec is None or rec.admission is not None or job_id in self._estimates:
             return None
-        return self._why_unplanned(rec.id, self.cache.cluster_queues.get(rec.cluster_queue or ""))
+        bf = self.config.backfill
+        if rec.queue is None:
+            return "it is not queued (held, or waiting for a dependency or its begin time)"
+        if bf is not None and job_id not in self._planned:
+            every = f"every {_hours(bf.interval_s)}" if bf.interval_s else "in every cycle"
+            return (
+                f"the backfill pass, which plans the top jobs of each ClusterQueue {every}, "
+                "has not planned it"
+            )
+        info = self.cache.cluster_queues.get(rec.cluster_queue or "")
+        key = info.root_key if info is not None else ""
+        why = self._unplanned_why.get(key)
+        if why is None:
+            why = self._unplanned_why[key] = self._why_unplanned(-1, info)
+        return why
 
     def _why_unplanned(self, job_id: int, info: ClusterQueueInfo | None) -> str:
-        """Why the plan has no start for a job of ``info``."""
+        """Why the plan has no start for a job of ``info`` (``job_id``: its own
+        reservation, if any, does not count)."""
         bf = self.config.backfill
         if bf is None:
             return (
@@ -2322,4 +2384,6 @@ class Engine:
 
 def _hours(seconds: float) -> str:
     hours = seconds / 3600
-    return f"{hours:g} h" if hours >= 1 else f"{seconds / 60:g} min"
+    if hours >= 1:
+        return f"{hours:g} h"
+    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"

@@ -188,7 +188,14 @@ def export_state(engine: Engine) -> dict[str, Any]:
         "unready": [[j, t] for j, t in engine._unready.items()],
         "backoff": list(engine._backoff),
         "reservations": [
-            [r.job_id, r.cluster_queue, r.start, list(r.nodes), [[*fr, v] for fr, v in r.quota]]
+            [
+                r.job_id,
+                r.cluster_queue,
+                r.start,
+                list(r.nodes),
+                [[*fr, v] for fr, v in r.quota],
+                [[*fr, v] for fr, v in r.needs],
+            ]
             for r in engine._reservations.values()
         ],
         "estimates": [[j, t] for j, t in engine._estimates.items()],
@@ -337,10 +344,15 @@ def load_state(data: dict[str, Any]) -> Engine:
             cqq.blocked_by = head
             cqq.sticky = bool(entry.get("sticky", False))
             engine.queues.parked.park(cqq, reason, keys, conditions)
-    for job_id, cq_name, start, names, quota in data.get("reservations", []):
+    for job_id, cq_name, start, names, quota, *needs in data.get("reservations", []):
         # The capacity buckets below are restored as exported, holds included.
         res = Reservation(
-            job_id, cq_name, start, tuple(names), tuple(((f, r), v) for f, r, v in quota)
+            job_id,
+            cq_name,
+            start,
+            tuple(names),
+            tuple(((f, r), v) for f, r, v in quota),
+            tuple(((f, r), v) for f, r, v in (needs[0] if needs else ())),
         )
         for name in res.nodes:
             engine._holds.hold(cache.nodes[name], job_id)
