@@ -9,6 +9,10 @@ Each load's full results (summary, per-job tables, plots, report.html) go to
 ``--out``/N; the sweep's table goes to stdout as JSON and, with ``--plot``,
 a figure of mean JCT, p99 queueing delay and fairness against load.
 
+Each policy's row also gives the longest and mean wait of the trace's largest
+gangs (``largest_gang``: 32 GPUs, four nodes, 34 jobs), which the headline's
+means and p99 hardly see: what starvation looks like.
+
 ``holds`` says whether, at every load of 75 % and above, ``phalanx`` beats
 both ``slurm`` and ``kueue`` on mean JCT and p99 queueing delay with a Jain
 fairness index at least as high as theirs.
@@ -20,6 +24,7 @@ it the sweep is skipped (no figure either), said on stderr, and the JSON says so
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import platform
 import sys
@@ -47,6 +52,21 @@ def offered_load(nodes: int, traces: Path) -> float:
     return sum(j.gpus * j.duration for j in jobs) / (nodes * 8 * span)
 
 
+def largest_gang(jobs_csv: Path) -> dict[str, Any]:
+    """How long the jobs that ask for the most GPUs waited (hours), from a policy's
+    per-job table."""
+    with jobs_csv.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["start"]]
+    most = max(int(r["gpus"]) for r in rows)
+    waits = [float(r["start"]) - float(r["submit"]) for r in rows if int(r["gpus"]) == most]
+    return {
+        "gpus": most,
+        "jobs": len(waits),
+        "max_wait_h": round(max(waits) / HOUR, 1),
+        "mean_wait_h": round(sum(waits) / len(waits) / HOUR, 1),
+    }
+
+
 def run_load(nodes: int, out: Path, traces: Path) -> dict[str, Any]:
     started = time.perf_counter()
     summary = simulate(
@@ -67,6 +87,7 @@ def run_load(nodes: int, out: Path, traces: Path) -> dict[str, Any]:
             "jain": numbers["jain_fairness"],
             "jain_plain": numbers["jain_fairness_plain"],
             "utilization": numbers["gpu_utilization"],
+            "largest_gang": largest_gang(out / str(nodes) / f"jobs-{policy}.csv"),
         }
     return row
 

@@ -76,7 +76,7 @@ metadata: {name: low}
 value: 10
 """
 
-RESERVING_PRESETS = ["slurm"]
+RESERVING_PRESETS = ["phalanx", "slurm"]
 
 
 @pytest.fixture(params=RESERVING_PRESETS)

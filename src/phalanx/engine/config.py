@@ -337,14 +337,15 @@ class EngineConfig:
         ``kueue`` is Kueue's: one head per ClusterQueue per cycle, a missing
         namespaceSelector matches nothing, and waitForPodsReady is on with its
         defaults (as in Kueue since v0.19). ``slurm`` backfills, as Slurm's default
-        ``sched/backfill`` does.
+        ``sched/backfill`` does; so does ``phalanx``, so that no gang starves behind
+        a stream of smaller jobs (``kueue`` stays Kueue's: BestEffortFIFO lets them).
         """
         values: dict[str, object] = {"preset": preset}
         if preset == "kueue":
             values["heads_per_cycle"] = 1
             values["missing_namespace_selector_matches_all"] = False
             values["wait_for_pods_ready"] = WaitForPodsReadyConfig()
-        elif preset == "slurm":
+        else:
             values["backfill"] = BackfillConfig()  # Slurm's default sched/backfill
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

@@ -357,7 +357,9 @@ def job_row(plane: ControlPlane, row: JobRow, now: float) -> dict[str, Any]:
     else:
         wait = None
     estimate = plane.estimated_start(row.id) if state is JobState.PENDING else None
-    no_estimate = plane.no_estimate(row.id) if state is JobState.PENDING and estimate is None else None
+    no_estimate = (
+        plane.no_estimate(row.id) if state is JobState.PENDING and estimate is None else None
+    )
     return {
         "id": row.id,
         "name": row.name,
