@@ -7,9 +7,8 @@ interpreter lock with the control loop. Pollers (``squeue``, the dashboard,
 scripts) read the same pages again and again, and most of the jobs on them have
 not changed in between: :class:`JobViewCache` keeps each job's rendered JSON
 together with the stored row it came from and the estimate it showed (or why there
-was none), and reuses
-it only while both are equal, so a reused view is exactly what rendering anew
-would give.
+was none), and reuses it only while both are equal, so a reused view is exactly
+what rendering anew would give.
 """
 
 from __future__ import annotations
