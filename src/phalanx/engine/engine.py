@@ -1399,11 +1399,12 @@ class Engine:
     def _ended(self, rec: JobRecord, adm: Admission) -> None:
         """A job gave back its nodes and quota: take it out of the running ends, and
         hold for the reservations of its tree what it was to give back to them."""
+        end = planned_end(rec.job.time_limit, adm)
         self._drop_end(rec, adm)
         if self._reservations:
             info = self.cache.cluster_queues.get(adm.cluster_queue)
             if info is not None:
-                self._rehold(info.root_key)
+                self._rehold(info.root_key, end)
 
     def _drop_end(self, rec: JobRecord, adm: Admission) -> None:
         if self._timeline is not None:
@@ -1591,14 +1592,17 @@ class Engine:
                 held.append((fr, short))
         return tuple(held)
 
-    def _rehold(self, root: str) -> None:
-        """A job of the quota tree ``root`` ended: what it was to give back by a
-        reservation's start is free now, so the reservation holds it from now on (and
-        whatever the end gave back beyond that stays free)."""
+    def _rehold(self, root: str, end: float) -> None:
+        """A job of the quota tree ``root`` planned to end at ``end`` ended: what it was
+        to give back by a reservation's start is free now, so the reservation holds it
+        from now on (and whatever the end gave back beyond that stays free). A job
+        planned to end after a reservation's start changes nothing it holds."""
         clusters = self.cache.cluster_queues
         for job_id, r in list(self._reservations.items()):
+            if r.start < end or not r.needs:
+                continue
             info = clusters.get(r.cluster_queue)
-            if info is None or info.root_key != root or not r.needs:
+            if info is None or info.root_key != root:
                 continue
             quota = self._to_hold(info, r.start, r.needs)
             if quota == r.quota:
