@@ -454,7 +454,64 @@ def test_what_an_ended_job_gave_back_is_held_for_the_reservation() -> None:
     # and held from now on.
     engine.apply(Finish(1))
     assert sum(amount for _, amount in engine.reservations()[0].quota) == 24
-    # A long job of b would take them from the gang; the gang, which fits now, goes.
-    engine.apply(Submit(_in("b", 6, 1, 10_000, priority=1)))
+    # A long job of another borrower (c uses its quota) would take them from the gang;
+    # the gang, which fits now, goes.
+    engine.apply(Submit(_in("c", 6, 1, 10_000, priority=1)))
     admitted = _admitted(engine.cycle(50.0))
     assert 3 in admitted and 6 not in admitted
+
+
+def _lender_engine(backfill: BackfillConfig = _BACKFILL) -> Engine:
+    """Three nodes in one Cohort: a's nominal quota is two of them, b's one."""
+    engine = Engine(EngineConfig(preset="kueue", backfill=backfill))
+    engine.apply(Upsert(flavor("f")))
+    for i in range(1, 4):
+        engine.apply(Upsert(node(f"n{i}")))
+    for name, gpus in (("a", 16), ("b", 8)):
+        engine.apply(Upsert(cluster_queue(name, {"f": gpus}, cohort="all")))
+    return engine
+
+
+def test_a_job_within_its_nominal_quota_takes_what_a_borrowers_reservation_holds() -> None:
+    # Between passes (the first cycle's is the only one), in the main cycle.
+    engine = _lender_engine(BackfillConfig(interval_s=3600))
+    engine.apply(Submit(_in("b", 1, 1, 100, priority=10)))
+    engine.apply(Submit(_in("b", 2, 1, 1000, priority=10)))
+    assert set(_admitted(engine.cycle(0.0))) == {1, 2}
+    # b's gang must borrow all of a's quota: it holds the free node for its start.
+    engine.apply(Submit(_in("b", 3, 2, 500, priority=5)))
+    assert _admitted(engine.cycle(1.0)) == {}
+    [reservation] = engine.reservations()
+    assert reservation.start == 120.0  # 100, rounded up to the resolution
+    # Another borrower's long job cannot take it from the gang ...
+    engine.apply(Submit(_in("b", 4, 1, 10_000, priority=1)))
+    assert _admitted(engine.cycle(2.0)) == {}
+    # ... but a's quota is a's first (Kueue admits non-borrowing workloads first).
+    engine.apply(Submit(_in("a", 5, 1, 10_000, priority=1)))
+    assert set(_admitted(engine.cycle(3.0))) == {5}
+
+
+def test_a_job_within_its_nominal_quota_is_planned_before_a_borrower() -> None:
+    engine = _lender_engine()
+    for job_id, limit in ((1, 100), (2, 200), (3, 300)):
+        engine.apply(Submit(_in("b", job_id, 1, limit, priority=10)))
+    assert set(_admitted(engine.cycle(0.0))) == {1, 2, 3}
+    engine.apply(Submit(_in("b", 4, 1, 50, priority=10)))
+    engine.apply(Submit(_in("a", 5, 1, 50, priority=1)))
+    assert _admitted(engine.cycle(1.0)) == {}
+    # Lower in priority, a's job still gets the first node to free: b must borrow.
+    assert engine.estimated_start(5) == 120.0
+    assert engine.estimated_start(4) == 240.0
+
+
+def test_whether_a_job_must_borrow_follows_its_queues_usage() -> None:
+    engine = _lender_engine()
+    engine.apply(Submit(_in("b", 3, 1, 1000, priority=10)))
+    engine.apply(Submit(_in("a", 1, 2, 1000, priority=1)))
+    engine.apply(Submit(_in("a", 2, 1, 1000, priority=10)))
+    assert engine.plan_order(engine.jobs[1])[0] is False
+    assert set(_admitted(engine.cycle(0.0))) == {2, 3}
+    # a holds 8 of its 16 GPUs: two more nodes would borrow, as long as job 2 runs.
+    assert engine.plan_order(engine.jobs[1])[0] is True
+    engine.apply(Finish(2))
+    assert engine.plan_order(engine.jobs[1])[0] is False

@@ -258,6 +258,12 @@ class Engine:
         """Planned start times of pending jobs, from the last backfill pass."""
         self._planned: set[int] = set()
         """The jobs the last backfill pass tested, and those reserved for since."""
+        self._borrows: dict[
+            int, tuple[QuotaNode, int, dict[FlavorResource, int], JobShape, bool]
+        ] = {}
+        """Per job, whether it must borrow, and the state that answer holds for
+        (:meth:`_must_borrow`); kept for the pending jobs a backfill pass tests."""
+        self._shape_totals: dict[int, tuple[JobShape, tuple[tuple[str, int], ...]]] = {}
         self._unplanned_why: dict[str, str] = {}
         """This cycle: why jobs of a quota tree (by root key) have no planned start."""
         self._relax_at: list[tuple[float, int]] = []
@@ -1188,6 +1194,69 @@ class Engine:
         self._bf_waiting[lowest.job_id] = self.jobs[lowest.job_id]
         return True
 
+    def plan_order(self, rec: JobRecord) -> tuple[bool, tuple[float, float, int]]:
+        """Where ``rec`` stands among the jobs planned, reserved for and backfilled: as a
+        cycle orders its entries (Kueue's), a job its ClusterQueue's nominal quota covers
+        before one that must borrow, then priority, time and id. So a lender's quota is
+        its own first: a borrower's reservation never keeps it out."""
+        return self._must_borrow(rec), rec.key[1:]
+
+    def _must_borrow(self, rec: JobRecord) -> bool:
+        """Whether ``rec`` would borrow on every flavor of its ClusterQueue that covers one
+        of its resources, with the queue's usage now (less what its own reservation
+        holds there). Kept per job until the queue's usage, quota or the job changes."""
+        info = self.cache.cluster_queues.get(rec.cluster_queue or "")
+        if info is None or info.node.parent is None:
+            return False
+        node = info.node
+        kept = self._borrows.get(rec.id)
+        if (
+            kept is not None
+            and kept[0] is node
+            and kept[1] == node.version
+            and kept[2] is node.nominal
+            and kept[3] is rec.shape
+        ):
+            return kept[4]
+        borrows = self._borrows_now(rec, info)
+        self._borrows[rec.id] = (node, node.version, node.nominal, rec.shape, borrows)
+        return borrows
+
+    def _borrows_now(self, rec: JobRecord, info: ClusterQueueInfo) -> bool:
+        node = info.node
+        nominal, usage = node.nominal, node.usage
+        res = self._reservations.get(rec.id)
+        own = dict(res.quota) if res is not None and res.quota else None
+        flavors = info.flavors
+        for resource, amount in self._totals(rec.shape):
+            covered = False
+            for f in flavors:
+                fr = (f, resource)
+                quota = nominal.get(fr)
+                if quota is None:
+                    continue
+                covered = True
+                if usage.get(fr, 0) + amount - (own.get(fr, 0) if own else 0) <= quota:
+                    break  # this flavor covers it within the nominal quota
+            else:
+                if covered:
+                    return True
+        return False
+
+    def _totals(self, shape: JobShape) -> tuple[tuple[str, int], ...]:
+        """What a job of ``shape`` counts against quota, per resource (shapes are
+        interned: kept per shape)."""
+        kept = self._shape_totals.get(id(shape))
+        if kept is not None and kept[0] is shape:
+            return kept[1]
+        totals: dict[str, int] = {}
+        for ps in shape.pod_sets:
+            for name, _ in ps.requests:
+                totals[name] = totals.get(name, 0) + ps.total(name)
+        out = tuple(totals.items())
+        self._shape_totals[id(shape)] = (shape, out)
+        return out
+
     def _reserve_at_once(self, rec: JobRecord, info: ClusterQueueInfo) -> None:
         """A head blocked between passes gets its reservation now, planned around the
         ones that stand: nothing the cycle admits after it (or until the next pass) can
@@ -1243,7 +1312,9 @@ class Engine:
         self._no_room.clear()
         self._timeline_now().new_pass()
         self._planned = planned_ids = set()
-        order = sorted(pool.values(), key=lambda r: r.key[1:])
+        kept = self._borrows
+        self._borrows = {j: kept[j] for j in pool if j in kept}
+        order = sorted(pool.values(), key=self.plan_order)
         budget = bf.max_job_test
         held: dict[str, int] = {}
         marked: list[NodeSlot] = []  # nodes of the pass's plans beyond the reservations
@@ -1476,7 +1547,8 @@ class Engine:
         memo = (rec.shape, info.name)
         if end >= self._no_room.get(memo, math.inf):
             return None
-        holds, jobs, rank = self._holds, self.jobs, rec.key[1:]
+        holds, jobs = self._holds, self.jobs
+        borrows, rank = self.plan_order(rec)
         # Only held nodes that had free capacity to hold can take anything (most are busy
         # until their reservation starts); for a job whose every pod set asks for GPUs,
         # only those with a unit's worth of free GPUs.
@@ -1486,12 +1558,23 @@ class Engine:
         lifted: list[Reservation] = []
         roomy_by_owner = holds.roomy
         for r in self._reservations.values() if among is None else among:
-            if end > r.start and jobs[r.job_id].key[1:] <= rank:
-                continue
+            roomy = roomy_by_owner.get(r.job_id)
+            if roomy is not None and holds.most_gpus.get(r.job_id, 0) < unit:
+                roomy = None
+            if roomy is None and not r.quota:
+                continue  # nothing of it could be opened
+            if end > r.start:
+                # Its job comes first (plan_order) unless one of the two must borrow
+                # and the other need not: ask only where that would change the answer.
+                holder = jobs[r.job_id]
+                if holder.key[1:] <= rank:
+                    if borrows or not self._must_borrow(holder):
+                        continue
+                elif borrows and not self._must_borrow(holder):
+                    continue
             if r.quota:
                 lifted.append(r)
-            roomy = roomy_by_owner.get(r.job_id)
-            if roomy is not None and holds.most_gpus.get(r.job_id, 0) >= unit:
+            if roomy is not None:
                 opened.extend(
                     (slot, r.job_id)
                     for slot in roomy
@@ -2369,8 +2452,10 @@ class Engine:
         return planned[0], None
 
     def reservations(self) -> list[Reservation]:
-        """The reservations held now, in the order of their jobs' priority."""
-        return sorted(self._reservations.values(), key=lambda r: self.jobs[r.job_id].key[1:])
+        """The reservations held now, in their jobs' order (:meth:`plan_order`)."""
+        return sorted(
+            self._reservations.values(), key=lambda r: self.plan_order(self.jobs[r.job_id])
+        )
 
     def reservation(self, job_id: int) -> Reservation | None:
         return self._reservations.get(job_id)

@@ -78,6 +78,9 @@ class QuotaNode:
     simple: bool = False
     """No borrowing or lending limit on this node or above it: then ``available`` is the
     root's ``subtree - usage`` and ``potential_available`` the root's ``subtree``."""
+    version: int = 0
+    """Bumped whenever this node's own ``usage`` changes (answers derived from it may
+    be kept until then)."""
 
     @property
     def kind(self) -> str:
@@ -108,6 +111,7 @@ class QuotaNode:
 
     def add_usage(self, fr: FlavorResource, amount: int) -> None:
         """Charge ``amount``: private quota first, the rest to the parent."""
+        self.version += 1
         node: QuotaNode | None = self
         while node is not None and amount > 0:
             free_local = node.local_available(fr)
@@ -117,6 +121,7 @@ class QuotaNode:
 
     def remove_usage(self, fr: FlavorResource, amount: int) -> None:
         """Release ``amount``: the parent gets back what was drawn from the pool."""
+        self.version += 1
         node: QuotaNode | None = self
         while node is not None and amount > 0:
             in_parent = node.usage.get(fr, 0) - node.local(fr)

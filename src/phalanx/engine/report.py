@@ -540,7 +540,9 @@ def _reservation_facts(engine: Engine, res: Reservation, rec: JobRecord) -> Rese
         cluster_queue=res.cluster_queue,
         start=res.start,
         nodes=tuple(res.nodes),
-        ahead=holder is not None and holder is not rec and holder.key < rec.key,
+        ahead=holder is not None
+        and holder is not rec
+        and engine.plan_order(holder) < engine.plan_order(rec),
     )
 
 
@@ -548,12 +550,13 @@ def _reservation_ahead(
     engine: Engine, rec: JobRecord, info: ClusterQueueInfo | None
 ) -> ReservationFacts | None:
     """The first reservation, in its job's order, that holds nodes of the job's flavors
-    or belongs to its ClusterQueue, and whose job sorts before it."""
+    or belongs to its ClusterQueue, and whose job comes before it (``Engine.plan_order``)."""
     flavors = set(info.flavors) if info is not None else set()
     nodes = engine.cache.nodes
+    mine = engine.plan_order(rec)
     for res in engine.reservations():
         holder = engine.jobs.get(res.job_id)
-        if holder is None or holder is rec or not holder.key < rec.key:
+        if holder is None or holder is rec or not engine.plan_order(holder) < mine:
             continue
         same_queue = res.cluster_queue == rec.cluster_queue
         if same_queue or any(
