@@ -13,13 +13,13 @@ import pytest
 from phalanx.auth import ADMIN
 from phalanx.control.plane import ControlPlane
 from phalanx.control.shares import share_report
-from phalanx.control.usage import ROOT, UsageLedger, allocated_tres
 from phalanx.engine import EngineConfig, TenantUsage
 from phalanx.engine.config import UsageConfig
 from phalanx.engine.snapshot import export_state
 from phalanx.model import ClusterQueue, JobSubmission, PodSet, RunSpec, Tenant
 from phalanx.runtime.local import LocalRuntime
 from phalanx.store import NewJob, Store
+from phalanx.usage.ledger import ROOT, UsageLedger, allocated_tres
 from tests.control.test_plane import ALICE, cluster, job, wait_for
 
 HOUR = 3600.0
@@ -189,7 +189,7 @@ def test_billing_weights_from_the_cluster_queue_annotation(store: Store) -> None
 
 
 def test_empty_billing_weights_bill_cpus_and_bad_ones_are_refused() -> None:
-    from phalanx.control.usage import billing_weights
+    from phalanx.usage.ledger import billing_weights
 
     assert billing_weights("") == {"cpu": 1.0}
     with pytest.raises(ValueError, match=r"metadata.annotations\[slurm.phalanx.io/tres-billing"):

@@ -43,7 +43,6 @@ from phalanx.control.slurmjobs import (
     slurm_launch,
 )
 from phalanx.control.submissions import DEF_MEM_PER_CPU, DEFAULT_TIME, resolve_submissions
-from phalanx.control.usage import UsageLedger
 from phalanx.engine import (
     Admit,
     Adopt,
@@ -76,6 +75,7 @@ from phalanx.runtime.base import Runtime
 from phalanx.runtime.spec import Account, AlreadyLaunched, Exited, LaunchSpec, Started, TaskSpec
 from phalanx.store import JobEventRow, JobRow, NewJob, Store, TokenRow, Tx
 from phalanx.store.lease import Lease
+from phalanx.usage.ledger import UsageLedger
 
 __all__ = ["SHARE_ENV", "ControlPlane"]
 

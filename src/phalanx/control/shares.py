@@ -16,7 +16,6 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from phalanx.control.usage import Key
 from phalanx.engine.priority import (
     Association,
     AssociationTree,
@@ -30,6 +29,7 @@ from phalanx.engine.priority import (
     normalized_usage,
 )
 from phalanx.model import Tenant
+from phalanx.usage.ledger import Key
 
 __all__ = ["share_report"]
 

@@ -8,7 +8,7 @@ wakeup) and, at each distinct time, in this order:
    what is submitted at *t*;
 2. once per priority period (``priority_calc_period_s``), charges the tenants'
    usage with the live control plane's ledger
-   (:class:`~phalanx.control.usage.UsageLedger`, in memory) and hands the engine
+   (:class:`~phalanx.usage.ledger.UsageLedger`, in memory) and hands the engine
    the changed figures;
 3. runs ``engine.cycle(now)`` (again at the same time while a one-head-per-cycle
    preset still admits, as the live loop does) and carries out its decisions:
@@ -32,13 +32,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from phalanx.control.usage import MemoryBook, UsageLedger
 from phalanx.engine import Admit, Engine, Finish, Requeue, Submit, Upsert
 from phalanx.engine.decisions import Deactivate, Evict
 from phalanx.engine.events import PodsReady
 from phalanx.model import JobState, Node, Tenant
 from phalanx.sim.setup import Scenario
 from phalanx.sim.trace import TraceJob
+from phalanx.usage.ledger import MemoryBook, UsageLedger
 
 __all__ = ["JobOutcome", "SimResult", "Simulator"]
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from phalanx.usage.records import JobChargeRow, UsageRow
+
 __all__ = [
     "ApplyOutcome",
     "JobChargeRow",
@@ -118,39 +120,3 @@ class TokenRow:
     revoked: bool
     token_hash: str = field(default="", repr=False)
     """The SHA-256 of the token, as stored (never shown)."""
-
-
-@dataclass(frozen=True, slots=True)
-class UsageRow:
-    """One association of the usage ledger: decayed usage, its descendants' included.
-
-    ``user`` is empty for a tenant's own row; the root's row has both empty.
-    """
-
-    tenant: str
-    user: str
-    gpu_seconds: float
-    billing_seconds: float
-    """Billable TRES-seconds (Slurm's RawUsage)."""
-    last_decay: float
-    """When the figures were last decayed (and charged)."""
-    last_reset: float
-    """When ``PriorityUsageResetPeriod`` last cleared them."""
-
-
-@dataclass(frozen=True, slots=True)
-class JobChargeRow:
-    """What the usage ledger charged one job, undecayed, over all its runs."""
-
-    job_id: int
-    tenant: str
-    user: str
-    gpus: int
-    billing: float
-    """Billable TRES of its allocation (per second of running)."""
-    alloc_tres: dict[str, Any]
-    """Allocated TRES: ``cpu``, ``mem`` (megabytes), ``node``, ``gres/gpu``, ..."""
-    gpu_seconds: float
-    billing_seconds: float
-    charged_until: float | None
-    """Charged up to this instant while it runs; ``None`` once it stopped."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from phalanx.engine.config import EngineConfig
 from phalanx.engine.events import TenantUsage
@@ -40,7 +40,10 @@ from phalanx.engine.priority import (
 )
 from phalanx.model import CPU, GPU, GPU_MILLI, MEMORY, ClusterQueue, JobSubmission, Tenant
 from phalanx.model.priorityannotations import TRES_BILLING_ANNOTATION
-from phalanx.store import JobChargeRow, JobRow, UsageRow
+from phalanx.usage.records import JobChargeRow, UsageRow
+
+if TYPE_CHECKING:
+    from phalanx.store import JobRow
 
 __all__ = [
     "BILLING_WEIGHTS_ANNOTATION",
