@@ -9,9 +9,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from phalanx.api.deps import Caller, Plane
+from phalanx.api.output import ForeignOutput, read_output
 from phalanx.api.render import JobViewCache, list_body
 from phalanx.api.views import EventView, JobList, JobView, event_view, job_view, rfc3339
-from phalanx.control.output import ForeignOutput, read_output
 from phalanx.errors import Forbidden, Invalid, NotFound
 from phalanx.model.job import JobState
 from phalanx.model.submission import JobSubmission

@@ -27,8 +27,8 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Redirect
 from fastapi.templating import Jinja2Templates
 
 from phalanx import __version__
+from phalanx.api.output import ForeignOutput, read_output
 from phalanx.auth import Principal
-from phalanx.control.output import ForeignOutput, read_output
 from phalanx.errors import Forbidden, Invalid, NotFound, PhalanxError, Unauthorized
 from phalanx.model import JobState
 from phalanx.store.store import SORT_COLUMNS
