@@ -190,3 +190,122 @@ def test_a_stream_of_small_jobs_does_not_delay_a_gang_past_its_bound(
         assert _epoch(gang_view["start_time"]) <= admitted + 20 + 2
         for job_id in small:
             _wait(client, job_id, {"COMPLETED"}, timeout=120)
+
+
+COHORT = """
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+status: {capacity: {nvidia.com/gpu: 8, cpu: "64", memory: 512Gi}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2}
+status: {capacity: {nvidia.com/gpu: 8, cpu: "64", memory: 512Gi}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n3}
+status: {capacity: {nvidia.com/gpu: 8, cpu: "64", memory: 512Gi}}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: gpu}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: a}
+spec:
+  cohortName: all
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu, cpu, memory]
+    flavors:
+    - name: gpu
+      resources:
+      - {name: nvidia.com/gpu, nominalQuota: 16}
+      - {name: cpu, nominalQuota: 128}
+      - {name: memory, nominalQuota: 1024Gi}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: b}
+spec:
+  cohortName: all
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu, cpu, memory]
+    flavors:
+    - name: gpu
+      resources:
+      - {name: nvidia.com/gpu, nominalQuota: 8}
+      - {name: cpu, nominalQuota: 64}
+      - {name: memory, nominalQuota: 512Gi}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {namespace: ta, name: default}
+spec: {clusterQueue: a}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {namespace: tb, name: default}
+spec: {clusterQueue: b}
+---
+apiVersion: phalanx.io/v1
+kind: Tenant
+metadata: {name: ta}
+---
+apiVersion: phalanx.io/v1
+kind: Tenant
+metadata: {name: tb}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {name: high}
+value: 1000
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {name: low}
+value: 10
+"""
+
+
+def test_a_borrowers_reservation_does_not_keep_a_lender_out_of_its_quota(
+    tmp_path: Path,
+) -> None:
+    """Three nodes in one Cohort, a's nominal quota two of them, b's one; b runs two jobs
+    (borrowing a node of a's) and its gang must borrow more: the gang is reserved for,
+    another long job of b waits, but a's long job, within a's own quota, starts on the
+    node held for the gang (Kueue admits non-borrowing workloads first), and the gang
+    is planned again behind it."""
+    config = tmp_path / "cluster.yaml"
+    config.write_text(COHORT)
+    running = start_server(tmp_path / "state", port=0, configs=[config])
+    try:
+        with Client(running.url, running.admin_token) as client:
+
+            def job(name: str, tenant: str, gpus: int, limit_s: int, priority: str) -> int:
+                spec = _job(name, gpus, limit_s, 600, priority)
+                return client.submit({**spec, "tenant": tenant})
+
+            first = [job(f"b{i}", "tb", 8, 600 * (i + 1), "high") for i in range(2)]
+            for job_id in first:
+                _wait(client, job_id, {"RUNNING"})
+            gang = job("gang", "tb", 16, 600, "high")
+            deadline = time.monotonic() + 30
+            while client.get(gang)["estimated_start"] is None:
+                assert time.monotonic() < deadline, "the gang was not reserved for"
+                time.sleep(0.05)
+            borrower = job("borrower", "tb", 8, 1800, "low")
+            time.sleep(0.5)
+            assert client.get(borrower)["state"] == "PENDING"
+            lender = job("lender", "ta", 8, 1800, "low")
+            _wait(client, lender, {"RUNNING"})
+            assert client.get(borrower)["state"] == "PENDING"
+            assert client.get(gang)["state"] == "PENDING"
+            for job_id in (*first, gang, borrower, lender):
+                client.cancel(job_id)
+    finally:
+        running.stop()
