@@ -190,7 +190,7 @@ def test_sprio_against_the_phalanx_preset(
         code, out, _ = _run(capsys, "sprio", "-h", "-u", "nobody")
         assert out == ""
         code, out, _ = _run(capsys, "sprio", "-w")
-        assert out.splitlines()[1].split() == ["Weights", "1", "20", "1", "5"]
+        assert out.splitlines()[1].split() == ["Weights", "1", "40", "1", "5"]
         code, out, err = _run(capsys, "sprio", "-j", "999999")
         assert (code, err) == (1, "Unable to find jobs matching user/id(s) specified\n")
     finally:
