@@ -19,7 +19,9 @@ Policies:
     head per ClusterQueue per cycle.
 ``phalanx``
     The same queues as ``kueue`` with phalanx's preset: its fair-share
-    priority over the tenants' decayed usage, every head that fits per cycle.
+    priority over the tenants' decayed usage, every head that fits per cycle,
+    and backfill with a reservation for each ClusterQueue's top blocked job
+    (jobs within their nominal quota planned before borrowers).
 ``fifo`` / ``sjf``
     Reference points: one queue per pool, strict order (the head blocks the
     queue), by submission (``fifo``) or by the true duration (``sjf``,
