@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args(argv)
-    from phalanx.control.server import start_server
+    from phalanx.server import start_server
 
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp)

@@ -46,7 +46,7 @@ class Cluster:
 
 @contextmanager
 def running_cluster(state_dir: Path) -> Iterator[Cluster]:
-    from phalanx.control.server import start_server
+    from phalanx.server import start_server
 
     # alice and bob are phalanx users with no Unix accounts: every job runs as the
     # server's own user (tests/readme and tests/runtime/test_run_as_user.py run the

@@ -35,7 +35,7 @@ def test_a_bad_limit_is_one_clear_error(text: str) -> None:
 
 
 def test_a_server_answers_429_past_a_tokens_limit(tmp_path: Path) -> None:
-    from phalanx.control.server import start_server
+    from phalanx.server import start_server
 
     server = start_server(tmp_path, port=0, configs=[CLUSTER], rate_limit="2:5")
     try:

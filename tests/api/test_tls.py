@@ -61,7 +61,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 @pytest.fixture(scope="module")
 def server(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from phalanx.control.server import start_server
+    from phalanx.server import start_server
 
     state = tmp_path_factory.mktemp("tls-state")
     running = start_server(state, port=0, configs=[CLUSTER], tls_cert=pki.cert, tls_key=pki.key)
@@ -178,7 +178,7 @@ def test_the_dashboard_cookie_is_secure_over_https(server: Any, pki: Pki) -> Non
 def test_bad_tls_flags_are_one_clear_error(
     pki: Pki, tmp_path: Path, which: str, needle: str
 ) -> None:
-    from phalanx.control.server import start_server
+    from phalanx.server import start_server
 
     missing = tmp_path / "missing.pem"
     cert, key = {

@@ -117,7 +117,7 @@ def test_up_passes_the_security_flags(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     seen: dict[str, Any] = {}
-    monkeypatch.setattr("phalanx.control.server.run_server", lambda **kw: seen.update(kw))
+    monkeypatch.setattr("phalanx.server.run_server", lambda **kw: seen.update(kw))
     cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
     code, _, err = run(
         capsys, "up", "--state-dir", str(tmp_path), "--public-metrics",

@@ -36,7 +36,7 @@ def _gang(nodes: int, limit: int, name: str) -> dict[str, object]:
 
 @pytest.fixture()
 def server(tmp_path: Path) -> Iterator[object]:
-    from phalanx.control.server import start_server
+    from phalanx.server import start_server
 
     running = start_server(
         tmp_path / "state",

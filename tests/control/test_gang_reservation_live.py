@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from phalanx.client import Client
-from phalanx.control.server import RunningServer, start_server
+from phalanx.server import RunningServer, start_server
 
 CLUSTER = """
 apiVersion: v1

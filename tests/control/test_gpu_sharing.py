@@ -10,7 +10,6 @@ import pytest
 
 from phalanx.auth import ADMIN
 from phalanx.control.plane import SHARE_ENV, ControlPlane
-from phalanx.control.server import start_server
 from phalanx.errors import Invalid
 from phalanx.model import (
     GPU,
@@ -23,6 +22,7 @@ from phalanx.model import (
     ResourceFlavor,
     RunSpec,
 )
+from phalanx.server import start_server
 from tests.control.test_plane import ALICE, make_plane, wait_for
 
 

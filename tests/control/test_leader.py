@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from phalanx.auth import ADMIN
-from phalanx.control.server import start_server
 from phalanx.errors import NotLeader
 from phalanx.model import JobSubmission
+from phalanx.server import start_server
 from tests.reliability.test_reliability import CLUSTER, nodes_yaml
 
 pytestmark = pytest.mark.timeout(120)

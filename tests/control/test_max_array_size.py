@@ -18,7 +18,7 @@ SCRIPT = "#!/bin/sh\n#SBATCH --hold\ntrue\n"
 
 
 def _server(state: Path, configs: list[Path]) -> object:
-    from phalanx.control.server import start_server
+    from phalanx.server import start_server
 
     # Nothing runs (noop runtime) and every job is held: 4001 tasks cost only their rows.
     return start_server(state, port=0, configs=[CLUSTER, *configs], runtime="noop")
@@ -143,7 +143,7 @@ def test_a_server_without_max_array_size_refuses_1001(
 
 
 def test_max_array_size_0_disables_arrays(tmp_path: Path) -> None:
-    from phalanx.control.server import start_server
+    from phalanx.server import start_server
 
     conf = tmp_path / "slurm.conf"
     conf.write_text("MaxArraySize=0\n")

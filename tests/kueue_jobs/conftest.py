@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from phalanx.auth import Principal
-from phalanx.control.server import RunningServer, start_server
 from phalanx.dialects.kueue.jobs import JOB_KINDS, KubeJob, convert_job
 from phalanx.model import JobState
+from phalanx.server import RunningServer, start_server
 from phalanx.store import JobRow
 from tests.shared import needs_shared, shared_path
 

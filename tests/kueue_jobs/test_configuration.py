@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from phalanx.control.server import start_server
 from phalanx.dialects.kueue import load_text
+from phalanx.server import start_server
 from tests.kueue_jobs.conftest import ADMIN, NODES
 
 CONFIGURATION = """

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from phalanx.control.server import RunningServer
 from phalanx.dialects.kueue.manifests import load_text
 from phalanx.errors import Invalid
+from phalanx.server import RunningServer
 from tests.kueue_jobs.conftest import apply, kube_jobs
 
 LIMITS = """

@@ -10,7 +10,7 @@ import yaml
 
 from phalanx.auth import ADMIN
 from phalanx.client import Client
-from phalanx.control.server import start_server
+from phalanx.server import start_server
 from tests.kueue_jobs.conftest import apply, job_row, kube_jobs
 
 CLUSTER = """

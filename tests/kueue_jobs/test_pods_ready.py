@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from phalanx.api.kube import workload
-from phalanx.control.server import RunningServer, start_server
+from phalanx.server import RunningServer, start_server
 from tests.kueue_jobs.conftest import NODES, QUEUES, apply, job_row, kube_jobs, wait_finished
 
 CONFIGURATION = """

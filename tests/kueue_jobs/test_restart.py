@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from phalanx.control.server import start_server
+from phalanx.server import start_server
 from tests.kueue_jobs.conftest import NODES, QUEUES, apply, job_row, kube_jobs, wait_finished
 from tests.kueue_jobs.test_pods_ready import CONFIGURATION
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.control.server import RunningServer
 from phalanx.errors import Conflict
 from phalanx.runtime.local import NSS_WRAPPER
+from phalanx.server import RunningServer
 from tests.kueue_jobs.conftest import apply, job_row, kube_jobs, wait_finished
 
 INDEXED = """

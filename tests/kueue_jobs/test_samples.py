@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.control.server import RunningServer
 from phalanx.dialects.kueue import load_text
 from phalanx.runtime.local import LocalRuntime
+from phalanx.server import RunningServer
 from tests.kueue_jobs.conftest import (
     SEED,
     UPSTREAM,

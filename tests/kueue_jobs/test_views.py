@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from phalanx.client import Client
-from phalanx.control.server import RunningServer, start_server
 from phalanx.errors import PhalanxError
 from phalanx.model import JobState
+from phalanx.server import RunningServer, start_server
 from tests.kueue_jobs.conftest import NODES
 
 SETUP = """

@@ -56,8 +56,8 @@ def test_a_killed_supervisor_ends_its_job_and_frees_its_gpus(tmp_path: Path) -> 
 def test_a_job_whose_supervisor_never_started_is_launched_again(tmp_path: Path) -> None:
     import sys
 
-    from phalanx.control.server import start_server
     from phalanx.runtime.local import LocalRuntime
+    from phalanx.server import start_server
 
     config = tmp_path / "cluster.yaml"
     config.write_text(CLUSTER + nodes_yaml(1))

@@ -50,7 +50,7 @@ def _fill(path: Path) -> None:
 
 
 def test_a_full_disk_is_a_clear_error_and_recovers(small_disk: Path, tmp_path: Path) -> None:
-    from phalanx.control.server import start_server
+    from phalanx.server import start_server
 
     config = tmp_path / "cluster.yaml"
     config.write_text(CLUSTER + nodes_yaml(2))

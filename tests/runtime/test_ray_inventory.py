@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from phalanx.control.server import start_server
 from phalanx.errors import Invalid
 from phalanx.model.node import AdminState
 from phalanx.runtime.ray.connect import connect, is_loopback
 from phalanx.runtime.ray.inventory import Inventory
 from phalanx.runtime.ray.runtime import bundle_resources
+from phalanx.server import start_server
 
 
 def entry(node_id: str, *, alive: bool = True, host: str = "m1", **labels: str) -> dict[str, Any]:

@@ -22,8 +22,8 @@ import pytest
 
 from phalanx import errors
 from phalanx.client import Client
-from phalanx.control.server import RunningServer, start_server
 from phalanx.runtime.accounts import SINGLE_USER_ENV
+from phalanx.server import RunningServer, start_server
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: jobs change their Unix account"),

@@ -228,7 +228,7 @@ def up(
     --state-dir, else $PHALANX_STATE_DIR, else /var/lib/phalanx for root and
     ~/.local/state/phalanx for other users.
     """
-    from phalanx.control.server import run_server
+    from phalanx.server import run_server
 
     heads: int | str | None = "preset"
     if heads_per_cycle == "all":

@@ -200,7 +200,7 @@ def test_sprio_against_the_phalanx_preset(
 
 @pytest.fixture(scope="module")
 def slurm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
-    from phalanx.control.server import start_server
+    from phalanx.server import start_server
 
     state = tmp_path_factory.mktemp("slurm-state")
     server = start_server(state, port=0, configs=[CLUSTER], preset="slurm")

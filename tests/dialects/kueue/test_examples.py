@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from phalanx.client import Client
-from phalanx.control.server import start_server
 from phalanx.dialects.kueue import load_path
+from phalanx.server import start_server
 
 EXAMPLES = Path(__file__).parents[3] / "examples" / "kueue"
 DIRS = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir())

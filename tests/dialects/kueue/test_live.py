@@ -14,8 +14,8 @@ import yaml
 
 from phalanx.cli.main import main
 from phalanx.client import Client
-from phalanx.control.server import RunningServer, start_server
 from phalanx.errors import Invalid
+from phalanx.server import RunningServer, start_server
 from tests.api.server import CLUSTER
 from tests.shared import needs_shared, shared_path
 

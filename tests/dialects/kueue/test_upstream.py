@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from phalanx.client import Client
-from phalanx.control.server import RunningServer, start_server
 from phalanx.errors import Invalid
+from phalanx.server import RunningServer, start_server
 from tests.shared import needs_shared, shared_files, shared_path
 
 UPSTREAM = shared_path("examples", "kueue-upstream")

@@ -156,7 +156,7 @@ def test_a_slurm_conf_given_to_up_orders_jobs_by_its_weights(tmp_path: Path) -> 
 
 
 def test_up_with_a_slurm_conf_and_the_slurm_preset(tmp_path: Path) -> None:
-    from phalanx.control.server import start_server
+    from phalanx.server import start_server
 
     conf = tmp_path / "slurm.conf"
     conf.write_text(NODES + CONF + "PartitionName=gpu Nodes=ALL PriorityJobFactor=3\n")

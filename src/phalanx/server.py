@@ -1,5 +1,10 @@
 """``phalanx up``: the state directory, the store, the runtime, the control plane and the API.
 
+The composition root: the one place that builds the parts (store, runtime,
+:class:`~phalanx.control.plane.ControlPlane`, the API app) and wires them
+together, above the packages that define them, so none of those imports another
+to build it.
+
 :func:`start_server` starts everything in the background and returns a handle
 (the tests and the demo use it); :func:`run_server` runs it in the foreground
 until SIGINT or SIGTERM. One server per state directory: a lock file keeps a
