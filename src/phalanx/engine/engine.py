@@ -263,7 +263,6 @@ class Engine:
         ] = {}
         """Per job, whether it must borrow, and the state that answer holds for
         (:meth:`_must_borrow`); kept for the pending jobs a backfill pass tests."""
-        self._shape_totals: dict[int, tuple[JobShape, tuple[tuple[str, int], ...]]] = {}
         self._unplanned_why: dict[str, str] = {}
         """This cycle: why jobs of a quota tree (by root key) have no planned start."""
         self._relax_at: list[tuple[float, int]] = []
@@ -1224,38 +1223,16 @@ class Engine:
 
     def _borrows_now(self, rec: JobRecord, info: ClusterQueueInfo) -> bool:
         node = info.node
-        nominal, usage = node.nominal, node.usage
         res = self._reservations.get(rec.id)
-        own = dict(res.quota) if res is not None and res.quota else None
+        own = dict(res.quota) if res is not None else {}
         flavors = info.flavors
-        for resource, amount in self._totals(rec.shape):
-            covered = False
-            for f in flavors:
-                fr = (f, resource)
-                quota = nominal.get(fr)
-                if quota is None:
-                    continue
-                covered = True
-                if usage.get(fr, 0) + amount - (own.get(fr, 0) if own else 0) <= quota:
-                    break  # this flavor covers it within the nominal quota
-            else:
-                if covered:
-                    return True
+        for resource, amount in rec.shape.totals:
+            covering = [(f, resource) for f in flavors if (f, resource) in node.nominal]
+            if covering and all(
+                node.borrowing_with(fr, amount - own.get(fr, 0)) for fr in covering
+            ):
+                return True
         return False
-
-    def _totals(self, shape: JobShape) -> tuple[tuple[str, int], ...]:
-        """What a job of ``shape`` counts against quota, per resource (shapes are
-        interned: kept per shape)."""
-        kept = self._shape_totals.get(id(shape))
-        if kept is not None and kept[0] is shape:
-            return kept[1]
-        totals: dict[str, int] = {}
-        for ps in shape.pod_sets:
-            for name, _ in ps.requests:
-                totals[name] = totals.get(name, 0) + ps.total(name)
-        out = tuple(totals.items())
-        self._shape_totals[id(shape)] = (shape, out)
-        return out
 
     def _reserve_at_once(self, rec: JobRecord, info: ClusterQueueInfo) -> None:
         """A head blocked between passes gets its reservation now, planned around the

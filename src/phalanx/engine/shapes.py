@@ -84,12 +84,19 @@ class JobShape:
     where longer ones of the same pod sets may not."""
     partial: PodSetShape | None = field(default=None, init=False, compare=False, repr=False)
     """The pod set that may be admitted with fewer tasks (``minCount``), if any."""
+    totals: tuple[tuple[str, int], ...] = field(default=(), init=False, compare=False, repr=False)
+    """What a job of this shape counts against quota, per resource its pod sets ask for."""
 
     def __post_init__(self) -> None:
         for p in self.pod_sets:
             if p.min_count is not None and p.min_count < p.count:
                 object.__setattr__(self, "partial", p)
                 break
+        totals: dict[str, int] = {}
+        for p in self.pod_sets:
+            for name, _ in p.requests:
+                totals[name] = totals.get(name, 0) + p.total(name)
+        object.__setattr__(self, "totals", tuple(totals.items()))
 
 
 def _topology(pod_set: PodSet) -> tuple[str, str] | None:
