@@ -27,43 +27,50 @@ import pytest
 from phalanx.client import Client
 from phalanx.server import RunningServer, start_server
 
-CLUSTER = """
-apiVersion: v1
+
+def _node(name: str) -> str:
+    return f"""apiVersion: v1
 kind: Node
-metadata: {name: n1}
-status: {capacity: {nvidia.com/gpu: 8, cpu: "64", memory: 512Gi}}
----
-apiVersion: v1
-kind: Node
-metadata: {name: n2}
-status: {capacity: {nvidia.com/gpu: 8, cpu: "64", memory: 512Gi}}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: gpu}
----
-apiVersion: kueue.x-k8s.io/v1beta2
+metadata: {{name: {name}}}
+status: {{capacity: {{nvidia.com/gpu: 8, cpu: "64", memory: 512Gi}}}}
+"""
+
+
+def _cluster_queue(name: str, nodes: int, cohort: str | None = None) -> str:
+    """A ClusterQueue whose nominal quota is ``nodes`` of the 8-GPU nodes."""
+    within = f"\n  cohortName: {cohort}" if cohort else ""
+    return f"""apiVersion: kueue.x-k8s.io/v1beta2
 kind: ClusterQueue
-metadata: {name: cq}
-spec:
-  namespaceSelector: {}
+metadata: {{name: {name}}}
+spec:{within}
+  namespaceSelector: {{}}
   resourceGroups:
   - coveredResources: [nvidia.com/gpu, cpu, memory]
     flavors:
     - name: gpu
       resources:
-      - {name: nvidia.com/gpu, nominalQuota: 16}
-      - {name: cpu, nominalQuota: 128}
-      - {name: memory, nominalQuota: 1024Gi}
----
-apiVersion: kueue.x-k8s.io/v1beta2
+      - {{name: nvidia.com/gpu, nominalQuota: {8 * nodes}}}
+      - {{name: cpu, nominalQuota: {64 * nodes}}}
+      - {{name: memory, nominalQuota: {512 * nodes}Gi}}
+"""
+
+
+def _tenant(name: str, cluster_queue: str) -> str:
+    """A Tenant whose LocalQueue ``default`` feeds ``cluster_queue``."""
+    return f"""apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue
-metadata: {namespace: t, name: default}
-spec: {clusterQueue: cq}
+metadata: {{namespace: {name}, name: default}}
+spec: {{clusterQueue: {cluster_queue}}}
 ---
 apiVersion: phalanx.io/v1
 kind: Tenant
-metadata: {name: t}
+metadata: {{name: {name}}}
+"""
+
+
+_COMMON = """apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: gpu}
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: WorkloadPriorityClass
@@ -75,6 +82,24 @@ kind: WorkloadPriorityClass
 metadata: {name: low}
 value: 10
 """
+
+CLUSTER = "---\n".join(
+    [_node("n1"), _node("n2"), _COMMON, _cluster_queue("cq", 2), _tenant("t", "cq")]
+)
+"""Two 8-GPU nodes and one ClusterQueue of 16 GPUs, fed by tenant t."""
+
+COHORT = "---\n".join(
+    [
+        *(_node(f"n{i}") for i in (1, 2, 3)),
+        _COMMON,
+        _cluster_queue("a", 2, cohort="all"),
+        _cluster_queue("b", 1, cohort="all"),
+        _tenant("ta", "a"),
+        _tenant("tb", "b"),
+    ]
+)
+"""Three 8-GPU nodes in one Cohort: a's nominal quota is two of them (tenant ta), b's one
+(tenant tb)."""
 
 RESERVING_PRESETS = ["phalanx", "slurm"]
 
@@ -190,86 +215,6 @@ def test_a_stream_of_small_jobs_does_not_delay_a_gang_past_its_bound(
         assert _epoch(gang_view["start_time"]) <= admitted + 20 + 2
         for job_id in small:
             _wait(client, job_id, {"COMPLETED"}, timeout=120)
-
-
-COHORT = """
-apiVersion: v1
-kind: Node
-metadata: {name: n1}
-status: {capacity: {nvidia.com/gpu: 8, cpu: "64", memory: 512Gi}}
----
-apiVersion: v1
-kind: Node
-metadata: {name: n2}
-status: {capacity: {nvidia.com/gpu: 8, cpu: "64", memory: 512Gi}}
----
-apiVersion: v1
-kind: Node
-metadata: {name: n3}
-status: {capacity: {nvidia.com/gpu: 8, cpu: "64", memory: 512Gi}}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: gpu}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: a}
-spec:
-  cohortName: all
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [nvidia.com/gpu, cpu, memory]
-    flavors:
-    - name: gpu
-      resources:
-      - {name: nvidia.com/gpu, nominalQuota: 16}
-      - {name: cpu, nominalQuota: 128}
-      - {name: memory, nominalQuota: 1024Gi}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: b}
-spec:
-  cohortName: all
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [nvidia.com/gpu, cpu, memory]
-    flavors:
-    - name: gpu
-      resources:
-      - {name: nvidia.com/gpu, nominalQuota: 8}
-      - {name: cpu, nominalQuota: 64}
-      - {name: memory, nominalQuota: 512Gi}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {namespace: ta, name: default}
-spec: {clusterQueue: a}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {namespace: tb, name: default}
-spec: {clusterQueue: b}
----
-apiVersion: phalanx.io/v1
-kind: Tenant
-metadata: {name: ta}
----
-apiVersion: phalanx.io/v1
-kind: Tenant
-metadata: {name: tb}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: WorkloadPriorityClass
-metadata: {name: high}
-value: 1000
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: WorkloadPriorityClass
-metadata: {name: low}
-value: 10
-"""
 
 
 def test_a_borrowers_reservation_does_not_keep_a_lender_out_of_its_quota(

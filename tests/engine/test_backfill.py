@@ -414,13 +414,18 @@ def test_a_gang_holds_the_nodes_that_free_last_by_its_start() -> None:
     assert _admitted(engine.cycle(2.0)) == {3: [idle]}
 
 
-def _cohort_engine() -> Engine:
-    """Seven nodes, but quota for five in one Cohort: a and b 16 GPUs each, c 8."""
-    engine = Engine(EngineConfig(preset="kueue", backfill=_BACKFILL))
+def _cohort_engine(
+    nodes: int = 7,
+    quotas: tuple[tuple[str, int], ...] = (("a", 16), ("b", 16), ("c", 8)),
+    backfill: BackfillConfig = _BACKFILL,
+) -> Engine:
+    """``nodes`` 8-GPU nodes and ClusterQueues of these GPU quotas in one Cohort (by
+    default seven nodes, but quota for five: a and b 16 GPUs each, c 8)."""
+    engine = Engine(EngineConfig(preset="kueue", backfill=backfill))
     engine.apply(Upsert(flavor("f")))
-    for i in range(1, 8):
+    for i in range(1, nodes + 1):
         engine.apply(Upsert(node(f"n{i}")))
-    for name, gpus in (("a", 16), ("b", 16), ("c", 8)):
+    for name, gpus in quotas:
         engine.apply(Upsert(cluster_queue(name, {"f": gpus}, cohort="all")))
     return engine
 
@@ -463,13 +468,7 @@ def test_what_an_ended_job_gave_back_is_held_for_the_reservation() -> None:
 
 def _lender_engine(backfill: BackfillConfig = _BACKFILL) -> Engine:
     """Three nodes in one Cohort: a's nominal quota is two of them, b's one."""
-    engine = Engine(EngineConfig(preset="kueue", backfill=backfill))
-    engine.apply(Upsert(flavor("f")))
-    for i in range(1, 4):
-        engine.apply(Upsert(node(f"n{i}")))
-    for name, gpus in (("a", 16), ("b", 8)):
-        engine.apply(Upsert(cluster_queue(name, {"f": gpus}, cohort="all")))
-    return engine
+    return _cohort_engine(3, (("a", 16), ("b", 8)), backfill)
 
 
 def test_a_job_within_its_nominal_quota_takes_what_a_borrowers_reservation_holds() -> None:
