@@ -60,3 +60,11 @@ def test_the_package_graph_has_no_cycles() -> None:
             for earlier, later in pairwise(cycle)
         ]
         raise AssertionError("package import cycle: " + "; ".join(steps)) from None
+
+
+def test_the_dialects_and_the_model_do_not_import_the_engine() -> None:
+    """The dialects produce model data (manifests, submissions, scheduling settings);
+    the composition root hands it to the engine."""
+    edges = package_graph()
+    for package in ("dialects", "model"):
+        assert "engine" not in edges.get(package, {}), sorted(edges[package]["engine"])

@@ -43,13 +43,13 @@ from phalanx.engine.priority.multifactor import (
     age_factor,
     job_priority,
     job_size_factor,
-    parse_tres_weights,
     qos_factor,
     tres_factors,
 )
 from phalanx.model import Job
 from phalanx.model.priorityannotations import PRESET_ANNOTATION
 from phalanx.model.quantity import CPU, MEMORY
+from phalanx.model.tres import parse_tres_weights
 
 if TYPE_CHECKING:
     from phalanx.engine.config import SlurmPriorityConfig

@@ -46,7 +46,7 @@ def _seconds(key: str, value: str) -> float:
 
 def preemption_overrides(annotations: Mapping[str, str]) -> dict[str, str | float]:
     """The settings a ClusterQueue's annotations override, as keyword arguments of
-    :class:`~phalanx.engine.config.PreemptionConfig`; ValueError names a bad one."""
+    :class:`~phalanx.model.scheduling.PreemptionConfig`; ValueError names a bad one."""
     out: dict[str, str | float] = {}
     mode = annotations.get(PREEMPT_MODE_ANNOTATION)
     if mode is not None:

@@ -2,8 +2,8 @@
 
 Kueue reads this file at start; phalanx accepts it from ``phalanx up --config``
 and ``phalanx apply``. The fields that change admission become the engine's
-configuration (:class:`~phalanx.engine.config.FairSharingConfig`,
-:class:`~phalanx.engine.config.WaitForPodsReadyConfig`); the fields that only
+configuration (:class:`~phalanx.model.scheduling.FairSharingConfig`,
+:class:`~phalanx.model.scheduling.WaitForPodsReadyConfig`); the fields that only
 configure Kueue's controller deployment (webhook, metrics, leader election,
 client connection, ...) are accepted and have no effect; the features phalanx
 does not implement are refused with "not supported" and the reason.
@@ -31,7 +31,7 @@ from phalanx.dialects.kueue.validation import (
     string,
     unsupported,
 )
-from phalanx.engine.config import (
+from phalanx.model.scheduling import (
     FAIR_SHARING_STRATEGIES,
     AdmissionFairSharingConfig,
     FairSharingConfig,

@@ -8,16 +8,16 @@ returns them as keyword arguments of
 * ``PriorityType``, ``PriorityWeightAge``/``Assoc``/``Fairshare``/``JobSize``/
   ``Partition``/``QOS``/``TRES``, ``PriorityMaxAge``, ``PriorityFavorSmall``,
   ``PriorityFlags`` and ``FairShareDampeningFactor`` -> ``slurm_priority``
-  (:class:`~phalanx.engine.config.SlurmPriorityConfig`). When any of them is
+  (:class:`~phalanx.model.scheduling.SlurmPriorityConfig`). When any of them is
   present the others take slurm.conf's defaults (every weight 0), as Slurm
   does; a file without them leaves the ``slurm`` preset's defaults.
 * ``PriorityDecayHalfLife``, ``PriorityUsageResetPeriod`` and ``NO_FAIR_TREE`` ->
-  ``usage`` (:class:`~phalanx.engine.config.UsageConfig`); ``PriorityCalcPeriod``
+  ``usage`` (:class:`~phalanx.model.scheduling.UsageConfig`); ``PriorityCalcPeriod``
   (minutes) -> ``priority_calc_period_s``.
 * ``SchedulerType=sched/backfill`` with ``SchedulerParameters`` ``bf_interval``
   (seconds), ``bf_window`` (minutes), ``bf_resolution`` (seconds), ``bf_max_job_test`` and
   ``bf_job_part_count_reserve`` -> ``backfill``
-  (:class:`~phalanx.engine.config.BackfillConfig`); ``sched/builtin`` turns
+  (:class:`~phalanx.model.scheduling.BackfillConfig`); ``sched/builtin`` turns
   backfill off. Without ``SchedulerType`` backfill stays as the preset has it
   (``SchedulerParameters`` alone implies ``sched/backfill``).
 * ``MaxArraySize`` (0 to 4000001; 0 disables job arrays) -> ``max_array_size``:
@@ -38,12 +38,12 @@ from typing import Any
 
 from phalanx.dialects.slurm.arrays import MAX_ARRAY_SIZE_LIMIT
 from phalanx.dialects.slurm.slurmconf import _logical_lines, _pairs
-from phalanx.engine.config import (
+from phalanx.errors import Invalid
+from phalanx.model.scheduling import (
     BackfillConfig,
     SlurmPriorityConfig,
     UsageConfig,
 )
-from phalanx.errors import Invalid
 from phalanx.timefmt import parse_time_limit
 
 __all__ = ["SCHEDULING_KEYS", "is_slurm_conf", "read_scheduling"]

@@ -39,14 +39,13 @@ from phalanx.engine.priority.multifactor import (
     billable_tres,
     job_priority,
     job_size_factor,
-    parse_billing_weights,
-    parse_tres_weights,
     partition_factor,
     priority_sum,
     qos_factor,
     tres_factors,
 )
 from phalanx.engine.priority.tree import Association, AssociationTree, aggregate_usage
+from phalanx.model.tres import parse_billing_weights, parse_tres_weights
 
 __all__ = [
     "PRIORITY_MAX",

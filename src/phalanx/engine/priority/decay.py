@@ -18,10 +18,11 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from phalanx.engine.priority.tree import AssociationTree
+from phalanx.model.scheduling import LN2_APPROX
 
 DEFAULT_HALF_LIFE_S: float = 7 * 86400.0
 DEFAULT_CALC_PERIOD_S: float = 300.0
-_LN2_APPROX: float = 0.693
+_LN2_APPROX = LN2_APPROX
 
 
 def decay_factor(half_life_s: float) -> float:
