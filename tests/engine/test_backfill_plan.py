@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phalanx.engine import Engine, EngineConfig, Submit, Upsert
-from phalanx.engine.backfill import plan_nodes
+from phalanx.engine.backfill.plans import plan_nodes
 from phalanx.engine.config import BackfillConfig
 from phalanx.engine.shapes import ShapeInterner
 from phalanx.model import Job, PodSet, parse_quantity
@@ -97,14 +97,21 @@ def test_the_plan_is_the_earliest_time_the_units_fit(
 ) -> None:
     nodes, jobs = timeline
     engine = _engine(nodes, jobs)
-    engine._now = _NOW
+    engine.now = _NOW
     pod_set = ShapeInterner(with_time_limits=True).pod_set(
         PodSet(
             count=count, tasks_per_node=1 if per_node else None, requests={GPU: gpus, "cpu": cpus}
         )
     )
     found = plan_nodes(
-        pod_set, "f", engine.cache, engine._timeline_now(), _NOW, lambda slot: False, set(), None
+        pod_set,
+        "f",
+        engine.cache,
+        engine.ends.timeline_now(),
+        _NOW,
+        lambda slot: False,
+        set(),
+        None,
     )
     unit = {GPU: gpus, "cpu": parse_quantity(cpus, "cpu")}
     expected = _brute_force(engine, unit, count, per_node)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from phalanx.engine.quota import FlavorResource, available, binding_limit, potential_available
 
 if TYPE_CHECKING:
-    from phalanx.engine.backfill import Reservation
+    from phalanx.engine.backfill.plans import Reservation
     from phalanx.engine.cache import ClusterQueueInfo
     from phalanx.engine.engine import Engine
     from phalanx.engine.reasons import Reason

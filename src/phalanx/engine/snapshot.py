@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from phalanx.engine.backfill import Reservation
 from phalanx.engine.capacity import Devices
 from phalanx.engine.config import (
     AdmissionFairSharingConfig,
@@ -25,7 +24,7 @@ from phalanx.engine.config import (
 )
 from phalanx.engine.decisions import Admit, decision_from_dict
 from phalanx.engine.engine import Engine
-from phalanx.engine.ordering import FairShareWeights, TenantShare, job_facts
+from phalanx.engine.ordering import FairShareWeights, job_facts
 from phalanx.engine.queues import ClusterQueueQueue, Condition, ShapeQueue
 from phalanx.engine.reasons import reason_from_dict
 from phalanx.engine.shapes import PodSetShape
@@ -160,11 +159,11 @@ def export_state(engine: Engine) -> dict[str, Any]:
             "missing_namespace_selector_matches_all": cfg.missing_namespace_selector_matches_all,
         },
         "workload": {"fixed": engine.workload.fixed, **engine.workload.export()},
-        "objects": [{"kind": k, "object": o.to_dict()} for (k, _), o in engine._objects.items()],
-        "shares": {t: [s.usage, s.allocation, s.billing] for t, s in engine._shares.items()},
-        "priority_time": engine._prio_time,
-        "afs": engine._afs.export() if engine._afs is not None else None,
-        "priority_dirty": engine._prio_dirty,
+        "objects": [
+            {"kind": k, "object": o.to_dict()} for (k, _), o in engine.objects.by_key.items()
+        ],
+        **engine.priorities.export(),
+        **engine.afs.export(),
         "jobs": jobs,
         "parked": parked,
         "buckets": {
@@ -176,32 +175,16 @@ def export_state(engine: Engine) -> dict[str, Any]:
             for name, index in engine.cache.flavor_nodes.items()
         },
         "released": [[r, f, res, v] for (r, (f, res)), v in engine.queues.parked.released.items()],
-        "outbox": [d.to_dict() for d in engine._outbox],
-        "drain": list(engine._drain),
-        "now": engine._now,
-        "held": [
-            [name, info.name, f, r, amount]
-            for name, holds in engine._held.items()
-            for info, (f, r), amount in holds
-        ],
+        "outbox": [d.to_dict() for d in engine.outbox],
+        "drain": list(engine.draining),
+        "now": engine.now,
         "pinned": {name: cqq.pinned.id for name, cqq in engine.queues.queues.items() if cqq.pinned},
-        "unready": [[j, t] for j, t in engine._unready.items()],
-        "backoff": list(engine._backoff),
-        "reservations": [
-            [
-                r.job_id,
-                r.cluster_queue,
-                r.start,
-                list(r.nodes),
-                [[*fr, v] for fr, v in r.quota],
-                [[*fr, v] for fr, v in r.needs],
-            ]
-            for r in engine._reservations.values()
-        ],
-        "estimates": [[j, t] for j, t in engine._estimates.items()],
-        "backfill_pass": [engine._bf_last, list(engine._bf_waiting)],
+        **engine.pods_ready.export(),
+        "backoff": list(engine.lifecycle.backoff),
+        **engine.reserved.export(),
+        **engine.backfill.export(),
         "limit_held": [[j, *key] for j, key in engine.limits.held()],
-        "protection_ends": sorted(engine._protection_ends),
+        **engine.preemption.export(),
     }
 
 
@@ -252,22 +235,19 @@ def load_state(data: dict[str, Any]) -> Engine:
 
     for entry in data["objects"]:
         engine.apply(Upsert(_KINDS[entry["kind"]].model_validate(entry["object"])))
-    engine._shares = {t: TenantShare(*share) for t, share in data["shares"].items()}
-    engine._tables = None
-    engine._prio_time = data["priority_time"]
-    if engine._afs is not None and data.get("afs"):
-        engine._afs.load(data["afs"])
+    engine.priorities.load(data)
+    engine.afs.load(data)
     cache = engine.cache
-    engine._now = float(data.get("now", 0.0))
+    engine.now = float(data.get("now", 0.0))
     backoff = set(data.get("backoff", []))
     limit_held = {int(j): (kind, name, user) for j, kind, name, user in data.get("limit_held", [])}
     for entry in data["jobs"]:
         job = Job.model_validate(entry["job"])
         # The value is the one resolved at submission: later PriorityClass edits don't apply.
         facts = job_facts(job, entry["priority_value"])
-        rec = JobRecord(job=job, shape=engine._shapes.job(job), facts=facts)
+        rec = JobRecord(job=job, shape=engine.shapes.job(job), facts=facts)
         # Known queues keep the saved priority when the job is enqueued again.
-        cq_name, lq_key, _ = engine._resolve(rec)
+        cq_name, lq_key, _ = engine.objects.resolve(rec)
         rec.facts = dataclasses.replace(facts, cluster_queue=cq_name, local_queue=lq_key)
         rec.priority = entry["priority"]
         rec.order_time = entry.get("order_time", job.submit_time)
@@ -292,15 +272,15 @@ def load_state(data: dict[str, Any]) -> Engine:
         engine.jobs[job.id] = rec
         adm = entry.get("admission")
         if adm is None:
-            engine._pending_by_tenant.setdefault(job.tenant, {})[job.id] = rec
+            engine.pending_by_tenant.setdefault(job.tenant, {})[job.id] = rec
             if job.id in backoff:
-                engine._hold_for_backoff(rec)
+                engine.lifecycle.hold_for_backoff(rec)
             elif job.id in limit_held and rec.reason is not None:
-                rec.local_queue = engine._resolve(rec)[1]
+                rec.local_queue = engine.objects.resolve(rec)[1]
                 rec.waiting = rec.reason
                 engine.limits.hold(rec, limit_held[job.id])
             else:
-                engine._enqueue(rec)
+                engine.lifecycle.enqueue(rec)
             continue
         info = cache.cluster_queues[adm["cluster_queue"]]
         usage = {(f, r): v for f, r, v in adm["usage"]}
@@ -315,7 +295,7 @@ def load_state(data: dict[str, Any]) -> Engine:
             allocations.append((slot, dict(amounts), bool(exclusive), devices))
         decision = decision_from_dict(adm["decision"])
         assert isinstance(decision, Admit)
-        rec.local_queue = engine._resolve(rec)[1]
+        rec.local_queue = engine.objects.resolve(rec)[1]
         rec.cluster_queue = info.name
         rec.admission = Admission(
             info.name,
@@ -326,7 +306,7 @@ def load_state(data: dict[str, Any]) -> Engine:
             bool(adm["evicting"]),
             float(adm.get("admitted_at", 0.0)),
         )
-        engine._admitted_by_cq.setdefault(info.name, {})[job.id] = rec
+        engine.admitted_by_cq.setdefault(info.name, {})[job.id] = rec
         engine.limits.charge(rec, cache.tenants, {p.name: p.count for p in decision.pod_sets})
     engine.queues.parked.released = {(r, (f, res)): v for r, f, res, v in data["released"]}
     for entry in data["parked"]:
@@ -344,24 +324,8 @@ def load_state(data: dict[str, Any]) -> Engine:
             cqq.blocked_by = head
             cqq.sticky = bool(entry.get("sticky", False))
             engine.queues.parked.park(cqq, reason, keys, conditions)
-    for job_id, cq_name, start, names, quota, *needs in data.get("reservations", []):
-        # The capacity buckets below are restored as exported, holds included.
-        res = Reservation(
-            job_id,
-            cq_name,
-            start,
-            tuple(names),
-            tuple(((f, r), v) for f, r, v in quota),
-            tuple(((f, r), v) for f, r, v in (needs[0] if needs else ())),
-        )
-        for name in res.nodes:
-            engine._holds.hold(cache.nodes[name], job_id)
-        engine._hold_quota(res, 1)
-        engine._reservations[job_id] = res
-    engine._estimates = {int(j): float(t) for j, t in data.get("estimates", [])}
-    last_pass, waiting = data.get("backfill_pass", [None, []])
-    engine._bf_last = last_pass
-    engine._bf_waiting = {int(j): engine.jobs[int(j)] for j in waiting if int(j) in engine.jobs}
+    engine.reserved.load(data)
+    engine.backfill.load(data)
     for name, layout in data["buckets"].items():
         index = cache.flavor_nodes[name]
         index.members = {cache.nodes[n]: None for n in layout["members"]}
@@ -370,15 +334,12 @@ def load_state(data: dict[str, Any]) -> Engine:
         index._keys = None
         index._classes, index._class_of, index._unclassified = None, {}, {}
         index.version = int(layout.get("version", index.version))
-    engine._outbox = [decision_from_dict(d) for d in data["outbox"]]
-    engine._drain = dict.fromkeys(data["drain"])
-    engine._prio_dirty = data["priority_dirty"]
-    engine._unready = {int(j): float(t) for j, t in data.get("unready", [])}
-    engine._protection_ends = {float(t) for t in data.get("protection_ends", [])}
-    for name, cq_name, f, r, amount in data.get("held", []):
-        held_info = cache.cluster_queues[cq_name]
-        held_info.node.add_usage((f, r), amount)
-        engine._held.setdefault(name, []).append((held_info, (f, r), amount))
+    engine.outbox = [decision_from_dict(d) for d in data["outbox"]]
+    engine.draining = dict.fromkeys(data["drain"])
+    # Loading the jobs marked the priorities stale: the saved flag wins.
+    engine.priorities.dirty = data["priority_dirty"]
+    engine.pods_ready.load(data)
+    engine.preemption.load(data)
     for name, job_id in data.get("pinned", {}).items():
         engine.queues.queues[name].pinned = engine.jobs[job_id]
     return engine
