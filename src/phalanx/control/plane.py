@@ -1103,8 +1103,8 @@ class ControlPlane:
             run = sub.run.model_copy(update={"time_limit": int(default_time)})
             sub = sub.model_copy(update={"run": run})
         mem_per_cpu = annotations.get(DEF_MEM_PER_CPU, "")
-        asked = ("memPerNodeMb", "memPerCpuMb", "memPerGpuMb")
-        if mem_per_cpu.isdigit() and not any(request.get(k) for k in asked):
+        asked = (request.mem_per_node_mb, request.mem_per_cpu_mb, request.mem_per_gpu_mb)
+        if mem_per_cpu.isdigit() and not any(asked):
             per_cpu = int(mem_per_cpu) << 20
             pod_sets = [
                 p.model_copy(
@@ -1117,7 +1117,7 @@ class ControlPlane:
                 )
                 for p in sub.pod_sets
             ]
-            slurm = {**request, "memPerCpuMb": int(mem_per_cpu)}
+            slurm = request.model_copy(update={"mem_per_cpu_mb": int(mem_per_cpu)})
             sub = sub.model_copy(update={"pod_sets": pod_sets, "slurm": slurm})
             job = job.model_copy(update={"pod_sets": pod_sets})
         return job, sub
