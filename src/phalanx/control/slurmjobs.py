@@ -54,16 +54,16 @@ def requeues(row: JobRow, state: str) -> bool:
     whose pods are lost with their node and requeues it)."""
     if state != JobState.NODE_FAIL.value:
         return False
-    sub = row.submission
-    return bool(sub.get("requeue")) or bool((sub.get("run") or {}).get("kube"))
+    sub = row.parsed_submission
+    return sub.requeue or sub.run.kube is not None
 
 
 def requeues_after_preemption(row: JobRow) -> bool:
     """Whether a job preempted in ``REQUEUE`` mode goes back to the queue: a Slurm
     batch job only with ``--requeue`` (Slurm cancels the others, which end
     PREEMPTED), any other job always (Kueue requeues every evicted workload)."""
-    sub = row.submission
-    return sub.get("slurm") is None or bool(sub.get("requeue"))
+    sub = row.parsed_submission
+    return sub.slurm is None or sub.requeue
 
 
 # ---------------------------------------------------------------------- dependencies
