@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from phalanx.auth import Principal
 from phalanx.dialects.slurm.reasons import slurm_reason
+from phalanx.model import SlurmRequest
 from phalanx.store.records import JobEventRow, JobRow, TokenRow
 
 __all__ = [
@@ -166,18 +167,18 @@ def _pod_sets(row: JobRow) -> list[dict[str, Any]]:
 def _sizes(row: JobRow) -> tuple[int, int, int]:
     """``(nodes, tasks, cpus)``: placed ones once admitted, requested ones before."""
     sub = row.submission
-    slurm = sub.get("slurm") or {}
+    slurm = row.slurm_request or SlurmRequest()
     pod_sets = sub.get("podSets") or []
     units = sum(int(p.get("count", 1)) for p in pod_sets)
     cpu_milli = 0
     for p in pod_sets:
         cpu_milli += int(p.get("count", 1)) * _cpu_milli(p.get("requests", {}).get("cpu", 0))
-    nodes = len(row.nodes) or int(slurm.get("nodes") or 0) or _requested_nodes(pod_sets)
-    tasks = int(slurm.get("ntasks") or 0)
-    if not tasks and slurm.get("ntasksPerNode"):
-        tasks = int(slurm["ntasksPerNode"]) * nodes
+    nodes = len(row.nodes) or (slurm.nodes or 0) or _requested_nodes(pod_sets)
+    tasks = slurm.ntasks or 0
+    if not tasks and slurm.ntasks_per_node:
+        tasks = slurm.ntasks_per_node * nodes
     if not tasks:
-        tasks = nodes if slurm.get("nodes") else units
+        tasks = nodes if slurm.nodes else units
     return nodes, tasks, max(1, -(-cpu_milli // 1000)) if cpu_milli else tasks
 
 

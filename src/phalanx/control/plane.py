@@ -561,7 +561,7 @@ class ControlPlane:
         batch job, rendezvous and ``PHALANX_*``); only its own before it is placed."""
         row = self.job(principal, job_id)
         self._require_leader()
-        submission = JobSubmission.model_validate(row.submission)
+        submission = row.parsed_submission
         env = {str(k): str(v) for k, v in submission.run.env.items()}
         placed = (row.assignment or {}).get("tasks") or []
         if not placed:
@@ -1103,8 +1103,8 @@ class ControlPlane:
             run = sub.run.model_copy(update={"time_limit": int(default_time)})
             sub = sub.model_copy(update={"run": run})
         mem_per_cpu = annotations.get(DEF_MEM_PER_CPU, "")
-        asked = ("memPerNodeMb", "memPerCpuMb", "memPerGpuMb")
-        if mem_per_cpu.isdigit() and not any(request.get(k) for k in asked):
+        asked = (request.mem_per_node_mb, request.mem_per_cpu_mb, request.mem_per_gpu_mb)
+        if mem_per_cpu.isdigit() and not any(asked):
             per_cpu = int(mem_per_cpu) << 20
             pod_sets = [
                 p.model_copy(
@@ -1117,7 +1117,7 @@ class ControlPlane:
                 )
                 for p in sub.pod_sets
             ]
-            slurm = {**request, "memPerCpuMb": int(mem_per_cpu)}
+            slurm = request.model_copy(update={"mem_per_cpu_mb": int(mem_per_cpu)})
             sub = sub.model_copy(update={"pod_sets": pod_sets, "slurm": slurm})
             job = job.model_copy(update={"pod_sets": pod_sets})
         return job, sub
@@ -1178,8 +1178,8 @@ class ControlPlane:
                 self.engine.apply(Cancel(row.id))
                 self.gate.left(row.id, row.array_job_id)
                 waiting = gated(
-                    _job_from_row(row, JobSubmission.model_validate(row.submission)),
-                    JobSubmission.model_validate(row.submission),
+                    _job_from_row(row, row.parsed_submission),
+                    row.parsed_submission,
                     row.array_job_id,
                     row.array_task_id,
                 )
@@ -1213,7 +1213,7 @@ class ControlPlane:
                     cancel_requested=False,
                 )
                 tx.add_event(row.id, "Requeued", now, reason="RequeuedByUser")
-                sub = JobSubmission.model_validate(row.submission)
+                sub = row.parsed_submission
                 self.gate.add(
                     gated(_job_from_row(row, sub), sub, row.array_job_id, row.array_task_id)
                 )
@@ -1546,7 +1546,7 @@ class ControlPlane:
         row = tx.get_job(decision.job_id)
         if row is None:  # pragma: no cover - the engine only knows stored jobs
             return None
-        submission = JobSubmission.model_validate(row.submission)
+        submission = row.parsed_submission
         tasks: list[TaskSpec] = []
         gpu_map: dict[str, list[int]] = {}
         requests = {p.name: _gpus_per_task(p.requests) for p in submission.pod_sets}
@@ -1716,7 +1716,7 @@ class ControlPlane:
         now = self.clock()
         self._load_usage(now)
         for row in self.store.unfinished_jobs():
-            submission = JobSubmission.model_validate(row.submission)
+            submission = row.parsed_submission
             job = _job_from_row(row, submission)
             if row.state == JobState.PENDING.value or row.assignment is None:
                 waiting = gated(job, submission, row.array_job_id, row.array_task_id)

@@ -16,7 +16,7 @@ from typing import Any
 
 from phalanx.control.gate import DependencyStatus, GatedJob
 from phalanx.control.registry import Registry
-from phalanx.model import CPU, MEMORY, Job, JobState, JobSubmission
+from phalanx.model import CPU, MEMORY, Job, JobState, JobSubmission, SlurmRequest
 from phalanx.runtime.spec import LaunchSpec, TaskSpec
 from phalanx.store import JobRow, Tx
 
@@ -36,7 +36,6 @@ _MIB = 1 << 20
 
 def gated(job: Job, sub: JobSubmission, array_job_id: int | None, task: int | None) -> GatedJob:
     """The gate's record of a pending job."""
-    slurm = sub.slurm or {}
     return GatedJob(
         job=job,
         hold=sub.hold,
@@ -45,7 +44,7 @@ def gated(job: Job, sub: JobSubmission, array_job_id: int | None, task: int | No
         array_job_id=array_job_id,
         array_task_id=task,
         throttle=sub.array.throttle if sub.array is not None else None,
-        kill_on_invalid_dependency=bool(slurm.get("killOnInvalidDep")),
+        kill_on_invalid_dependency=bool(sub.slurm is not None and sub.slurm.kill_on_invalid_dep),
     )
 
 
@@ -55,16 +54,16 @@ def requeues(row: JobRow, state: str) -> bool:
     whose pods are lost with their node and requeues it)."""
     if state != JobState.NODE_FAIL.value:
         return False
-    sub = row.submission
-    return bool(sub.get("requeue")) or bool((sub.get("run") or {}).get("kube"))
+    sub = row.parsed_submission
+    return sub.requeue or sub.run.kube is not None
 
 
 def requeues_after_preemption(row: JobRow) -> bool:
     """Whether a job preempted in ``REQUEUE`` mode goes back to the queue: a Slurm
     batch job only with ``--requeue`` (Slurm cancels the others, which end
     PREEMPTED), any other job always (Kueue requeues every evicted workload)."""
-    sub = row.submission
-    return sub.get("slurm") is None or bool(sub.get("requeue"))
+    sub = row.parsed_submission
+    return sub.slurm is None or sub.requeue
 
 
 # ---------------------------------------------------------------------- dependencies
@@ -185,7 +184,7 @@ def slurm_context(
     registry: Registry,
 ) -> dict[str, Any]:
     """The allocation and request of a batch job, as ``dialects/slurm/environment`` reads it."""
-    slurm = submission.slurm or {}
+    slurm = submission.slurm or SlurmRequest()
     pod_set = submission.pod_sets[0]
     per_unit_cpu = pod_set.requests.get(CPU, 0)
     per_unit_mem = pod_set.requests.get(MEMORY, 0)
@@ -234,19 +233,19 @@ def slurm_context(
         "user": row.user,
         "uid": os.getuid(),
         "gid": os.getgid(),
-        "submitDir": slurm.get("submitDir") or submission.run.working_dir,
-        "submitHost": slurm.get("submitHost") or os.uname().nodename,
+        "submitDir": slurm.submit_dir or submission.run.working_dir,
+        "submitHost": slurm.submit_host or os.uname().nodename,
         "clusterName": CLUSTER_NAME,
         "nodes": nodes,
-        "ntasks": slurm.get("ntasks"),
-        "ntasksPerNode": slurm.get("ntasksPerNode"),
-        "cpusPerTask": slurm.get("cpusPerTask"),
-        "gpus": slurm.get("gpus"),
-        "gpusPerNode": slurm.get("gpusPerNode"),
-        "gpusPerTask": slurm.get("gpusPerTask"),
-        "memPerNodeMb": slurm.get("memPerNodeMb"),
-        "memPerCpuMb": slurm.get("memPerCpuMb"),
-        "memPerGpuMb": slurm.get("memPerGpuMb"),
+        "ntasks": slurm.ntasks,
+        "ntasksPerNode": slurm.ntasks_per_node,
+        "cpusPerTask": slurm.cpus_per_task,
+        "gpus": slurm.gpus,
+        "gpusPerNode": slurm.gpus_per_node,
+        "gpusPerTask": slurm.gpus_per_task,
+        "memPerNodeMb": slurm.mem_per_node_mb,
+        "memPerCpuMb": slurm.mem_per_cpu_mb,
+        "memPerGpuMb": slurm.mem_per_gpu_mb,
         "array": array,
         "dependency": submission.dependency,
         "timeLimitS": submission.run.time_limit,
@@ -255,16 +254,14 @@ def slurm_context(
     }
 
 
-def _tasks_per_node(
-    slurm: dict[str, Any], names: list[str], units: dict[str, int]
-) -> dict[str, int]:
+def _tasks_per_node(slurm: SlurmRequest, names: list[str], units: dict[str, int]) -> dict[str, int]:
     """Tasks on each node: ``--ntasks-per-node``, else ``--ntasks`` in blocks, else per unit."""
-    if slurm.get("nodes") is None:
+    if slurm.nodes is None:
         # One placement unit per task: the engine's counts are the tasks.
         return dict(units)
-    if slurm.get("ntasksPerNode"):
-        return {n: int(slurm["ntasksPerNode"]) for n in names}
-    ntasks = slurm.get("ntasks")
+    if slurm.ntasks_per_node:
+        return {n: int(slurm.ntasks_per_node) for n in names}
+    ntasks = slurm.ntasks
     if ntasks:
         base, extra = divmod(int(ntasks), len(names))
         return {n: base + (1 if i < extra else 0) for i, n in enumerate(names)}

@@ -49,6 +49,7 @@ from phalanx.model.queue import (
     WhenCanPreempt,
 )
 from phalanx.model.resources import FlavorQuotas, ResourceGroup, ResourceQuota
+from phalanx.model.slurmrequest import SlurmRequest, SlurmSwitches
 from phalanx.model.submission import (
     DEFAULT_KILL_WAIT_S,
     ArraySpec,
@@ -98,6 +99,8 @@ __all__ = [
     "ResourceQuota",
     "RunSpec",
     "SignalSpec",
+    "SlurmRequest",
+    "SlurmSwitches",
     "StopPolicy",
     "Taint",
     "Tenant",

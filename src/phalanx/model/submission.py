@@ -15,6 +15,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from phalanx.model.base import PhalanxModel
 from phalanx.model.job import PodSet
+from phalanx.model.slurmrequest import SlurmRequest
 
 __all__ = [
     "DEFAULT_KILL_WAIT_S",
@@ -215,6 +216,7 @@ class JobSubmission(PhalanxModel):
     comment: str = Field(default="", max_length=4096)
     mail: dict[str, str] = Field(default_factory=dict)
     """Recorded only (``type``, ``user``)."""
-    slurm: dict[str, Any] | None = None
+    slurm: SlurmRequest | None = None
     """The Slurm request as the user gave it (``ntasks``, ``cpusPerTask``, ``gpusPerNode``, ...):
-    what the job's ``SLURM_*`` environment is made from. See ``dialects/slurm``."""
+    what the job's ``SLURM_*`` environment is made from; ``None`` for a job that did not come
+    in as a batch script. See :mod:`phalanx.model.slurmrequest`."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from phalanx.model.slurmrequest import SlurmRequest
+from phalanx.model.submission import JobSubmission
 from phalanx.usage.records import JobChargeRow, UsageRow
 
 __all__ = [
@@ -47,8 +49,15 @@ class NewJob:
     hold: bool = False
 
 
+class _Parsed:
+    """A slot for what a record parses from its columns on first use: not a dataclass
+    field, so neither a column of the table nor part of the record's equality or repr."""
+
+    __slots__ = ("_parsed",)
+
+
 @dataclass(frozen=True, slots=True)
-class JobRow:
+class JobRow(_Parsed):
     id: int
     name: str
     tenant: str
@@ -65,6 +74,7 @@ class JobRow:
     nodes: list[str]
     gpus: int
     submission: dict[str, Any]
+    """The stored form (``JobSubmission.to_dict()``); typed: :attr:`parsed_submission`."""
     assignment: dict[str, Any] | None
     """``{"admit": Admit.to_dict(), "gpus": {node: [index, ...]}, "attempt": n}`` once admitted."""
     submit_time: float
@@ -80,6 +90,26 @@ class JobRow:
     array_task_id: int | None = None
     hold: bool = False
     """Held (Slurm's ``--hold`` / ``scontrol hold``): not eligible until released."""
+
+    @property
+    def parsed_submission(self) -> JobSubmission:
+        """``submission`` as a :class:`~phalanx.model.JobSubmission`: validated on first
+        use and kept with the row, so that every reader of this row shares one parse."""
+        parsed: JobSubmission | None = getattr(self, "_parsed", None)
+        if parsed is None:
+            parsed = JobSubmission.model_validate(self.submission)
+            object.__setattr__(self, "_parsed", parsed)
+        return parsed
+
+    @property
+    def slurm_request(self) -> SlurmRequest | None:
+        """The submission's Slurm part (``parsed_submission.slurm``). Parsed on its own
+        while the whole submission is not: a job list needs only this of each row."""
+        parsed: JobSubmission | None = getattr(self, "_parsed", None)
+        if parsed is not None:
+            return parsed.slurm
+        stored = self.submission.get("slurm")
+        return None if stored is None else SlurmRequest.model_validate(stored)
 
 
 @dataclass(frozen=True, slots=True)

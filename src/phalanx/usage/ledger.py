@@ -219,7 +219,7 @@ class UsageLedger:
     ) -> None:
         """Charge a job that started at ``since``, as its assignment placed it."""
         tasks = (row.assignment or {}).get("tasks") or []
-        alloc = allocated_tres(JobSubmission.model_validate(row.submission), tasks)
+        alloc = allocated_tres(row.parsed_submission, tasks)
         spec = (cluster_queue.annotations if cluster_queue is not None else {}).get(
             BILLING_WEIGHTS_ANNOTATION
         )

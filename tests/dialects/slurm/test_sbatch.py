@@ -170,7 +170,7 @@ def test_seed_lenient_submission() -> None:
     assert ps.requests == {"nvidia.com/gpu": 8, "cpu": 96000, "memory": 1000 * GiB}
     assert sub.cluster_queue == "gpu-h100-dedicated" and sub.name == "llama3-70b-finetune"
     assert sub.run.output == "logs/%x-%j.out" and sub.run.open_mode == "truncate"
-    assert sub.slurm is not None and sub.slurm["ntasksPerNode"] == 8 and sub.slurm["nodes"] == 2
+    assert sub.slurm is not None and sub.slurm.ntasks_per_node == 8 and sub.slurm.nodes == 2
 
 
 @needs_seed

@@ -18,7 +18,8 @@ text, or ``--wrap``) and checks the combinations sbatch refuses.
   ``--nodelist`` -> the pod set's ``nodeNames``, ``--exclude`` -> ``excludeNodes``;
 * output patterns stay unexpanded (the server expands ``%j``); the default is
   ``slurm-%j.out`` (``slurm-%A_%a.out`` for arrays);
-* ``JobSubmission.slurm`` records what the user asked, for the ``SLURM_*`` environment.
+* ``JobSubmission.slurm`` records what the user asked, for the ``SLURM_*`` environment:
+  a :class:`~phalanx.model.SlurmRequest`, whose wire form :func:`_slurm_record` writes.
 """
 
 from __future__ import annotations
@@ -427,6 +428,8 @@ def _exported_env(o: SbatchOptions, env: Mapping[str, str]) -> dict[str, str]:
 
 
 def _slurm_record(req: SbatchRequest, name: str, gpu_type: str | None) -> dict[str, Any]:
+    """The wire form of :class:`~phalanx.model.SlurmRequest` (camelCase keys in its field
+    order, unset options left out): the stored form, which ``to_dict()`` gives back."""
     o = req.options
     record: dict[str, Any] = {
         "jobName": name,

@@ -19,7 +19,6 @@ __all__ = ["load_accounting"]
 
 def load_accounting(where: str) -> list[TraceJob]:
     """The finished jobs of the store at ``where`` (a state directory or a database URL)."""
-    from phalanx.model import JobSubmission
     from phalanx.store import Store
 
     if "://" in where:
@@ -42,7 +41,7 @@ def load_accounting(where: str) -> list[TraceJob]:
             for row in rows:
                 if row.start_time is None or row.end_time is None:
                     continue
-                limit = JobSubmission.model_validate(row.submission).run.time_limit
+                limit = row.parsed_submission.run.time_limit
                 jobs.append(
                     TraceJob(
                         id=row.id,
