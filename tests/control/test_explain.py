@@ -9,7 +9,7 @@ from typing import Any
 from phalanx.control.explain import explain_answer, explain_text
 from phalanx.engine import Engine, EngineConfig, Submit, Upsert
 from phalanx.engine.config import BackfillConfig
-from phalanx.engine.report import explain_job
+from phalanx.engine.explain.report import explain_job
 from phalanx.model import Job, PodSet
 from phalanx.store.records import JobEventRow, JobRow
 from tests.engine.helpers import cluster_queue, engine_with, flavor, job, node, step

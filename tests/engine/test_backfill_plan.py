@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from phalanx.engine import Engine, EngineConfig, Submit, Upsert
 from phalanx.engine.backfill.plans import plan_nodes
 from phalanx.engine.config import BackfillConfig
-from phalanx.engine.shapes import ShapeInterner
+from phalanx.engine.queueing.shapes import ShapeInterner
 from phalanx.model import Job, PodSet, parse_quantity
 from tests.engine.helpers import GPU, cluster_queue, flavor, node, quota
 

@@ -14,7 +14,7 @@ from phalanx.engine import (
     Submit,
     Upsert,
 )
-from phalanx.engine.fairsharing import MAX_SHARE, dominant_share
+from phalanx.engine.fairsharing.shares import MAX_SHARE, dominant_share
 from phalanx.engine.preemption.preemptor import _almost_lca
 from phalanx.model import Cohort, FairSharing
 from tests.engine.helpers import admitted_ids, cluster_queue, cohort, flavor, job, node, quota

@@ -2,7 +2,7 @@
 
 ``kueue``: priority value descending, then submit time, then id (Kueue's
 queue heap, §2.2). ``phalanx``: the fair-share formula of
-:mod:`phalanx.engine.ordering`::
+:mod:`phalanx.engine.priority.ordering`::
 
     P = w_age*ln(1+wait) + w_share*(1 - U/L) + w_qos*Q - w_size*(gpus/cluster_gpus)
 

@@ -1,4 +1,4 @@
-"""Scenario tables and properties for the Kueue quota tree (phalanx.engine.quota).
+"""Scenario tables and properties for the Kueue quota tree (phalanx.engine.cache.quota).
 
 Expected values follow Kueue's ``pkg/cache/scheduler/resource_node.go`` semantics
 (reference: /work/shared/reference/kueue.md section 2.1). The ``KUEUE_AVAILABLE``
@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phalanx.engine.cache import ClusterCache
-from phalanx.engine.quota import (
+from phalanx.engine.cache.cluster import ClusterCache
+from phalanx.engine.cache.quota import (
     FlavorResource,
     QuotaNode,
     Shortage,

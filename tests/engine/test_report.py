@@ -6,7 +6,7 @@ import json
 
 from phalanx.engine import Engine, EngineConfig, Finish, ReasonCode, Submit, Upsert
 from phalanx.engine.config import BackfillConfig
-from phalanx.engine.report import Position, explain_job
+from phalanx.engine.explain.report import Position, explain_job
 from phalanx.model import Job, PodSet
 from tests.engine.helpers import (
     GPU,

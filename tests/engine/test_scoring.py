@@ -8,7 +8,7 @@ import math
 import pytest
 
 from phalanx.engine import Engine, EngineConfig, Submit, Upsert
-from phalanx.engine.capacity import ClassKey
+from phalanx.engine.cache.capacity import ClassKey
 from phalanx.engine.placement import (
     BestFit,
     BestFitScore,
@@ -23,7 +23,7 @@ from phalanx.engine.placement import (
     check_placement,
 )
 from phalanx.engine.placement.scores import Block, FlavorView
-from phalanx.engine.shapes import PodSetShape
+from phalanx.engine.queueing.shapes import PodSetShape
 from phalanx.model import GPU_MILLI, Job, Node, PodSet
 from tests.engine.helpers import GPU, admits, cluster_queue, flavor, quota, step
 

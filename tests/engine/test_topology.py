@@ -215,7 +215,7 @@ def test_what_fits_where_is_kept_up_to_date_as_jobs_come_and_go(
     steps: list[tuple[int, int, bool]],
 ) -> None:
     from phalanx.engine import Finish
-    from phalanx.engine.topology import _room
+    from phalanx.engine.placement.topology import _room
 
     engine, _ = _cluster()
     running: list[int] = []

@@ -1,7 +1,7 @@
 """The answer to "why is my job pending?" (``GET /api/v1/jobs/{id}/explain``), and its plain words.
 
 :func:`explain_answer` puts together what the engine knows about a job now
-(:func:`phalanx.engine.report.explain_job`), why the control plane still holds
+(:func:`phalanx.engine.explain.report.explain_job`), why the control plane still holds
 it back (hold, begin time, dependency, array throttle) and what its stored
 events say happened to it (admitted where and how, preempted by whom,
 requeued, ended). :func:`explain_text` words the answer in a few short
@@ -53,7 +53,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from phalanx.engine.report import Explanation
+    from phalanx.engine.explain.report import Explanation
     from phalanx.store.records import JobEventRow, JobRow
 
 __all__ = ["explain_answer", "explain_text"]

@@ -16,7 +16,7 @@ phalanx does the same, and says which limit:
   per array task) plus what the same batch of submissions adds.
 
 Run-time limits (what is running now) are the engine's: see
-:mod:`phalanx.engine.limits`.
+:mod:`phalanx.engine.cache.runlimits`.
 """
 
 from __future__ import annotations

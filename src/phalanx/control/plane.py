@@ -444,7 +444,7 @@ class ControlPlane:
         """Why the job is where it is: the engine's facts, the gate's and the stored events'
         (see :mod:`phalanx.control.explain`)."""
         from phalanx.control.explain import explain_answer
-        from phalanx.engine.report import explain_job
+        from phalanx.engine.explain.report import explain_job
 
         self.job(principal, job_id)
         self._require_leader()

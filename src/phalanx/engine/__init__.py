@@ -34,8 +34,8 @@ from phalanx.engine.events import (
     TenantUsage,
     Upsert,
 )
-from phalanx.engine.ordering import FairShareWeights
-from phalanx.engine.reasons import Reason, ReasonCode
+from phalanx.engine.explain.reasons import Reason, ReasonCode
+from phalanx.engine.priority.ordering import FairShareWeights
 from phalanx.engine.snapshot import export_state, load_state
 
 __all__ = [

@@ -10,19 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from phalanx.engine.ordering import (
+from phalanx.engine.placement import (
+    PlacementPolicy,
+    WorkloadProfile,
+    check_placement,
+    placement_policy,
+)
+from phalanx.engine.priority.ordering import (
     FairShareOrdering,
     FairShareWeights,
     KueueOrdering,
     OrderingPolicy,
     PerQueueOrdering,
     SlurmOrdering,
-)
-from phalanx.engine.placement import (
-    PlacementPolicy,
-    WorkloadProfile,
-    check_placement,
-    placement_policy,
 )
 from phalanx.model.scheduling import (
     FAIR_SHARING_STRATEGIES,

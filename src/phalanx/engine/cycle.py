@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from phalanx.engine.assigner import Assignment
     from phalanx.engine.backfill.plans import Reservation
     from phalanx.engine.decisions import Decision
-    from phalanx.engine.queues import ShapeQueue
+    from phalanx.engine.placement.assigner import Assignment
+    from phalanx.engine.queueing.queues import ShapeQueue
     from phalanx.engine.state import JobRecord
 
 __all__ = ["CycleState", "Entry", "Probe"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.engine.reasons import Reason, reason_from_dict
+from phalanx.engine.explain.reasons import Reason, reason_from_dict
 
 __all__ = [
     "Admit",

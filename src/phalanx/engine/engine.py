@@ -31,19 +31,17 @@ from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from phalanx.engine.afs_owner import AdmissionFairSharing
-from phalanx.engine.assigner import (
-    Assignment,
-    FlavorAssigner,
-)
+from phalanx.engine.admissionfairsharing.admissionfairsharing import AdmissionFairSharing
 from phalanx.engine.backfill.backfill import Backfill
 from phalanx.engine.backfill.ends import RunningEnds
 from phalanx.engine.backfill.plans import (
     Reservation,
 )
 from phalanx.engine.backfill.reservations import Reservations
-from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
-from phalanx.engine.capacity import MILLI, Devices
+from phalanx.engine.cache.capacity import MILLI, Devices
+from phalanx.engine.cache.cluster import ClusterCache, ClusterQueueInfo
+from phalanx.engine.cache.quota import FlavorResource
+from phalanx.engine.cache.runlimits import Limits
 from phalanx.engine.config import EngineConfig, Policies
 from phalanx.engine.cycle import CycleState, Entry, Probe
 from phalanx.engine.decisions import (
@@ -66,28 +64,30 @@ from phalanx.engine.events import (
     TenantUsage,
     Upsert,
 )
-from phalanx.engine.explain import (
+from phalanx.engine.explain.reasons import Reason, ReasonCode
+from phalanx.engine.explain.waiting import (
     reason_for_failure,
     signature,
     strict_fifo_reason,
     wake_conditions,
 )
-from phalanx.engine.fairsharing_owner import FairSharing
+from phalanx.engine.fairsharing.fairsharing import FairSharing
 from phalanx.engine.lifecycle import JobLifecycle
-from phalanx.engine.limits import Limits
 from phalanx.engine.objects import Objects
-from phalanx.engine.ordering import TenantShare
 from phalanx.engine.placement import WorkloadProfile, plan_devices, unit_amounts
+from phalanx.engine.placement.assigner import (
+    Assignment,
+    FlavorAssigner,
+)
 from phalanx.engine.podsready import WaitForPodsReady
 from phalanx.engine.preemption.preemption import Preemption
 from phalanx.engine.preemption.preemptor import (
     may_preempt,
 )
-from phalanx.engine.priorities import Priorities
-from phalanx.engine.queues import ClusterQueueQueue, QueueManager, ShapeQueue
-from phalanx.engine.quota import FlavorResource
-from phalanx.engine.reasons import Reason, ReasonCode
-from phalanx.engine.shapes import PodSetShape, ShapeInterner
+from phalanx.engine.priority.ordering import TenantShare
+from phalanx.engine.priority.priorities import Priorities
+from phalanx.engine.queueing.queues import ClusterQueueQueue, QueueManager, ShapeQueue
+from phalanx.engine.queueing.shapes import PodSetShape, ShapeInterner
 from phalanx.engine.state import Admission, Allocation, JobRecord
 from phalanx.model import (
     GPU_MILLI,
@@ -309,8 +309,8 @@ class Engine:
         ordered: Iterable[Entry] = entries
         if self.config.fair_sharing is not None:
             ordered = self.fair_sharing.order(entries)
-        for _, _, rec, sq, assignment in ordered:
-            self._decide(rec, sq, assignment, state)
+        for _, _, rec, shape_queue, assignment in ordered:
+            self._decide(rec, shape_queue, assignment, state)
             if state.probe is not None:
                 state.probe("decided", rec.id)
         # A reservation holds for the rest of the round (Kueue: of its one-round cycle).
@@ -321,8 +321,8 @@ class Engine:
     ) -> list[Entry]:
         entries: list[Entry] = []
         cache, assigner = self.cache, self.assigner
-        for rec, sq, cqq in heads:
-            info = cache.cluster_queues[cqq.name]
+        for rec, shape_queue, cq_queue in heads:
+            info = cache.cluster_queues[cq_queue.name]
             if rec.id in self.reserved.by_job:
                 # Tried again: its nodes and quota are its own to assign. Between
                 # backfill passes it gets the same reservation back if it fails.
@@ -333,19 +333,19 @@ class Engine:
             oracle = self.preemption.oracle(rec, info) if info.preempts else None
             a = assigner.assign(rec.shape, info, oracle)
             # Across ClusterQueues: priority then time (a LocalQueue score orders one queue).
-            entries.append((a.borrow if a.ok else 0, rec.key[1:], rec, sq, a))
+            entries.append((a.borrow if a.ok else 0, rec.key[1:], rec, shape_queue, a))
             if state.probe is not None:
                 state.probe("nominated", rec.id)
         return entries
 
     def _decide(
-        self, rec: JobRecord, sq: ShapeQueue, assignment: Assignment, state: CycleState
+        self, rec: JobRecord, shape_queue: ShapeQueue, assignment: Assignment, state: CycleState
     ) -> None:
         out = state.decisions
         if self.limits.active and self.lifecycle.limit_held(rec, out):
             # Over a limit after this round's earlier admissions.
             return
-        info = self.cache.cluster_queues[sq.cq.name]
+        info = self.cache.cluster_queues[shape_queue.cq.name]
         assigner = self.assigner
         if assignment.ok and not assigner.still_fits(assignment, info):
             if self.config.heads_per_cycle is not None:
@@ -366,11 +366,11 @@ class Engine:
             # Without preemption or partial admission a head that does not fit parks.
             if not (
                 self.config.backfill is not None
-                and self.backfill.on_blocked_head(rec, sq, info, assignment, state)
+                and self.backfill.on_blocked_head(rec, shape_queue, info, assignment, state)
             ):
-                self.park(rec, sq, info, assignment, out)
+                self.park(rec, shape_queue, info, assignment, out)
         else:
-            self.preemption.not_fitting(rec, sq, info, assignment, state)
+            self.preemption.not_fitting(rec, shape_queue, info, assignment, state)
         if state.retried and rec.admission is None and rec.id in state.retried:
             # Its own nodes were opened for its attempt: held again at once, so
             # no job after it in the round takes them.
@@ -398,8 +398,8 @@ class Engine:
 
     def admit(self, rec: JobRecord, info: ClusterQueueInfo, assignment: Assignment) -> Admit:
         node = info.node
-        for fr, amount in assignment.usage.items():
-            node.add_usage(fr, amount)
+        for flavor_resource, amount in assignment.usage.items():
+            node.add_usage(flavor_resource, amount)
         allocations: list[Allocation] = []
         pod_sets = []
         for result in assignment.pod_sets:
@@ -458,7 +458,7 @@ class Engine:
     def park(
         self,
         rec: JobRecord,
-        sq: ShapeQueue,
+        shape_queue: ShapeQueue,
         info: ClusterQueueInfo,
         assignment: Assignment,
         out: list[Decision],
@@ -483,21 +483,26 @@ class Engine:
         parked = self.queues.parked
         root = info.root_key
         if info.node.simple:
-            conditions = tuple(("level", root, fr, needed) for fr, needed, _ in shortages)
+            conditions = tuple(
+                ("level", root, flavor_resource, needed) for flavor_resource, needed, _ in shortages
+            )
         else:
             conditions = tuple(
-                ("total", root, fr, parked.total(root, fr) + short) for fr, _, short in shortages
+                ("total", root, flavor_resource, parked.total(root, flavor_resource) + short)
+                for flavor_resource, _, short in shortages
             )
-        cqq = sq.cq
-        if cqq.pinned is rec:
-            cqq.pinned = None
-        if cqq.strict:
-            cqq.blocked_by = rec
-            parked.park(cqq, reason, keys, conditions)
+        cq_queue = shape_queue.cq
+        if cq_queue.pinned is rec:
+            cq_queue.pinned = None
+        if cq_queue.strict:
+            cq_queue.blocked_by = rec
+            parked.park(cq_queue, reason, keys, conditions)
         else:
-            parked.park(sq, reason, keys, conditions)
+            parked.park(shape_queue, reason, keys, conditions)
         if self.preemption.reserved:
-            self.preemption.parked_while_reserved.append((cqq if cqq.strict else sq, rec))
+            self.preemption.parked_while_reserved.append(
+                (cq_queue if cq_queue.strict else shape_queue, rec)
+            )
         # A new signature means new facts in the sentence: emit without wording it now.
         if rec.reason is not reason:
             rec.reason = reason
@@ -565,30 +570,30 @@ class Engine:
             return None
         if rec.waiting is not None:
             return rec.waiting
-        sq = rec.queue
-        assert sq is not None
-        cqq: ClusterQueueQueue = sq.cq
-        if cqq.stopped is not None:
-            return cqq.stopped
-        if cqq.parked and cqq.blocked_by is not None:
-            if cqq.blocked_by is rec:
-                return cqq.park_reason
-            if cqq.sticky:
+        shape_queue = rec.queue
+        assert shape_queue is not None
+        cq_queue: ClusterQueueQueue = shape_queue.cq
+        if cq_queue.stopped is not None:
+            return cq_queue.stopped
+        if cq_queue.parked and cq_queue.blocked_by is not None:
+            if cq_queue.blocked_by is rec:
+                return cq_queue.park_reason
+            if cq_queue.sticky:
                 return Reason(
                     ReasonCode.PRIORITY,
-                    f"waiting behind job {cqq.blocked_by.id}, which is pending the preemption "
-                    f"of the workloads it needs in ClusterQueue {cqq.name}",
-                    {"clusterQueue": cqq.name, "blockedBy": cqq.blocked_by.id},
+                    f"waiting behind job {cq_queue.blocked_by.id}, which is pending the preemption "
+                    f"of the workloads it needs in ClusterQueue {cq_queue.name}",
+                    {"clusterQueue": cq_queue.name, "blockedBy": cq_queue.blocked_by.id},
                 )
-            return strict_fifo_reason(cqq.name, cqq.blocked_by.id)
-        if sq.parked and sq.park_reason is not None:
-            return sq.park_reason
+            return strict_fifo_reason(cq_queue.name, cq_queue.blocked_by.id)
+        if shape_queue.parked and shape_queue.park_reason is not None:
+            return shape_queue.park_reason
         if rec.reason is not None:
             return rec.reason
         return Reason(
             ReasonCode.PRIORITY,
-            f"waiting for higher-priority jobs in ClusterQueue {cqq.name}",
-            {"clusterQueue": cqq.name},
+            f"waiting for higher-priority jobs in ClusterQueue {cq_queue.name}",
+            {"clusterQueue": cq_queue.name},
         )
 
     def node_state(self, name: str) -> NodeState | None:

@@ -14,22 +14,22 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from phalanx.engine.capacity import MILLI, Devices
+from phalanx.engine.cache.capacity import MILLI, Devices
+from phalanx.engine.cache.quota import FlavorResource, QuotaNode
+from phalanx.engine.cache.runlimits import Key
 from phalanx.engine.decisions import (
     Admit,
     Deactivate,
     Decision,
     NodeAssignment,
 )
-from phalanx.engine.explain import (
+from phalanx.engine.explain.reasons import Reason, ReasonCode
+from phalanx.engine.explain.waiting import (
     waiting_reason,
 )
-from phalanx.engine.limits import Key
-from phalanx.engine.ordering import job_facts
 from phalanx.engine.placement import plan_devices, unit_amounts
-from phalanx.engine.quota import FlavorResource, QuotaNode
-from phalanx.engine.reasons import Reason, ReasonCode
-from phalanx.engine.shapes import PodSetShape
+from phalanx.engine.priority.ordering import job_facts
+from phalanx.engine.queueing.shapes import PodSetShape
 from phalanx.engine.state import Admission, Allocation, JobRecord
 from phalanx.model import (
     GPU_MILLI,
@@ -126,8 +126,10 @@ class JobLifecycle:
         for assigned in decision.pod_sets:
             shape = shapes[assigned.name]
             for resource, flavor in assigned.flavors:
-                fr = (flavor, resource)
-                usage[fr] = usage.get(fr, 0) + assigned.count * shape.per_task(resource)
+                flavor_resource = (flavor, resource)
+                usage[flavor_resource] = usage.get(
+                    flavor_resource, 0
+                ) + assigned.count * shape.per_task(resource)
             for placed in assigned.nodes:
                 slot = self._engine.cache.nodes.get(placed.node)
                 if slot is None:
@@ -141,8 +143,8 @@ class JobLifecycle:
                 self._engine.cache.reindex(slot)
                 allocations.append((slot, amounts, shape.exclusive, devices))
         if info is not None:
-            for fr, amount in usage.items():
-                info.node.add_usage(fr, amount)
+            for flavor_resource, amount in usage.items():
+                info.node.add_usage(flavor_resource, amount)
             node = info.node
         else:
             node = QuotaNode(decision.cluster_queue, True)
@@ -176,13 +178,13 @@ class JobLifecycle:
         rec.waiting = None
         self._engine.waiting.pop(rec.id, None)
         info = self._engine.cache.cluster_queues[cq_name]
-        cqq = self._engine.queues.queue(
+        cq_queue = self._engine.queues.queue(
             cq_name, info.model.queueing_strategy is QueueingStrategy.STRICT_FIFO
         )
-        cqq.stopped = self._engine.cache.stop_reason(info)
-        self._engine.queues.push(rec, cqq)
-        if cqq.stopped is not None:
-            self._engine.emit_reason(rec, cqq.stopped, self._engine.outbox)
+        cq_queue.stopped = self._engine.cache.stop_reason(info)
+        self._engine.queues.push(rec, cq_queue)
+        if cq_queue.stopped is not None:
+            self._engine.emit_reason(rec, cq_queue.stopped, self._engine.outbox)
 
     def wait(self, rec: JobRecord, reason: Reason | None) -> None:
         if reason is None:
@@ -316,11 +318,15 @@ class JobLifecycle:
         levels: dict[FlavorResource, int] = {}
         if info is not None and info.node is admission.quota_node:
             node = info.node
-            for fr, amount in admission.usage.items():
-                node.remove_usage(fr, amount)
+            for flavor_resource, amount in admission.usage.items():
+                node.remove_usage(flavor_resource, amount)
             root = info.root_key
             top = node.top or node
-            levels = {fr: top.subtree.get(fr, 0) - top.usage.get(fr, 0) for fr in admission.usage}
+            levels = {
+                flavor_resource: top.subtree.get(flavor_resource, 0)
+                - top.usage.get(flavor_resource, 0)
+                for flavor_resource in admission.usage
+            }
         nodes = self._engine.cache.nodes
         reserved = self._engine.reserved.holds
         for slot, amounts, exclusive, devices in admission.allocations:
@@ -345,6 +351,6 @@ class JobLifecycle:
             # A held reservation hides what this release freed from the blocked head's
             # wake condition: any release in its tree re-nominates it.
             for name, holds in self._engine.preemption.held.items():
-                cqq = self._engine.queues.queues.get(name)
-                if cqq is not None and cqq.parked and holds[0][0].root_key == root:
-                    self._engine.queues.wake([cqq])
+                cq_queue = self._engine.queues.queues.get(name)
+                if cq_queue is not None and cq_queue.parked and holds[0][0].root_key == root:
+                    self._engine.queues.wake([cq_queue])

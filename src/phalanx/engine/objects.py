@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from phalanx.engine.explain import (
+from phalanx.engine.cache.runlimits import Key
+from phalanx.engine.explain.reasons import Reason, ReasonCode
+from phalanx.engine.explain.waiting import (
     waiting_reason,
 )
-from phalanx.engine.limits import Key
-from phalanx.engine.namespaces import selector_matches
-from phalanx.engine.reasons import Reason, ReasonCode
+from phalanx.engine.queueing.namespaces import selector_matches
 from phalanx.engine.state import JobRecord
 from phalanx.model import (
     ClusterQueue,
@@ -77,13 +77,17 @@ class Objects:
             if obj.stop_policy is StopPolicy.HOLD_AND_DRAIN:
                 self._engine.draining[obj.name] = None
             self._quota_changed()
-            cqq = queues.queues.get(obj.name)
-            if cqq is not None and (
+            cq_queue = queues.queues.get(obj.name)
+            if cq_queue is not None and (
                 obj.namespace_selector is not None
                 or not self._engine.config.missing_namespace_selector_matches_all
             ):
                 self._recheck_namespaces(
-                    [rec for sq in cqq.shapes.values() for rec in sq.members.values()]
+                    [
+                        rec
+                        for shape_queue in cq_queue.shapes.values()
+                        for rec in shape_queue.members.values()
+                    ]
                 )
             self._resolve_waiting()
         elif isinstance(obj, LocalQueue):
@@ -135,10 +139,10 @@ class Objects:
         elif kind == "ClusterQueue":
             cache.delete_cluster_queue(name)
             self._engine.priorities.inputs_changed()
-            cqq = self._engine.queues.queues.get(name)
-            if cqq is not None:
-                for sq in list(cqq.shapes.values()):
-                    for rec in list(sq.members.values()):
+            cq_queue = self._engine.queues.queues.get(name)
+            if cq_queue is not None:
+                for shape_queue in list(cq_queue.shapes.values()):
+                    for rec in list(shape_queue.members.values()):
                         self._engine.queues.remove(rec)
                         self._engine.lifecycle.wait(rec, self.resolve(rec)[2])
             self._quota_changed()
@@ -164,15 +168,19 @@ class Objects:
 
     def _quota_changed(self) -> None:
         self._engine.cache.rebuild_quota()
-        for name, cqq in self._engine.queues.queues.items():
+        for name, cq_queue in self._engine.queues.queues.items():
             info = self._engine.cache.cluster_queues.get(name)
             stopped = self._engine.cache.stop_reason(info) if info is not None else None
-            if stopped is not None and stopped != cqq.stopped:
+            if stopped is not None and stopped != cq_queue.stopped:
                 # Jobs of a stopped or inactive queue are never heads: say why here.
-                members = [rec for sq in cqq.shapes.values() for rec in sq.members.values()]
+                members = [
+                    rec
+                    for shape_queue in cq_queue.shapes.values()
+                    for rec in shape_queue.members.values()
+                ]
                 for rec in sorted(members, key=lambda r: r.key):
                     self._engine.emit_reason(rec, stopped, self._engine.outbox)
-            cqq.stopped = stopped
+            cq_queue.stopped = stopped
         self._engine.queues.wake_all()
 
     def resolve(self, rec: JobRecord) -> tuple[str | None, str | None, Reason | None]:
@@ -251,9 +259,9 @@ class Objects:
         lq = self._engine.cache.local_queues.get(key)
         if lq is not None and lq.stop_policy is StopPolicy.HOLD_AND_DRAIN:
             self._engine.draining["lq:" + key] = None
-        for cqq in self._engine.queues.queues.values():
-            for sq in list(cqq.shapes.values()):
-                for rec in list(sq.members.values()):
+        for cq_queue in self._engine.queues.queues.values():
+            for shape_queue in list(cq_queue.shapes.values()):
+                for rec in list(shape_queue.members.values()):
                     if rec.local_queue == key:
                         self._engine.queues.remove(rec)
                         self._engine.lifecycle.wait(rec, self.resolve(rec)[2])

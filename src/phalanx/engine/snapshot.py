@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from phalanx.engine.capacity import Devices
+from phalanx.engine.cache.capacity import Devices
 from phalanx.engine.config import (
     AdmissionFairSharingConfig,
     BackfillConfig,
@@ -24,10 +24,10 @@ from phalanx.engine.config import (
 )
 from phalanx.engine.decisions import Admit, decision_from_dict
 from phalanx.engine.engine import Engine
-from phalanx.engine.ordering import FairShareWeights, job_facts
-from phalanx.engine.queues import ClusterQueueQueue, Condition, ShapeQueue
-from phalanx.engine.reasons import reason_from_dict
-from phalanx.engine.shapes import PodSetShape
+from phalanx.engine.explain.reasons import reason_from_dict
+from phalanx.engine.priority.ordering import FairShareWeights, job_facts
+from phalanx.engine.queueing.queues import ClusterQueueQueue, Condition, ShapeQueue
+from phalanx.engine.queueing.shapes import PodSetShape
 from phalanx.engine.state import Admission, Allocation, JobRecord
 from phalanx.model import (
     ClusterQueue,

@@ -5,17 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from phalanx.engine.ordering import JobFacts
-from phalanx.engine.quota import FlavorResource
-from phalanx.engine.reasons import Reason
-from phalanx.engine.shapes import JobShape
+from phalanx.engine.cache.quota import FlavorResource
+from phalanx.engine.explain.reasons import Reason
+from phalanx.engine.priority.ordering import JobFacts
+from phalanx.engine.queueing.shapes import JobShape
 from phalanx.model import Job
 
 if TYPE_CHECKING:
-    from phalanx.engine.capacity import Devices, NodeSlot
+    from phalanx.engine.cache.capacity import Devices, NodeSlot
+    from phalanx.engine.cache.quota import QuotaNode
     from phalanx.engine.decisions import Admit
-    from phalanx.engine.queues import ShapeQueue, SortKey
-    from phalanx.engine.quota import QuotaNode
+    from phalanx.engine.queueing.queues import ShapeQueue, SortKey
 
 __all__ = ["Admission", "Allocation", "JobRecord"]
 

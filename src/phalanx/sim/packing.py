@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from phalanx.engine import Admit, Cancel, Engine, EngineConfig, Submit, Upsert
 from phalanx.engine.placement import TaskShape, task_shape
-from phalanx.engine.shapes import ShapeInterner
+from phalanx.engine.queueing.shapes import ShapeInterner
 from phalanx.model import (
     CPU,
     GPU,

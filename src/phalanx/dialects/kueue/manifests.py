@@ -669,7 +669,7 @@ def _convert(kind: str, api_version: str, data: Mapping[str, Any]) -> _Converted
         scope = spec.pop("admissionScope", None)
         if scope is not None:
             # Kueue's admission fair sharing: kept as an annotation (it round-trips);
-            # the engine reads its admissionMode (phalanx.engine.afs).
+            # the engine reads its admissionMode (phalanx.engine.admissionfairsharing.usage).
             try:
                 annotations[ADMISSION_SCOPE_ANNOTATION] = json.dumps(scope, sort_keys=True)
             except (TypeError, ValueError):

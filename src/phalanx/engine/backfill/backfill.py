@@ -15,11 +15,6 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from phalanx.engine.assigner import (
-    Assignment,
-    flavor_matches,
-    node_filter,
-)
 from phalanx.engine.backfill.plans import (
     QuotaEnds,
     Reservation,
@@ -28,14 +23,19 @@ from phalanx.engine.backfill.plans import (
     plan_quota,
     round_up,
 )
-from phalanx.engine.cache import ClusterQueueInfo
-from phalanx.engine.capacity import NodeSlot
+from phalanx.engine.cache.capacity import NodeSlot
+from phalanx.engine.cache.cluster import ClusterQueueInfo
+from phalanx.engine.cache.quota import FlavorResource, QuotaNode
 from phalanx.engine.decisions import (
     Admit,
 )
-from phalanx.engine.queues import ShapeQueue
-from phalanx.engine.quota import FlavorResource, QuotaNode
-from phalanx.engine.shapes import JobShape
+from phalanx.engine.placement.assigner import (
+    Assignment,
+    flavor_matches,
+    node_filter,
+)
+from phalanx.engine.queueing.queues import ShapeQueue
+from phalanx.engine.queueing.shapes import JobShape
 from phalanx.engine.state import JobRecord
 from phalanx.model import (
     GPU,
@@ -111,7 +111,7 @@ class Backfill:
     def on_blocked_head(
         self,
         rec: JobRecord,
-        sq: ShapeQueue,
+        shape_queue: ShapeQueue,
         info: ClusterQueueInfo,
         assignment: Assignment,
         state: CycleState,
@@ -128,7 +128,7 @@ class Backfill:
             return True
         self.waiting[rec.id] = rec
         if state.backfill_pass:
-            self._engine.queues.set_aside(sq.cq)
+            self._engine.queues.set_aside(shape_queue.cq)
         elif rec.id not in state.retried and self._may_reserve(rec, info, state):
             self._reserve_at_once(rec, info)
         return False
@@ -197,7 +197,8 @@ class Backfill:
         for resource, amount in rec.shape.totals:
             covering = [(f, resource) for f in flavors if (f, resource) in node.nominal]
             if covering and all(
-                node.borrowing_with(fr, amount - own.get(fr, 0)) for fr in covering
+                node.borrowing_with(flavor_resource, amount - own.get(flavor_resource, 0))
+                for flavor_resource in covering
             ):
                 return True
         return False
@@ -241,18 +242,18 @@ class Backfill:
         top = heapq.nsmallest(bf.max_job_test, live, key=lambda r: r.key[1:])
         pool = {r.id: r for r in live}
         for rec in top:
-            sq = rec.queue
-            assert sq is not None
-            if id(sq) in seen or sq.peek() is not rec:
+            shape_queue = rec.queue
+            assert shape_queue is not None
+            if id(shape_queue) in seen or shape_queue.peek() is not rec:
                 continue
-            seen.add(id(sq))
+            seen.add(id(shape_queue))
             if len(seen) > heads:
                 break
-            if len(sq.members) <= share + 1:
-                for other in sq.members.values():
+            if len(shape_queue.members) <= share + 1:
+                for other in shape_queue.members.values():
                     pool.setdefault(other.id, other)
                 continue
-            for other in sq.smallest(share + 1):
+            for other in shape_queue.smallest(share + 1):
                 pool.setdefault(other.id, other)
         self._engine.reserved.drop_all(wake=False)
         state.no_room.clear()

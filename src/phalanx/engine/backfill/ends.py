@@ -17,7 +17,7 @@ from phalanx.engine.backfill.plans import (
     Timeline,
     planned_end,
 )
-from phalanx.engine.quota import FlavorResource
+from phalanx.engine.cache.quota import FlavorResource
 from phalanx.engine.state import Admission, JobRecord
 
 if TYPE_CHECKING:

@@ -40,15 +40,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
-from phalanx.engine.capacity import FlavorNodes, NodeSlot
-from phalanx.engine.quota import FlavorResource, available, potential_available
-from phalanx.engine.shapes import PodSetShape
+from phalanx.engine.cache.capacity import FlavorNodes, NodeSlot
+from phalanx.engine.cache.cluster import ClusterCache, ClusterQueueInfo
+from phalanx.engine.cache.quota import FlavorResource, available, potential_available
+from phalanx.engine.queueing.shapes import PodSetShape
 from phalanx.model import GPU
 
 if TYPE_CHECKING:
+    from phalanx.engine.placement.topology import DomainIndex
     from phalanx.engine.state import Admission, JobRecord
-    from phalanx.engine.topology import DomainIndex
 
 __all__ = [
     "Holds",

@@ -17,9 +17,9 @@ from phalanx.engine.backfill.plans import (
     Holds,
     Reservation,
 )
-from phalanx.engine.cache import ClusterQueueInfo
-from phalanx.engine.capacity import NodeSlot
-from phalanx.engine.quota import FlavorResource
+from phalanx.engine.cache.capacity import NodeSlot
+from phalanx.engine.cache.cluster import ClusterQueueInfo
+from phalanx.engine.cache.quota import FlavorResource
 from phalanx.engine.state import JobRecord
 
 if TYPE_CHECKING:
@@ -44,8 +44,8 @@ class Reservations:
                     r.cluster_queue,
                     r.start,
                     list(r.nodes),
-                    [[*fr, v] for fr, v in r.quota],
-                    [[*fr, v] for fr, v in r.needs],
+                    [[*flavor_resource, v] for flavor_resource, v in r.quota],
+                    [[*flavor_resource, v] for flavor_resource, v in r.needs],
                 ]
                 for r in self.by_job.values()
             ]
@@ -86,11 +86,11 @@ class Reservations:
     def hold_quota(self, r: Reservation, sign: int) -> None:
         info = self._engine.cache.cluster_queues.get(r.cluster_queue)
         if info is not None:
-            for fr, amount in r.quota:
+            for flavor_resource, amount in r.quota:
                 if sign > 0:
-                    info.node.add_usage(fr, amount)
+                    info.node.add_usage(flavor_resource, amount)
                 else:
-                    info.node.remove_usage(fr, amount)
+                    info.node.remove_usage(flavor_resource, amount)
 
     def wake_holders(self, root: str, slots: Iterable[NodeSlot]) -> None:
         """A release in a reserved job's quota tree or on its held nodes: try it again.
@@ -99,15 +99,15 @@ class Reservations:
         items: list[Any] = []
         for r in self.by_job.values():
             holder = self._engine.jobs[r.job_id]
-            sq = holder.queue
-            if sq is None:
+            shape_queue = holder.queue
+            if shape_queue is None:
                 continue
             info = self._engine.cache.cluster_queues.get(r.cluster_queue)
             # Before its start only a release on its own nodes can change its plan much;
             # from then on, any release in its quota tree may let it start.
             due = self._engine.now >= r.start
             if r.job_id in owners or (due and info is not None and root and info.root_key == root):
-                items.append(sq.cq if sq.cq.strict else sq)
+                items.append(shape_queue.cq if shape_queue.cq.strict else shape_queue)
         if items:
             self._engine.queues.wake(items)
 
@@ -131,8 +131,8 @@ class Reservations:
                 names.append(slot.name)
         wanted = tuple(sorted(needs.items()))
         quota = self._to_hold(info, start, wanted)
-        for fr, amount in quota:
-            info.node.add_usage(fr, amount)
+        for flavor_resource, amount in quota:
+            info.node.add_usage(flavor_resource, amount)
         self.by_job[rec.id] = Reservation(rec.id, info.name, start, tuple(names), quota, wanted)
         self._engine.assigner.generation += 1
 
@@ -147,10 +147,10 @@ class Reservations:
         ends count as the plan counts them (:func:`plan_quota`)."""
         tree = self._engine.ends.quota_ends_of(info.root_key)
         held = []
-        for fr, amount in needs:
-            short = amount - tree.returned(fr, start, amount)
+        for flavor_resource, amount in needs:
+            short = amount - tree.returned(flavor_resource, start, amount)
             if short > 0:
-                held.append((fr, short))
+                held.append((flavor_resource, short))
         return tuple(held)
 
     def rehold(self, root: str, end: float) -> None:
@@ -191,12 +191,16 @@ class Reservations:
         usage: dict[FlavorResource, int] = {}
         levels: dict[FlavorResource, int] = {}
         if info is not None and res.quota:
-            for fr, amount in res.quota:
-                info.node.remove_usage(fr, amount)
+            for flavor_resource, amount in res.quota:
+                info.node.remove_usage(flavor_resource, amount)
             if wake:
                 root, usage = info.root_key, dict(res.quota)
                 top = info.node.top or info.node
-                levels = {fr: top.subtree.get(fr, 0) - top.usage.get(fr, 0) for fr in usage}
+                levels = {
+                    flavor_resource: top.subtree.get(flavor_resource, 0)
+                    - top.usage.get(flavor_resource, 0)
+                    for flavor_resource in usage
+                }
         self._engine.assigner.generation += 1
         if wake:
             self._engine.queues.release(root, usage, levels, list(dict.fromkeys(keys)))

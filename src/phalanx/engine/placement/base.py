@@ -5,7 +5,7 @@ supplies the flavor's node index, a node filter (schedulability, node
 selector and affinity, taints, the labels of the other flavors assigned to the
 pod set) and an *overlay* of what earlier pod sets of the same job have
 already tentatively taken (per resource, and per GPU device under
-:func:`~phalanx.engine.capacity.device_key`).
+:func:`~phalanx.engine.cache.capacity.device_key`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from phalanx.engine.capacity import MILLI, Devices, FlavorNodes, NodeSlot, device_key
-from phalanx.engine.shapes import PodSetShape
+from phalanx.engine.cache.capacity import MILLI, Devices, FlavorNodes, NodeSlot, device_key
+from phalanx.engine.queueing.shapes import PodSetShape
 from phalanx.model import GPU, GPU_MILLI
 
 __all__ = [

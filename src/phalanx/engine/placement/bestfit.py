@@ -19,9 +19,9 @@ rejects gangs that cannot fit, in O(buckets).
 
 from __future__ import annotations
 
-from phalanx.engine.capacity import FlavorNodes, NodeSlot
+from phalanx.engine.cache.capacity import FlavorNodes, NodeSlot
 from phalanx.engine.placement.base import NodeFilter, Overlay, PlacementResult
-from phalanx.engine.shapes import PodSetShape
+from phalanx.engine.queueing.shapes import PodSetShape
 
 __all__ = ["BestFit"]
 

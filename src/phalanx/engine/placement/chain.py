@@ -16,7 +16,7 @@ Kubernetes scheduler places a pod, with the same three extension points:
    engine stays deterministic).
 
 Scores are functions of the free state, so they are computed per *class* of
-identical nodes (:meth:`~phalanx.engine.capacity.FlavorNodes.classes`) and kept
+identical nodes (:meth:`~phalanx.engine.cache.capacity.FlavorNodes.classes`) and kept
 until the class's state or the workload profile changes: a decision costs the
 number of distinct node states, not the number of nodes.
 
@@ -34,11 +34,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from phalanx.engine.capacity import MILLI, ClassKey, FlavorNodes, NodeClass, NodeSlot
+from phalanx.engine.cache.capacity import MILLI, ClassKey, FlavorNodes, NodeClass, NodeSlot
 from phalanx.engine.placement.base import NodeFilter, Overlay, PlacementPolicy, PlacementResult
 from phalanx.engine.placement.scores import Block, FlavorView, NodeScorer
 from phalanx.engine.placement.workload import task_shape
-from phalanx.engine.shapes import PodSetShape
+from phalanx.engine.queueing.shapes import PodSetShape
 from phalanx.model import CPU, GPU_MILLI
 
 __all__ = [

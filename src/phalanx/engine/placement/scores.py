@@ -1,7 +1,7 @@
 """Node scorers: how good a node is for a block of tasks, from the node's free state.
 
 A score is a function of a node's *free state* (its
-:data:`~phalanx.engine.capacity.ClassKey`: GPU model, each device's free
+:data:`~phalanx.engine.cache.capacity.ClassKey`: GPU model, each device's free
 thousandths, every resource's free amount) and of the block to place, so the
 chain (:mod:`phalanx.engine.placement.chain`) computes it once per class of
 identical nodes. Higher is better. A scorer may also say which GPU device a
@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from phalanx.engine.capacity import MILLI, ClassKey, FlavorNodes
+from phalanx.engine.cache.capacity import MILLI, ClassKey, FlavorNodes
 from phalanx.engine.placement.workload import TaskShape, WorkloadProfile
 from phalanx.model import CPU
 

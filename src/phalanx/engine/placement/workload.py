@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.engine.capacity import MILLI
-from phalanx.engine.shapes import PodSetShape
+from phalanx.engine.cache.capacity import MILLI
+from phalanx.engine.queueing.shapes import PodSetShape
 from phalanx.model import CPU, GPU, GPU_MILLI, GPU_MODEL_LABELS, NodeSelectorOperator
 
 __all__ = ["TaskShape", "WorkloadProfile", "gpu_models", "task_shape"]

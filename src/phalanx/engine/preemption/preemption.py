@@ -12,18 +12,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from phalanx.engine.assigner import (
+from phalanx.engine.cache.cluster import ClusterQueueInfo
+from phalanx.engine.cache.quota import FlavorResource, QuotaNode, available
+from phalanx.engine.config import PreemptionConfig
+from phalanx.engine.decisions import (
+    Decision,
+    Evict,
+)
+from phalanx.engine.explain.reasons import Reason, ReasonCode
+from phalanx.engine.placement.assigner import (
     NO_CANDIDATES,
     PREEMPT,
     RECLAIM,
     Assignment,
     Oracle,
-)
-from phalanx.engine.cache import ClusterQueueInfo
-from phalanx.engine.config import PreemptionConfig
-from phalanx.engine.decisions import (
-    Decision,
-    Evict,
 )
 from phalanx.engine.preemption.preemptor import (
     Candidate,
@@ -32,10 +34,8 @@ from phalanx.engine.preemption.preemptor import (
     contested,
     may_preempt,
 )
-from phalanx.engine.queues import ShapeQueue
-from phalanx.engine.quota import FlavorResource, QuotaNode, available
-from phalanx.engine.reasons import Reason, ReasonCode
-from phalanx.engine.shapes import JobShape
+from phalanx.engine.queueing.queues import ShapeQueue
+from phalanx.engine.queueing.shapes import JobShape
 from phalanx.engine.state import JobRecord
 from phalanx.model import (
     ClusterQueue,
@@ -99,7 +99,7 @@ class Preemption:
     def not_fitting(
         self,
         rec: JobRecord,
-        sq: ShapeQueue,
+        shape_queue: ShapeQueue,
         info: ClusterQueueInfo,
         assignment: Assignment,
         state: CycleState,
@@ -110,7 +110,7 @@ class Preemption:
         if info.preempts:
             targets = self._targets(rec, rec.shape, info, assignment, claimed)
             if targets:
-                self._issue_preemption(rec, sq, info, targets, claimed, out)
+                self._issue_preemption(rec, shape_queue, info, targets, claimed, out)
                 return
         if rec.shape.partial is None:
             partial, victims, smallest = None, None, None
@@ -119,11 +119,11 @@ class Preemption:
         if partial is not None and not self._engine.pods_ready.blocks_admission():
             out.append(self._engine.admit(rec, info, partial))
         elif victims:
-            self._issue_preemption(rec, sq, info, victims, claimed, out)
+            self._issue_preemption(rec, shape_queue, info, victims, claimed, out)
         elif (
             self._engine.config.backfill is not None
             and rec.shape.partial is None
-            and self._engine.backfill.on_blocked_head(rec, sq, info, assignment, state)
+            and self._engine.backfill.on_blocked_head(rec, shape_queue, info, assignment, state)
         ):
             pass
         else:
@@ -133,7 +133,7 @@ class Preemption:
                 self._reserve(rec, info, contested(info, assignment))
             # Park on what the smallest admissible count needs: quota or nodes freed
             # for that wake it.
-            self._engine.park(rec, sq, info, smallest or assignment, out)
+            self._engine.park(rec, shape_queue, info, smallest or assignment, out)
 
     def _targets(
         self,
@@ -146,8 +146,8 @@ class Preemption:
         """The jobs to preempt so that ``shape`` fits for ``rec``, or None."""
         if not may_preempt(info):
             return None
-        frs = contested(info, assignment)
-        if not frs:
+        flavor_resources = contested(info, assignment)
+        if not flavor_resources:
             return None
         assigner = self._engine.assigner
 
@@ -170,13 +170,13 @@ class Preemption:
             found = preemptor.fair_targets(
                 rec,
                 info,
-                frs,
+                flavor_resources,
                 claimed,
                 fair.preemption_strategies,
                 self._engine.fair_sharing.weight,
             )
         else:
-            found = preemptor.targets(rec, info, frs, claimed)
+            found = preemptor.targets(rec, info, flavor_resources, claimed)
         assigner.generation += 1
         return found[0] if found is not None else None
 
@@ -218,7 +218,7 @@ class Preemption:
     def _issue_preemption(
         self,
         rec: JobRecord,
-        sq: ShapeQueue,
+        shape_queue: ShapeQueue,
         info: ClusterQueueInfo,
         targets: list[Candidate],
         claimed: set[int],
@@ -256,11 +256,13 @@ class Preemption:
             f"Pending the preemption of {len(targets)} workload(s)",
             {"clusterQueue": info.name, "victims": [c.rec.id for c in targets]},
         )
-        cqq = sq.cq
-        cqq.blocked_by = rec
-        cqq.sticky = True
-        cqq.pinned = rec
-        self._engine.queues.parked.park(cqq, reason, tuple(f"evict:{c.rec.id}" for c in targets))
+        cq_queue = shape_queue.cq
+        cq_queue.blocked_by = rec
+        cq_queue.sticky = True
+        cq_queue.pinned = rec
+        self._engine.queues.parked.park(
+            cq_queue, reason, tuple(f"evict:{c.rec.id}" for c in targets)
+        )
         self._engine.emit_reason(rec, reason, out)
 
     def oracle(self, rec: JobRecord, info: ClusterQueueInfo) -> Oracle:
@@ -268,16 +270,18 @@ class Preemption:
         whether preempting (quota only) could make room, and in which mode."""
         node = info.node
 
-        def oracle(fr: FlavorResource, needed: int) -> tuple[int, int] | None:
-            if not considers(info, fr, needed):
+        def oracle(flavor_resource: FlavorResource, needed: int) -> tuple[int, int] | None:
+            if not considers(info, flavor_resource, needed):
                 return None
 
             def fits(allow_borrowing: bool) -> int | None:
-                if needed > available(node, fr):
+                if needed > available(node, flavor_resource):
                     return None
-                if not allow_borrowing and node.usage.get(fr, 0) + needed > node.nominal.get(fr, 0):
+                if not allow_borrowing and node.usage.get(
+                    flavor_resource, 0
+                ) + needed > node.nominal.get(flavor_resource, 0):
                     return None
-                return node.borrowing_height(fr, needed)
+                return node.borrowing_height(flavor_resource, needed)
 
             preemptor = Preemptor(
                 self._engine.cache,
@@ -287,7 +291,7 @@ class Preemption:
                 self._put_back_quota,
                 self._exempt,
             )
-            found = preemptor.targets(rec, info, {fr: needed}, set())
+            found = preemptor.targets(rec, info, {flavor_resource: needed}, set())
             if found is None:
                 return NO_CANDIDATES, 0
             targets, borrow = found
@@ -306,15 +310,15 @@ class Preemption:
         node = self._charged_node(rec)
         if node is not None:
             assert rec.admission is not None
-            for fr, amount in rec.admission.usage.items():
-                node.remove_usage(fr, amount)
+            for flavor_resource, amount in rec.admission.usage.items():
+                node.remove_usage(flavor_resource, amount)
 
     def _put_back_quota(self, rec: JobRecord) -> None:
         node = self._charged_node(rec)
         if node is not None:
             assert rec.admission is not None
-            for fr, amount in rec.admission.usage.items():
-                node.add_usage(fr, amount)
+            for flavor_resource, amount in rec.admission.usage.items():
+                node.add_usage(flavor_resource, amount)
 
     def _lift(self, rec: JobRecord) -> None:
         """Take an admitted job's quota and node capacity away, for a trial."""
@@ -339,7 +343,7 @@ class Preemption:
                 self._engine.cache.reindex(slot)
 
     def _reserve(
-        self, rec: JobRecord, info: ClusterQueueInfo, frs: dict[FlavorResource, int]
+        self, rec: JobRecord, info: ClusterQueueInfo, flavor_resources: dict[FlavorResource, int]
     ) -> None:
         """Hold quota for a lender's head whose preemption found no targets (Kueue's
         ``reserveCapacityForUnreclaimablePreempt``): later entries of this round cannot
@@ -347,31 +351,36 @@ class Preemption:
         if info.model.preemption.reclaim_within_cohort == "Any" or info.node.parent is None:
             return
         node = info.node
-        for fr, need in frs.items():
-            if need <= available(node, fr):
+        for flavor_resource, need in flavor_resources.items():
+            if need <= available(node, flavor_resource):
                 continue
-            usage, nominal = node.usage.get(fr, 0), node.nominal.get(fr, 0)
+            usage, nominal = (
+                node.usage.get(flavor_resource, 0),
+                node.nominal.get(flavor_resource, 0),
+            )
             if usage + need <= nominal:
                 amount = min(need, nominal - usage)
             else:
-                limit = node.borrowing_limit.get(fr)
+                limit = node.borrowing_limit.get(flavor_resource)
                 amount = need if limit is None else min(need, nominal + limit - usage)
             if amount > 0:
-                node.add_usage(fr, amount)
-                self.reserved.append((info, fr, amount, rec))
+                node.add_usage(flavor_resource, amount)
+                self.reserved.append((info, flavor_resource, amount, rec))
         self._engine.assigner.generation += 1
 
     def release_holds(self) -> None:
         """Give back the reservations of StrictFIFO heads that are no longer blocked."""
         for name in list(self.held):
-            cqq = self._engine.queues.queues.get(name)
-            if cqq is not None and cqq.parked and cqq.blocked_by is not None:
+            cq_queue = self._engine.queues.queues.get(name)
+            if cq_queue is not None and cq_queue.parked and cq_queue.blocked_by is not None:
                 continue
-            for info, fr, amount in self.held.pop(name):
-                info.node.remove_usage(fr, amount)
+            for info, flavor_resource, amount in self.held.pop(name):
+                info.node.remove_usage(flavor_resource, amount)
                 top = info.node.top or info.node
-                level = top.subtree.get(fr, 0) - top.usage.get(fr, 0)
-                self._engine.queues.release(info.root_key, {fr: amount}, {fr: level}, [])
+                level = top.subtree.get(flavor_resource, 0) - top.usage.get(flavor_resource, 0)
+                self._engine.queues.release(
+                    info.root_key, {flavor_resource: amount}, {flavor_resource: level}, []
+                )
             self._engine.assigner.generation += 1
 
     def unreserve(self) -> None:
@@ -381,18 +390,20 @@ class Preemption:
             return
         reservers = {id(rec) for *_, rec in self.reserved}
         for entry in self.reserved:
-            info, fr, amount, rec = entry
-            sq = rec.queue
+            info, flavor_resource, amount, rec = entry
+            shape_queue = rec.queue
             if (
                 self._engine.config.heads_per_cycle is not None
-                and sq is not None
-                and sq.cq.strict
-                and sq.cq.blocked_by is rec
-                and sq.cq.parked
+                and shape_queue is not None
+                and shape_queue.cq.strict
+                and shape_queue.cq.blocked_by is rec
+                and shape_queue.cq.parked
             ):
-                self.held.setdefault(sq.cq.name, []).append((info, fr, amount))
+                self.held.setdefault(shape_queue.cq.name, []).append(
+                    (info, flavor_resource, amount)
+                )
             else:
-                info.node.remove_usage(fr, amount)
+                info.node.remove_usage(flavor_resource, amount)
         woken = [item for item, rec in self.parked_while_reserved if id(rec) not in reservers]
         self.reserved = []
         self.parked_while_reserved = []

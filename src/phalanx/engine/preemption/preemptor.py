@@ -44,10 +44,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from phalanx.engine.assigner import PLACEMENT, QUOTA, Assignment
-from phalanx.engine.cache import ClusterCache, ClusterQueueInfo
-from phalanx.engine.fairsharing import share_and_ratio
-from phalanx.engine.quota import FlavorResource, QuotaNode
+from phalanx.engine.cache.cluster import ClusterCache, ClusterQueueInfo
+from phalanx.engine.cache.quota import FlavorResource, QuotaNode
+from phalanx.engine.fairsharing.shares import share_and_ratio
+from phalanx.engine.placement.assigner import PLACEMENT, QUOTA, Assignment
 from phalanx.engine.state import JobRecord
 
 __all__ = [
@@ -305,7 +305,7 @@ class Preemptor(Generic[T]):
         strategies: tuple[str, ...],
         weight: Callable[[QuotaNode], float],
     ) -> tuple[list[Candidate], T] | None:
-        """Fair-sharing preemption (see :mod:`phalanx.engine.fairsharing`)."""
+        """Fair-sharing preemption (see :mod:`phalanx.engine.fairsharing.shares`)."""
         cands = self.candidates(rec, info, frs, excluded)
         if not cands:
             return None

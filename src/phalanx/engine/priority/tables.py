@@ -1,7 +1,7 @@
 """The priority tables: what a recalculation computes once for every job.
 
 Tree-level and queue-level inputs of the orderings
-(:mod:`phalanx.engine.ordering`) do not depend on the job, so the engine
+(:mod:`phalanx.engine.priority.ordering`) do not depend on the job, so the engine
 computes them here once per recalculation (every ``priority_calc_period_s``,
 or when a tenant, ClusterQueue or usage changes) and a job's priority is then a
 few look-ups, even with 100k pending jobs:
@@ -31,14 +31,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from phalanx.engine.cache import ClusterCache
-from phalanx.engine.ordering import PriorityTables, QueueFacts, TenantShare
+from phalanx.engine.cache.cluster import ClusterCache
 from phalanx.engine.priority.fairshare import (
     classic_effective_usage,
     classic_factor,
     classic_normalized_shares,
     fair_tree,
 )
+from phalanx.engine.priority.ordering import PriorityTables, QueueFacts, TenantShare
 from phalanx.engine.priority.tree import Association, AssociationTree
 from phalanx.model import Tenant
 from phalanx.model.priorityannotations import PARTITION_FACTOR_ANNOTATION, PRESET_ANNOTATION

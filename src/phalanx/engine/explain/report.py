@@ -23,13 +23,13 @@ import heapq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from phalanx.engine.quota import FlavorResource, available, binding_limit, potential_available
+from phalanx.engine.cache.quota import FlavorResource, available, binding_limit, potential_available
 
 if TYPE_CHECKING:
     from phalanx.engine.backfill.plans import Reservation
-    from phalanx.engine.cache import ClusterQueueInfo
+    from phalanx.engine.cache.cluster import ClusterQueueInfo
     from phalanx.engine.engine import Engine
-    from phalanx.engine.reasons import Reason
+    from phalanx.engine.explain.reasons import Reason
     from phalanx.engine.state import JobRecord
 
 __all__ = [

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from phalanx.engine.reasons import Reason, ReasonCode
-from phalanx.engine.shapes import JobShape
+from phalanx.engine.explain.reasons import Reason, ReasonCode
+from phalanx.engine.queueing.shapes import JobShape
 from phalanx.model import (
     CPU,
     MEMORY,

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from phalanx.engine.assigner import (
+from phalanx.engine.cache.quota import FlavorResource, QuotaNode, Shortage, binding_limit
+from phalanx.engine.explain.reasons import Reason, ReasonCode
+from phalanx.engine.placement.assigner import (
     FIT,
     MAX_QUOTA,
     NO_MATCH,
@@ -19,8 +21,6 @@ from phalanx.engine.assigner import (
     FlavorAttempt,
     PodSetResult,
 )
-from phalanx.engine.quota import FlavorResource, QuotaNode, Shortage, binding_limit
-from phalanx.engine.reasons import Reason, ReasonCode
 from phalanx.model import format_quantity
 
 __all__ = [

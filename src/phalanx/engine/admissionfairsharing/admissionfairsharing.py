@@ -2,9 +2,9 @@
 
 ClusterQueues with ``admissionScope.admissionMode: UsageBasedAdmissionFairSharing``
 order their pending jobs by their LocalQueue's decayed usage first
-(:class:`~phalanx.engine.afs.LocalQueueUsage`), then as usual. This owner keeps
-the usage, samples it on the configured interval, and re-keys the jobs whose
-LocalQueue's score changed.
+(:class:`~phalanx.engine.admissionfairsharing.usage.LocalQueueUsage`), then as
+usual. This owner keeps the usage, samples it on the configured interval, and
+re-keys the jobs whose LocalQueue's score changed.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from phalanx.engine.afs import LocalQueueUsage, base_units
-from phalanx.engine.quota import FlavorResource
+from phalanx.engine.admissionfairsharing.usage import LocalQueueUsage, base_units
+from phalanx.engine.cache.quota import FlavorResource
 from phalanx.engine.state import JobRecord
 
 if TYPE_CHECKING:
@@ -91,14 +91,14 @@ class AdmissionFairSharing:
     def rekey(self) -> None:
         """New LocalQueue scores into the keys of the stale ClusterQueues' jobs."""
         for name in sorted(self.stale):
-            cqq = self._engine.queues.queues.get(name)
-            if cqq is None:
+            cq_queue = self._engine.queues.queues.get(name)
+            if cq_queue is None:
                 continue
-            for sq in cqq.shapes.values():
-                for rec in sq.members.values():
+            for shape_queue in cq_queue.shapes.values():
+                for rec in shape_queue.members.values():
                     rec.key = (self.lq_score(rec), *rec.key[1:])
-            cqq.rebuild()
-            if cqq.parked and cqq.blocked_by is not None:
-                self._engine.queues.wake([cqq])
-            self._engine.queues.mark_candidate(cqq)
+            cq_queue.rebuild()
+            if cq_queue.parked and cq_queue.blocked_by is not None:
+                self._engine.queues.wake([cq_queue])
+            self._engine.queues.mark_candidate(cq_queue)
         self.stale.clear()

@@ -28,8 +28,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from phalanx.engine.cache import ClusterCache, ClusterQueueInfo, GroupInfo
-from phalanx.engine.capacity import FlavorNodes, NodeSlot
+from phalanx.engine.cache.capacity import FlavorNodes, NodeSlot
+from phalanx.engine.cache.cluster import ClusterCache, ClusterQueueInfo, GroupInfo
+from phalanx.engine.cache.quota import (
+    FlavorResource,
+    available,
+    potential_available,
+)
 from phalanx.engine.placement import (
     NodeFilter,
     Overlay,
@@ -37,13 +42,8 @@ from phalanx.engine.placement import (
     PlacementResult,
     add_to_overlay,
 )
-from phalanx.engine.quota import (
-    FlavorResource,
-    available,
-    potential_available,
-)
-from phalanx.engine.shapes import JobShape, PodSetShape
-from phalanx.engine.topology import DomainIndex, place_in_topology
+from phalanx.engine.placement.topology import DomainIndex, place_in_topology
+from phalanx.engine.queueing.shapes import JobShape, PodSetShape
 from phalanx.model import (
     GPU,
     HOSTNAME_LABEL,

@@ -1,6 +1,6 @@
 """Job priorities and when they are computed again.
 
-The ordering (:mod:`phalanx.engine.ordering`) turns a job's facts and a context
+The ordering (:mod:`phalanx.engine.priority.ordering`) turns a job's facts and a context
 (tenant shares, priority tables, the time) into its sort key. This owner keeps
 that context: tenants' usage shares, the tree- and queue-level tables, and
 whether time or an input change makes the pending jobs' keys stale.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from phalanx.engine.ordering import PriorityContext, PriorityTables, TenantShare
+from phalanx.engine.priority.ordering import PriorityContext, PriorityTables, TenantShare
 from phalanx.engine.priority.tables import build_tables
 from phalanx.engine.state import JobRecord
 from phalanx.model.priorityannotations import PRESET_ANNOTATION
@@ -96,20 +96,20 @@ class Priorities:
     def reprioritize(self, recs: Iterable[JobRecord]) -> None:
         ctx = self.context(0.0)
         for rec in list(recs):
-            sq = rec.queue
+            shape_queue = rec.queue
             # Ask before the key changes: peek() drops heap entries whose key is stale, so
             # afterwards the old head looks like a follower and its shape is never re-offered.
-            was_head = sq is not None and sq.peek() is rec
+            was_head = shape_queue is not None and shape_queue.peek() is rec
             old = rec.key
             self.set_priority(rec, ctx)
-            if sq is None or rec.key == old:
+            if shape_queue is None or rec.key == old:
                 continue
-            sq.push(rec)
-            cqq = sq.cq
-            if was_head or sq.peek() is rec:
-                cqq.offer(sq)
-            if cqq.parked and cqq.blocked_by is not None:
-                self._engine.queues.wake([cqq])
+            shape_queue.push(rec)
+            cq_queue = shape_queue.cq
+            if was_head or shape_queue.peek() is rec:
+                cq_queue.offer(shape_queue)
+            if cq_queue.parked and cq_queue.blocked_by is not None:
+                self._engine.queues.wake([cq_queue])
 
     def refresh(self, now: float) -> None:
         self._engine.afs.sample(now)
@@ -131,9 +131,13 @@ class Priorities:
                 self.set_priority(rec, ctx)
         self._engine.queues.rebuild()
         self._engine.queues.wake(
-            [cqq for cqq in self._engine.queues.queues.values() if cqq.parked and cqq.blocked_by]
+            [
+                cq_queue
+                for cq_queue in self._engine.queues.queues.values()
+                if cq_queue.parked and cq_queue.blocked_by
+            ]
         )
-        for cqq in self._engine.queues.queues.values():
-            self._engine.queues.mark_candidate(cqq)
+        for cq_queue in self._engine.queues.queues.values():
+            self._engine.queues.mark_candidate(cq_queue)
         self.dirty = False
         self._engine.afs.stale.clear()

@@ -24,9 +24,9 @@ import heapq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from phalanx.engine.quota import FlavorResource
-from phalanx.engine.reasons import Reason
-from phalanx.engine.shapes import JobShape
+from phalanx.engine.cache.quota import FlavorResource
+from phalanx.engine.explain.reasons import Reason
+from phalanx.engine.queueing.shapes import JobShape
 
 if TYPE_CHECKING:
     from phalanx.engine.state import JobRecord
@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 __all__ = ["ClusterQueueQueue", "ParkIndex", "QueueManager", "ShapeQueue", "SortKey"]
 
 SortKey = tuple[float, float, float, int]
-"""``(LocalQueue score, -priority, submit_time, id)``: smaller sorts first. The score is
-Admission Fair Sharing's (:mod:`phalanx.engine.afs`), 0 in ClusterQueues without it."""
+"""``(LocalQueue score, -priority, submit_time, id)``: smaller sorts first. The score
+is Admission Fair Sharing's (:mod:`phalanx.engine.admissionfairsharing.usage`), 0 in
+ClusterQueues without it."""
 
 
 Condition = tuple[str, str, FlavorResource, int]

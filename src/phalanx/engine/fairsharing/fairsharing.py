@@ -2,7 +2,7 @@
 
 Kueue's DRS tournament: going down the cohort tree, at each level the child
 whose head's admission leaves it the lowest dominant resource share goes first
-(:mod:`phalanx.engine.fairsharing` has the share arithmetic).
+(:mod:`phalanx.engine.fairsharing.shares` has the share arithmetic).
 """
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from phalanx.engine.assigner import (
-    Assignment,
-)
-from phalanx.engine.fairsharing import (
+from phalanx.engine.cache.quota import FlavorResource, QuotaNode
+from phalanx.engine.fairsharing.shares import (
     dominant_share,
     node_weight,
     share_and_ratio,
     weighted_share,
 )
-from phalanx.engine.queues import ShapeQueue
-from phalanx.engine.quota import FlavorResource, QuotaNode
+from phalanx.engine.placement.assigner import (
+    Assignment,
+)
+from phalanx.engine.queueing.queues import ShapeQueue
 from phalanx.engine.state import JobRecord
 
 if TYPE_CHECKING:
@@ -82,7 +82,10 @@ class FairSharing:
             if entry is None:
                 continue
             usage = entry[4].usage
-            borrows = any(child.borrowing_with(fr, amount) for fr, amount in usage.items())
+            borrows = any(
+                child.borrowing_with(flavor_resource, amount)
+                for flavor_resource, amount in usage.items()
+            )
             share = share_and_ratio(child, node_weight(self._engine.cache, child), usage)
             key = (borrows, share, entry[1])
             if best is None or key < best[0]:

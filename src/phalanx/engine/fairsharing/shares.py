@@ -38,8 +38,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from phalanx.engine.cache import ClusterCache
-from phalanx.engine.quota import FlavorResource, QuotaNode, potential_available
+from phalanx.engine.cache.cluster import ClusterCache
+from phalanx.engine.cache.quota import FlavorResource, QuotaNode, potential_available
 
 __all__ = ["dominant_share", "node_weight", "share_and_ratio", "weighted_share"]
 

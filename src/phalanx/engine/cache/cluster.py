@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from phalanx.engine.capacity import FlavorNodes, NodeSlot, node_capacity
-from phalanx.engine.quota import FlavorResource, QuotaNode
-from phalanx.engine.reasons import Reason, ReasonCode
+from phalanx.engine.cache.capacity import FlavorNodes, NodeSlot, node_capacity
+from phalanx.engine.cache.quota import FlavorResource, QuotaNode
+from phalanx.engine.explain.reasons import Reason, ReasonCode
 from phalanx.model import (
     GPU,
     ClusterQueue,

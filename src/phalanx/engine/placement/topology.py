@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from phalanx.engine.capacity import FlavorNodes, NodeSlot
+from phalanx.engine.cache.capacity import FlavorNodes, NodeSlot
 from phalanx.engine.placement import NodeFilter, Overlay, PlacementResult
-from phalanx.engine.shapes import PodSetShape
+from phalanx.engine.queueing.shapes import PodSetShape
 from phalanx.model import HOSTNAME_LABEL, Topology
 
 __all__ = ["DomainIndex", "place_in_topology"]
