@@ -126,8 +126,9 @@ def test_a_standby_takes_over_from_a_killed_leader(pair: Pair) -> None:
     a, b, hb, work = pair.a, pair.b, pair.hb, pair.work
     assert _health(a.url)["role"] == "leader"
     assert _health(b.url) == {"status": "ok", "role": "standby", "leader": a.url}
-    # Writes sent to the standby are forwarded to the leader; reads are its own.
-    ids = [_submit(b, _job(work, 4)) for _ in range(8)]
+    # Writes sent to the standby are forwarded to the leader; reads are its own. The
+    # jobs run long enough to be seen running all at once on a loaded machine.
+    ids = [_submit(b, _job(work, 8)) for _ in range(8)]
     ids += [_submit(a, _job(work, 0.2)) for _ in range(4)]
     wait_states(hb, ids[:8], {"RUNNING"}, timeout=60)
     with hb.client() as c:
