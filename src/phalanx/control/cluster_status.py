@@ -97,7 +97,7 @@ class ClusterStatus:
 
     def usage_report(self) -> dict[str, Any]:
         """The tenant tree with shares, decayed usage and fair-share factors (``sshare``)."""
-        from phalanx.control.shares import share_report
+        from phalanx.control.share_report import share_report
 
         self.require_leader()
         priority = getattr(self.state.config, "slurm_priority", None)

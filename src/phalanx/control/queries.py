@@ -58,8 +58,8 @@ class JobQueries:
 
     def explain(self, principal: Principal, job_id: int) -> dict[str, Any]:
         """Why the job is where it is: the engine's facts, the gate's and the stored events'
-        (see :mod:`phalanx.control.explain`)."""
-        from phalanx.control.explain import explain_answer
+        (see :mod:`phalanx.control.job_explanation`)."""
+        from phalanx.control.job_explanation import explain_answer
         from phalanx.engine.report import explain_job
 
         self.job(principal, job_id)

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from phalanx.control.commands import ApplyCmd, Command, DeleteCmd, SubmitCmd
 from phalanx.control.kubejobs import KubeApply, kube_identity
 from phalanx.control.launch import Site
-from phalanx.control.limits import SubmitCounts, store_counter, wall_default
 from phalanx.control.state import LoopState, target_queue
 from phalanx.control.submissions import DEF_MEM_PER_CPU, DEFAULT_TIME, resolve_submissions
+from phalanx.control.submit_limits import SubmitCounts, store_counter, wall_default
 from phalanx.errors import Conflict, Forbidden, NotFound, PhalanxError
 from phalanx.model import CPU, MEMORY, Job, JobSubmission
 from phalanx.store import Store
