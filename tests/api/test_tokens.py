@@ -148,7 +148,7 @@ def test_the_stored_hash_decides_in_constant_time(
     import hmac
 
     from phalanx.auth import hash_token
-    from phalanx.control import plane as plane_module
+    from phalanx.control import tokens as tokens_module
 
     plane = cluster.server.plane  # type: ignore[attr-defined]
     compared: list[tuple[bytes, bytes]] = []
@@ -158,9 +158,9 @@ def test_the_stored_hash_decides_in_constant_time(
         compared.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(plane_module.hmac, "compare_digest", spy)
+    monkeypatch.setattr(tokens_module.hmac, "compare_digest", spy)
     token = cluster.bob_token
-    plane._tokens.clear()  # no cached answer: the lookup and the comparison run
+    plane.tokens.forget_cached()  # no cached answer: the lookup and the comparison run
     assert plane.authenticate(token).user == "bob"
     assert compared == [(hash_token(token).encode(), hash_token(token).encode())]
     # Should the lookup ever hand back a row of another hash, the comparison refuses it.
@@ -171,6 +171,6 @@ def test_the_stored_hash_decides_in_constant_time(
         return dataclasses.replace(row, token_hash=row.token_hash) if row else None
 
     monkeypatch.setattr(plane.store, "find_token", wrong_row)
-    plane._tokens.clear()
+    plane.tokens.forget_cached()
     with pytest.raises(Unauthorized):
         plane.authenticate(token)

@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from phalanx.control.explain import explain_answer, explain_text
+from phalanx.control.job_explanation import explain_answer, explain_text
 from phalanx.engine import Engine, EngineConfig, Submit, Upsert
 from phalanx.engine.config import BackfillConfig
 from phalanx.engine.explain.report import explain_job

@@ -12,7 +12,7 @@ import pytest
 
 from phalanx.auth import ADMIN
 from phalanx.control.plane import ControlPlane
-from phalanx.control.shares import share_report
+from phalanx.control.share_report import share_report
 from phalanx.engine import EngineConfig, TenantUsage
 from phalanx.engine.config import UsageConfig
 from phalanx.engine.snapshot import export_state

@@ -5,7 +5,7 @@ user, to the caller; without a queue, to its tenant's LocalQueue ``default``
 (or its only LocalQueue). Unknown queues, ClusterQueues and priority classes
 are refused at submit time, naming the job and the field, rather than left
 pending forever; so is a job that its PriorityClass's or tenant's limits would
-never let run (:mod:`phalanx.control.limits`), and a job array with an index at or
+never let run (:mod:`phalanx.control.submit_limits`), and a job array with an index at or
 above the server's ``MaxArraySize`` (its slurm.conf's, else Slurm's default 1001).
 Only the admin submits as a user
 that the Tenant's ``users`` does not list, or with a ``priority`` value or a
@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from phalanx.auth import Principal
-from phalanx.control.limits import job_limit_problem
 from phalanx.control.registry import Registry
+from phalanx.control.submit_limits import job_limit_problem
 from phalanx.dialects.slurm.arrays import MAX_ARRAY_SIZE, index_limit_problem
 from phalanx.errors import Forbidden, Invalid
 from phalanx.model import Job, JobSubmission

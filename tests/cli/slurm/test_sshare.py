@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from phalanx.cli.slurm import sacct, sshare
-from phalanx.control.shares import share_report
+from phalanx.control.share_report import share_report
 from phalanx.model import Tenant
 
 TENANTS = {

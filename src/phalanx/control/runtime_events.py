@@ -1,0 +1,191 @@
+"""The runtime's events: a job's tasks started, or its attempt ended.
+
+A start makes the job RUNNING (its gang's pods are ready). An end either sends
+the job back to the queue (an eviction, a preemption in ``REQUEUE`` mode, a
+lost node, a launch that never started) or ends it in its final state; either
+way its GPUs are released and its last stretch is charged. Events of an attempt
+that is not the job's current one are only acknowledged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from phalanx.control.charging import Charging
+from phalanx.control.metrics import Metrics
+from phalanx.control.slurmjobs import requeues, requeues_after_preemption
+from phalanx.control.state import LoopState
+from phalanx.engine import Evict, Finish, PodsReady, Requeue
+from phalanx.model import JobState
+from phalanx.runtime.base import Runtime
+from phalanx.runtime.spec import Exited, Started
+from phalanx.store import JobRow, Tx
+
+__all__ = ["MAX_LAUNCH_ATTEMPTS", "RuntimeEvents", "attempt_data"]
+
+MAX_LAUNCH_ATTEMPTS = 3
+"""Launches of a job whose supervisor never started before it ends NODE_FAIL."""
+
+
+class RuntimeEvents:
+    """Turns the runtime's Started and Exited events into transitions of stored jobs."""
+
+    def __init__(
+        self, state: LoopState, runtime: Runtime, metrics: Metrics, charging: Charging
+    ) -> None:
+        self.state = state
+        self.runtime = runtime
+        self.metrics = metrics
+        self.charging = charging
+
+    def handle(self, tx: Tx, event: Started | Exited, now: float) -> None:
+        """Record a job's start, or its stop: requeued, or ended in its final state."""
+        attempt = self.state.attempts.active.get(event.job_id)
+        if attempt is None or attempt != event.attempt:
+            self.runtime.forget(event.job_id, event.attempt)
+            return
+        if isinstance(event, Started):
+            if event.job_id in self.state.attempts.running:
+                return
+            self.state.attempts.running.add(event.job_id)
+            tx.update_job(event.job_id, state=JobState.RUNNING.value, start_time=event.time)
+            self.charging.start(tx, event.job_id, event.time)
+            tx.add_event(event.job_id, "Started", event.time, data={"attempt": event.attempt})
+            # Every task of the gang starts together: its pods are all running
+            # (the Workload's PodsReady condition is read from the Started event).
+            self.state.engine.apply(PodsReady(event.job_id, event.time))
+            self.state.dirty = True
+            return
+        if (
+            event.job_id not in self.state.attempts.running
+            and event.start_time is not None
+            and event.job_id not in self.state.attempts.evicting
+            and event.job_id not in self.state.attempts.deactivating
+        ):
+            # It ended by itself, having started, but the Started event went with an
+            # iteration that did not commit (the store was down): record it now, no
+            # transition is lost. (One stopped before it was ready never started.)
+            tx.update_job(event.job_id, state=JobState.RUNNING.value, start_time=event.start_time)
+            self.charging.start(tx, event.job_id, event.start_time)
+            tx.add_event(event.job_id, "Started", event.start_time, data={"attempt": event.attempt})
+        del self.state.attempts.active[event.job_id]
+        self.state.attempts.running.discard(event.job_id)
+        self.state.usage.stop(event.job_id, event.end_time)
+        row = tx.get_job(event.job_id)
+        requeue = row is not None and requeues(row, event.state)
+        nodes = row.nodes if row is not None else []
+        self.state.gpus.release(event.job_id, nodes)
+        self.runtime.forget(event.job_id, event.attempt)
+        self.state.dirty = True
+        evict_reason = self.state.attempts.evicting.pop(event.job_id, None)
+        deactivated = self.state.attempts.deactivating.pop(event.job_id, None)
+        preempted = self.state.attempts.preempting.pop(event.job_id, None)
+        ends_preempted = False
+        if (
+            preempted is not None
+            and row is not None
+            and deactivated is None
+            and not row.cancel_requested
+            and not self._preempted(tx, row, preempted, event)
+        ):
+            # Not requeued (CANCEL mode, or a Slurm job without --requeue): PREEMPTED.
+            evict_reason, ends_preempted = None, True
+        if requeue and evict_reason is None:
+            evict_reason = "NodeFail"
+        if (
+            evict_reason is None
+            and event.state == JobState.NODE_FAIL.value
+            and event.start_time is None
+            and row is not None
+            and row.attempt < MAX_LAUNCH_ATTEMPTS
+        ):
+            # Its supervisor never started (the control plane died while starting it):
+            # nothing ran, so it is launched again rather than failed.
+            evict_reason = "LaunchFailed"
+        if (
+            evict_reason is not None
+            and deactivated is None
+            and not (row is not None and row.cancel_requested)
+        ):
+            self.state.engine.apply(Requeue(event.job_id, evict_reason))
+            tx.update_job(
+                event.job_id,
+                state=JobState.PENDING.value,
+                reason=evict_reason,
+                message=f"requeued: {evict_reason}",
+                flavor=None,
+                nodes=[],
+                start_time=None,
+            )
+            tx.add_event(
+                event.job_id, "Requeued", now, reason=evict_reason, data=attempt_data(event, row)
+            )
+            return
+        state = JobState(event.state) if deactivated is None else JobState.FAILED
+        if ends_preempted:
+            # Even if it ended by itself during its grace time (as in Slurm).
+            state = JobState.PREEMPTED
+        exit_code, signum = event.exit_code, event.signal
+        if (
+            state in (JobState.CANCELLED, JobState.TIMEOUT, JobState.PREEMPTED)
+            and row is not None
+            and (row.submission.get("run") or {}).get("script") is not None
+        ):
+            # Slurm records the kill on the batch step; the job's own ExitCode is 0:0.
+            exit_code, signum = 0, None
+        self.state.engine.apply(Finish(event.job_id, state))
+        self.state.gate.left(event.job_id, row.array_job_id if row is not None else None)
+        tx.update_job(
+            event.job_id,
+            state=state.value,
+            end_time=event.end_time,
+            start_time=event.start_time
+            if row is None or row.start_time is None
+            else row.start_time,
+            exit_code=exit_code,
+            signal=signum,
+            reason=deactivated[0] if deactivated else "",
+            message=deactivated[1] if deactivated else event.message,
+        )
+        tx.add_event(
+            event.job_id,
+            "Cancelled" if state is JobState.CANCELLED else "Finished",
+            event.end_time,
+            reason=state.value,
+            message=event.message,
+            data={"exit_code": event.exit_code, "signal": event.signal, "attempt": event.attempt},
+        )
+        self.metrics.finished_total.labels(state=state.value).inc()
+
+    def _preempted(self, tx: Tx, row: JobRow, evict: Evict, event: Exited) -> bool:
+        """Record a preempted attempt with its preemptor; whether the job is requeued
+        (``REQUEUE`` mode and a job that may be requeued) rather than ending PREEMPTED."""
+        requeue = evict.mode == "REQUEUE" and requeues_after_preemption(row)
+        data: dict[str, Any] = {
+            **attempt_data(event, row),
+            "preemptor": evict.preemptor,
+            "mode": evict.mode,
+            "grace_period_s": evict.grace_period_s,
+            "requeued": requeue,
+        }
+        tx.add_event(
+            row.id,
+            "Preempted",
+            event.end_time,
+            reason=evict.preemption_reason or "",
+            message=evict.message,
+            data=data,
+        )
+        return requeue
+
+
+def attempt_data(event: Exited, row: JobRow | None) -> dict[str, Any]:
+    """An attempt that ended, as the Requeued and Preempted events keep it (``sacct -D``)."""
+    start = row.start_time if row is not None and row.start_time is not None else None
+    return {
+        "attempt": event.attempt,
+        "start_time": start if start is not None else event.start_time,
+        "end_time": event.end_time,
+        "exit_code": event.exit_code,
+        "signal": event.signal,
+    }
