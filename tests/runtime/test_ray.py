@@ -357,7 +357,11 @@ def test_a_node_dying_mid_job_is_node_fail_and_the_requeued_job_completes_elsewh
     events = phalanx.http.get(f"/api/v1/jobs/{job_id}/events").json()
     reasons = json.dumps(events)
     assert "NODE_FAIL" in reasons or "NodeFail" in reasons, reasons[:2000]
-    phalanx.wait(job_id, lambda j: True)
+    # Ray's GCS marks the node dead on its own health-check clock, which on a loaded
+    # machine can come after the requeued job already finished elsewhere.
+    deadline = time.monotonic() + 60
+    while phalanx.nodes()[victim]["status"]["state"] != "down" and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert phalanx.nodes()[victim]["status"]["state"] == "down"
     text = (phalanx.work / f"out-{job_id}.log").read_text()
     assert sorted(text.split()) == sorted(["second", "second", *job["nodes"]])
