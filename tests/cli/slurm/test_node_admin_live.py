@@ -277,3 +277,30 @@ def test_a_cordoned_node_manifest_drains_with_a_reason(resumed: Live) -> None:
     assert before["phalanx.io/reason-user"] == "admin"
     lines = live.ok("sinfo", "-R").splitlines()
     assert re.fullmatch(rf"unschedulable {{8}}admin {{5}}{STAMP} gpu-l40s-1", lines[1]), lines
+
+
+def test_a_drain_outlives_a_restart_with_the_same_configuration(tmp_path: Path) -> None:
+    """As slurmctld keeps its nodes' states: ``phalanx up --config`` again does not put a
+    drained node back in service (the nodes' manifests say nothing of a drain)."""
+    state = tmp_path / "state"
+    up = ["up", "-d", "--state-dir", str(state), "--port", "0", "--single-user"]
+    for round_ in range(2):
+        started = subprocess.run(
+            [*PHALANX, *up, "--config", str(CLUSTER)], capture_output=True, text=True, timeout=120
+        )
+        assert started.returncode == 0, started.stderr
+        try:
+            live = Live(state)
+            if round_ == 0:
+                live.ok("scontrol", "update", "NodeName=gpu-h100-3", "State=DRAIN", "Reason=fan")
+            before = live.ok("sinfo", "-R")
+        finally:
+            subprocess.run(
+                [*PHALANX, "down", "--state-dir", str(state)], capture_output=True, timeout=90
+            )
+        if round_ == 0:
+            first = before
+    assert before == first
+    assert re.fullmatch(
+        rf"REASON +USER +TIMESTAMP +NODELIST\nfan {{18}}admin {{5}}{STAMP} gpu-h100-3\n", before
+    ), before
