@@ -223,6 +223,13 @@ def test_down_requeues_the_jobs_of_the_node(resumed: Live) -> None:
             id="bad-hostlist",
         ),
         pytest.param(
+            ["State=DRAIN", "Reason=x"],
+            "No valid entity in update command\n"
+            'Input line must include "NodeName", "PartitionName", "Reservation", "JobId", '
+            'or "SlurmctldDebug"\n',
+            id="no-entity",
+        ),
+        pytest.param(
             ["NodeName=gpu-h100-0", "State=RESUME"],
             "slurm_update error: Invalid node state specified\n",
             id="resume-a-node-in-service",

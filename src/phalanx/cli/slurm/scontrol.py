@@ -356,7 +356,11 @@ def _update(client: Any, rest: list[str]) -> int:
         return _update_nodes(client, nodes, pairs)
     target = pairs.pop("jobid", None) or pairs.pop("job", None)
     if target is None:
-        sys.stderr.write("No valid entity in update command\nRequest aborted\n")
+        sys.stderr.write(
+            "No valid entity in update command\n"
+            'Input line must include "NodeName", "PartitionName", "Reservation", "JobId", '
+            'or "SlurmctldDebug"\n'
+        )
         return 1
     fields: dict[str, Any] = {}
     for key, value in pairs.items():
