@@ -396,6 +396,16 @@ class Client:
         """Node manifests with status (``state``, ``gpus``, ``gpus_used``, ``jobs``)."""
         return self.get_objects("nodes")
 
+    def update_nodes(
+        self, names: Iterable[str], state: str = "", reason: str = ""
+    ) -> list[dict[str, str]]:
+        """Drain, down or resume nodes, all or none (admin only; ``scontrol update
+        NodeName=``): ``state`` is ``drain``, ``down``, ``resume``, ``undrain``, ``idle``,
+        or empty to change the reason only."""
+        body = {"nodes": list(names), "state": state, "reason": reason}
+        result = self._json("POST", "/api/v1/nodes/state", json_body=body)
+        return list(result["results"])
+
     def resource_flavors(self) -> list[dict[str, Any]]:
         return self.get_objects("resourceflavors")
 

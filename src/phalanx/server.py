@@ -28,7 +28,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -157,7 +157,7 @@ def start_server(
     Unix account (:mod:`phalanx.runtime.accounts`), unless ``single_user`` (or
     ``PHALANX_SINGLE_USER=1``) runs them all as the server's own user.
     """
-    from phalanx.control.configs import read_configs
+    from phalanx.control.configs import keep_drains, read_configs
     from phalanx.runtime.accounts import Accounts, multi_user, single_user_requested
     from phalanx.runtime.base import Runtime
     from phalanx.runtime.local import LocalRuntime
@@ -246,7 +246,7 @@ def start_server(
         token = _admin_token(plane, state, url)
         if plane.leading:
             if manifests:
-                plane.apply(ADMIN, manifests)
+                plane.apply(ADMIN, keep_drains(manifests, _stored_node(plane)))
             if detected:
                 plane.apply(ADMIN, detected)
         elif manifests or detected:
@@ -519,3 +519,13 @@ def _admin_token(plane: ControlPlane, state: Path, url: str) -> str:
         json.dump({"url": url, "token": token}, fh)
     os.replace(tmp, path)
     return token
+
+
+def _stored_node(plane: ControlPlane) -> Callable[[str], dict[str, Any] | None]:
+    """The stored Node's fields by name (None: no such node)."""
+
+    def stored(name: str) -> dict[str, Any] | None:
+        row = plane.store.get_object("Node", name)
+        return None if row is None else dict(row.spec)
+
+    return stored

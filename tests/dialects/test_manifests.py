@@ -236,6 +236,34 @@ def test_node_manifest_shape_and_down_state() -> None:
     assert back.line == 0
 
 
+def test_cordoned_node_drains_and_its_reason_round_trips() -> None:
+    """``spec.unschedulable: true`` (``kubectl cordon``) drains, with the reason
+    ``unschedulable`` unless an annotation gives one; who set the reason and when are
+    annotations too, and read back unchanged."""
+    (m,) = load_text(
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n0}\nspec: {unschedulable: true}\n"
+        "status: {capacity: {nvidia.com/gpu: '8'}}\n",
+        "cordon.yaml",
+    )
+    assert (m.obj.state, m.obj.reason) == (AdminState.DRAIN, "unschedulable")
+    assert (m.obj.reason_user, m.obj.reason_time) == ("", None)
+    stamped = m.obj.model_copy(update={"reason_user": "root", "reason_time": 1796551200.0})
+    doc = to_manifest("node", stamped)
+    assert doc["metadata"]["annotations"] == {
+        "phalanx.io/state": "drain",
+        "phalanx.io/reason": "unschedulable",
+        "phalanx.io/reason-user": "root",
+        "phalanx.io/reason-time": "2026-12-06T10:00:00Z",
+    }
+    (back,) = load_documents([doc], "api")
+    assert back.obj == stamped
+    doc["metadata"]["annotations"]["phalanx.io/reason-time"] = "yesterday"
+    assert errors_of(load_documents, [doc], "api") == [
+        'api: Node/n0 (document 1): metadata.annotations["phalanx.io/reason-time"]: expected '
+        'a time such as 2026-12-06T10:00:00Z, got the string "yesterday"'
+    ]
+
+
 def test_node_allocatable_fallback_and_ignored_fields() -> None:
     (m,) = load_text(
         """\

@@ -226,10 +226,12 @@ def test_draining_a_busy_node_keeps_its_job_but_takes_no_more() -> None:
     engine.apply(Upsert(make_node(busy, state="drain")))
     out = step(engine, 1.0, Submit(job("cq", gpus=2, count=2, id=2)))
     assert _placement(admits(out)[2]) == {other: 2}
-    assert engine.node_state(busy) is NodeState.DRAIN
+    # Drained while its job runs: draining (sinfo's drng), drained once it is empty.
+    assert engine.node_state(busy) is NodeState.DRAINING
     # Capacity of the drained node released by job 1 is not reused either.
     out = step(engine, 2.0, Finish(1), Submit(job("cq", gpus=8, id=3)))
     assert pendings(out)[3].code is ReasonCode.NO_NODE_FIT
+    assert engine.node_state(busy) is NodeState.DRAIN
 
 
 # --------------------------------------------------------------------------- constraints

@@ -210,6 +210,29 @@ async def apply(
     }
 
 
+class NodeUpdate(BaseModel):
+    """``scontrol update NodeName=... State=... Reason=...``."""
+
+    nodes: list[str] = Field(min_length=1, max_length=10_000)
+    """The node names (expanded: no hostlist expressions)."""
+    state: str = ""
+    """``drain``, ``down``, ``resume``, ``undrain``, ``idle``; empty: change the reason only."""
+    reason: str = Field("", max_length=4096)
+
+
+@router.post("/nodes/state", tags=["objects"])
+def update_nodes(plane: Plane, principal: Caller, body: NodeUpdate) -> dict[str, Any]:
+    """Drain, down or resume nodes, all of them or none (admin only). The reason's user
+    and time are the caller's and the server's; a node taken down has its jobs requeued.
+    404 for an unknown node, 409 to resume a node that is up or idle one that runs jobs."""
+    results = plane.update_nodes(principal, body.nodes, body.state, body.reason)
+    return {
+        "results": [
+            {"kind": kind, "name": name, "outcome": outcome} for kind, name, outcome in results
+        ]
+    }
+
+
 @router.get("/{plural}", tags=["objects"])
 def list_objects(plane: Plane, principal: Caller, plural: str) -> dict[str, Any]:
     kind = _kind(plural)

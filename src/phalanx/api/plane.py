@@ -83,6 +83,10 @@ class ControlPlane(Protocol):
 
     def delete(self, principal: Principal, kind: str, name: str) -> None: ...
 
+    def update_nodes(
+        self, principal: Principal, names: list[str], state: str, reason: str = ""
+    ) -> list[tuple[str, str, str]]: ...
+
     def create_token(
         self,
         principal: Principal,

@@ -73,8 +73,10 @@ class ClusterStatus:
             return status
 
     def node_status(self, principal: Principal | None = None) -> dict[str, dict[str, Any]]:
-        """Each node's state, GPUs in use and jobs; with ``principal``, only the jobs it
-        may see are named (the others' ids are not shown, as everywhere else)."""
+        """Each node's state, GPUs in use and jobs, its state from its jobs alone
+        (``alloc_state``: idle, mixed, allocated) and its reason with who set it and when;
+        with ``principal``, only the jobs it may see are named (the others' ids are not
+        shown, as everywhere else)."""
         self.require_leader()
         with self.lock:
             status: dict[str, dict[str, Any]] = {}
@@ -88,6 +90,10 @@ class ClusterStatus:
                     "gpus_used": slot.used.get(GPU, 0),
                     "gpu_indices_used": self.state.gpus.taken(name),
                     "jobs": jobs,
+                    "alloc_state": slot.usage_state().value,
+                    "reason": slot.node.reason,
+                    "reason_user": slot.node.reason_user,
+                    "reason_time": slot.node.reason_time,
                 }
             return status
 

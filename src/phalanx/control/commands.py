@@ -24,7 +24,7 @@ from phalanx.control.slurmjobs import gated
 from phalanx.control.state import LoopState, job_from_row, target_queue
 from phalanx.engine import Cancel, EngineConfig
 from phalanx.errors import Conflict, Forbidden, Invalid, NotFound, PhalanxError
-from phalanx.model import Job, JobState, JobSubmission
+from phalanx.model import AdminState, Job, JobState, JobSubmission, Node
 from phalanx.runtime.spec import LaunchSpec
 from phalanx.store import JobRow, NewJob, Tx
 
@@ -36,6 +36,7 @@ __all__ = [
     "DeleteCmd",
     "Effects",
     "HoldCmd",
+    "NodeStateCmd",
     "RequeueCmd",
     "SignalCmd",
     "SubmitCmd",
@@ -100,6 +101,20 @@ class UpdateCmd(Command):
 
 
 @dataclass
+class NodeStateCmd(Command):
+    """``scontrol update NodeName=... State=... Reason=...``: every node or none."""
+
+    names: list[str]
+    state: str
+    """``drain``, ``down``, ``resume``, ``undrain``, ``idle``; ``""``: the reason only."""
+    reason: str
+
+
+NODE_STATES = ("drain", "down", "resume", "undrain", "idle")
+"""The states ``scontrol update NodeName=`` sets (Slurm's names, lower case)."""
+
+
+@dataclass
 class Effects:
     """What to do once the iteration's transaction has committed."""
 
@@ -141,6 +156,8 @@ class CommandApplier:
                 results: list[tuple[str, str, str]] = []
                 for obj in cmd.objects:
                     kind, name = object_key(obj)
+                    if isinstance(obj, Node):
+                        obj = _stamped(obj, self.state.registry.get("Node", name), cmd, now)
                     outcome = tx.put_object(kind, name, obj.to_dict())
                     if outcome != "unchanged":
                         self.state.put_object(kind, name, obj)
@@ -150,11 +167,64 @@ class CommandApplier:
                     results.append(self._configure(tx, cmd.configuration, effects))
                 results.extend(self._create_kube_jobs(tx, cmd, now, effects))
                 effects.answers.append((cmd.future, results))
+            elif isinstance(cmd, NodeStateCmd):
+                try:
+                    answer: Any = self._node_state(tx, cmd, now, effects)
+                except PhalanxError as exc:
+                    answer = exc
+                effects.answers.append((cmd.future, answer))
             elif isinstance(cmd, DeleteCmd):
                 tx.delete_object(cmd.kind, cmd.name)
                 self.state.delete_object(cmd.kind, cmd.name)
                 self.state.dirty = True
                 effects.answers.append((cmd.future, None))
+
+    def _node_state(
+        self, tx: Tx, cmd: NodeStateCmd, now: float, effects: Effects
+    ) -> list[tuple[str, str, str]]:
+        """Apply the nodes with their new state and reason, stamped with who and when;
+        a node taken DOWN has its jobs requeued (as Slurm does)."""
+
+        nodes: list[Node] = []
+        for name in cmd.names:
+            node = self.state.registry.get("Node", name)
+            if node is None:
+                raise NotFound(f"node {name} not found")
+            nodes.append(node)
+        if cmd.state == "idle":
+            for node in nodes:
+                slot = self.state.engine.cache.nodes.get(node.name)
+                if slot is not None and slot.jobs:
+                    raise Conflict(f"node {node.name} runs jobs: it cannot be made idle")
+        results: list[tuple[str, str, str]] = []
+        for node in nodes:
+            new = _node_update(node, cmd.state, cmd.reason)
+            if new.state is not AdminState.UP and (
+                new.reason != node.reason or new.state is not node.state
+            ):
+                new = new.model_copy(
+                    update={"reason_user": cmd.principal.user, "reason_time": float(int(now))}
+                )
+            outcome = tx.put_object("Node", new.name, new.to_dict())
+            if outcome != "unchanged":
+                self.state.put_object("Node", new.name, new)
+                self.state.dirty = True
+            results.append(("Node", new.name, outcome))
+            if cmd.state == "down":
+                slot = self.state.engine.cache.nodes.get(new.name)
+                for job_id in sorted(slot.jobs) if slot is not None else []:
+                    if job_id in self.state.attempts.evicting:
+                        continue
+                    self.state.attempts.evicting[job_id] = "NodeDown"
+                    tx.add_event(
+                        job_id,
+                        "RequeueRequested",
+                        now,
+                        reason="NodeDown",
+                        data={"by": cmd.principal.user, "node": new.name},
+                    )
+                    effects.cancels.append(job_id)
+        return results
 
     def _configure(self, tx: Tx, configuration: Any, effects: Effects) -> tuple[str, str, str]:
         """Store a Kueue ``Configuration``; the engine is rebuilt with it after the commit."""
@@ -363,6 +433,51 @@ class CommandApplier:
             tx.update_job(job_id, cancel_requested=True)
             tx.add_event(job_id, "CancelRequested", now, reason="CancelledByUser")
         effects.cancels.append(job_id)
+
+
+def _stamped(node: Node, old: Node | None, cmd: Command, now: float) -> Node:
+    """A drained or down node's reason with who set it and when: as the manifest says,
+    else as before when the state and reason are the same, else the caller, now."""
+    if node.state is AdminState.UP or node.reason_user or node.reason_time is not None:
+        return node
+    if old is not None and old.state is node.state and old.reason == node.reason:
+        user, when = old.reason_user, old.reason_time
+    else:
+        user, when = cmd.principal.user, float(int(now))
+    return node.model_copy(update={"reason_user": user, "reason_time": when})
+
+
+def _node_update(node: Node, state: str, reason: str) -> Node:
+    """The node with Slurm's ``State=``/``Reason=`` applied; raises :class:`Conflict` where
+    Slurm answers "Invalid node state specified"."""
+
+    current: AdminState = node.state
+    if state in ("drain", "down") and not reason:
+        raise Invalid("a reason is required to drain or down a node")
+    if state == "drain":
+        # Slurm keeps a down node down (DOWN+DRAIN); here it stays down, with the reason.
+        target = AdminState.DOWN if current is AdminState.DOWN else AdminState.DRAIN
+    elif state == "down":
+        target = AdminState.DOWN
+    elif state == "resume":
+        if current is AdminState.UP:
+            raise Conflict(f"node {node.name} is neither drained nor down: nothing to resume")
+        target = AdminState.UP
+    elif state == "undrain":
+        target = AdminState.UP if current is AdminState.DRAIN else current
+    elif state == "idle":
+        target = AdminState.UP
+    elif state == "":
+        if current is AdminState.UP or not reason:
+            return node
+        target = current
+    else:
+        raise Invalid(f"state {state!r}: one of {', '.join(NODE_STATES)}")
+    if target is AdminState.UP:
+        return node.model_copy(
+            update={"state": target, "reason": "", "reason_user": "", "reason_time": None}
+        )
+    return node.model_copy(update={"state": target, "reason": reason or node.reason})
 
 
 def _new_job(

@@ -37,3 +37,30 @@ def read_configs(paths: Sequence[Path | str]) -> tuple[list[Any], dict[str, obje
         manifests.extend(read_slurm_conf(text, str(path)))
         settings.update(read_scheduling(text, str(path)))
     return manifests, settings
+
+
+def keep_drains(manifests: Sequence[Any], stored: Any) -> list[Any]:
+    """The configuration applied at start, with each node an operator drained or took
+    down (``scontrol update``) kept so, as slurmctld keeps its nodes' states across a
+    restart: a Node manifest that says nothing of the state (up) takes the stored
+    state, reason, user and time. A manifest that drains or downs a node still does.
+    ``stored(name)`` is the stored Node's fields, or None."""
+    from dataclasses import replace
+
+    from phalanx.model import AdminState, Node
+
+    out = []
+    for manifest in manifests:
+        obj = getattr(manifest, "obj", None)
+        if isinstance(obj, Node) and obj.state is AdminState.UP:
+            spec = stored(obj.name)
+            if spec is not None and spec.get("state", "up") != AdminState.UP.value:
+                keep = {
+                    key: spec[key]
+                    for key in ("state", "reason", "reason_user", "reason_time")
+                    if key in spec
+                }
+                kept = Node.model_validate({**obj.to_dict(), **keep})
+                manifest = replace(manifest, obj=kept)
+        out.append(manifest)
+    return out

@@ -46,6 +46,7 @@ from phalanx.control.commands import (
     DeleteCmd,
     Effects,
     HoldCmd,
+    NodeStateCmd,
     RequeueCmd,
     SignalCmd,
     SubmitCmd,
@@ -328,6 +329,26 @@ class ControlPlane:
         if not principal.admin:
             raise Forbidden("only the admin changes cluster configuration")
         self._call(DeleteCmd(principal, kind, name))
+
+    def update_nodes(
+        self, principal: Principal, names: Sequence[str], state: str, reason: str = ""
+    ) -> list[tuple[str, str, str]]:
+        """Drain, down or resume nodes (``scontrol update NodeName= State= Reason=``), all
+        of them or none (admin only): an apply of each Node with its new state and reason,
+        stamped with the caller and the time. A node taken down has its jobs requeued."""
+        from phalanx.control.commands import NODE_STATES
+
+        if not principal.admin:
+            raise Forbidden("only the admin changes a node's state")
+        state = state.strip().lower()
+        if state and state not in NODE_STATES:
+            raise Invalid(f"state: {state!r} is not one of {', '.join(NODE_STATES)}")
+        if not names:
+            raise Invalid("nodes: name at least one node")
+        result: list[tuple[str, str, str]] = self._call(
+            NodeStateCmd(principal, list(dict.fromkeys(names)), state, reason)
+        )
+        return result
 
     def hold(self, principal: Principal, job_id: int) -> JobRow:
         """Keep a pending job from starting until :meth:`release` (``scontrol hold``)."""

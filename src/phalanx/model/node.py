@@ -44,7 +44,10 @@ class NodeState(StrEnum):
     IDLE = "idle"
     MIXED = "mixed"
     ALLOCATED = "allocated"
+    DRAINING = "draining"
+    """Drained, and jobs still run on it (sinfo's ``drng``)."""
     DRAIN = "drain"
+    """Drained, and no job runs on it any more (sinfo's ``drain``, ``drained``)."""
     DOWN = "down"
 
 
@@ -95,6 +98,10 @@ class Node(PhalanxModel):
     capacity: ResourceList = Field(default_factory=dict)
     state: AdminState = AdminState.UP
     reason: str = ""
+    reason_user: str = ""
+    """Who set the reason (``scontrol update``, an apply), as Slurm's ``[user@time]``."""
+    reason_time: float | None = None
+    """When the reason was set (epoch seconds); ``None`` when no reason is set."""
 
     @field_validator("capacity", mode="before")
     @classmethod

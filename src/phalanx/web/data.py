@@ -11,6 +11,7 @@ are through the API.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +34,7 @@ __all__ = [
 PAGE_SIZE = 50
 SPARK_BUCKETS = 72
 SPARK_BUCKET_S = 300.0
-DOWN_STATES = ("down", "drain")
+DOWN_STATES = ("down", "drain", "draining")
 TOPOLOGY_LEVELS = ("topology.phalanx.io/block", "topology.phalanx.io/rack")
 
 
@@ -248,12 +249,25 @@ def nodes_page(plane: ControlPlane, principal: Principal) -> dict[str, Any]:
                 "fill": round(used / gpus, 3) if gpus else 0.0,
                 "jobs": s.get("jobs", []),
                 "model": node.gpu_model,
+                "reason": node.reason,
+                "reason_user": node.reason_user,
+                "reason_time": _stamp(node.reason_time),
             }
         )
     return {
         "levels": [lv.rsplit("/", 1)[-1] for lv in levels],
         "groups": [{"key": list(k), "nodes": v} for k, v in sorted(groups.items())],
+        "unavailable": [
+            n for g in groups.values() for n in g if n["state"] in DOWN_STATES or n["reason"]
+        ],
     }
+
+
+def _stamp(when: float | None) -> str:
+    """A reason's time as ``scontrol show node`` prints it (local time), or ``""``."""
+    if when is None:
+        return ""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(when))
 
 
 def _topology_levels(plane: ControlPlane) -> list[str]:

@@ -102,6 +102,9 @@ def scancel(ids: tuple[str, ...], **opts: Any) -> int:
 @click.option("--long", "-l", "long", is_flag=True, help="long format")
 @click.option("--summarize", "-s", is_flag=True, help="node counts per partition")
 @click.option("--states", "-t", "states", multiple=True, help="node states")
+@click.option(
+    "--list-reasons", "-R", "reasons", is_flag=True, help="why nodes are down, drained, draining"
+)
 def sinfo(**opts: Any) -> int:
     """View partitions and nodes (Slurm's sinfo)."""
     from phalanx.cli.slurm import sinfo as tool
@@ -114,6 +117,7 @@ def sinfo(**opts: Any) -> int:
         long=opts["long"],
         summarize=opts["summarize"],
         states=list(opts["states"]) or None,
+        reasons=opts["reasons"],
     )
 
 

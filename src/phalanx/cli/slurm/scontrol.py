@@ -25,7 +25,15 @@ from phalanx.cli.slurm.common import (
     tool_error,
 )
 
-__all__ = ["job_record", "node_record", "partition_record", "render", "run"]
+__all__ = [
+    "job_record",
+    "node_record",
+    "node_state_text",
+    "partition_record",
+    "reason_text",
+    "render",
+    "run",
+]
 
 Record = list[list[str]]
 """Lines of ``Key=Value`` items."""
@@ -118,8 +126,7 @@ def node_record(node: dict[str, Any], partitions: Sequence[str]) -> Record:
     status = node.get("status") or {}
     capacity = status.get("capacity") or {}
     gpus = capacity.get("nvidia.com/gpu")
-    state = str(status.get("state") or "idle").upper()
-    state = {"DRAIN": "IDLE+DRAIN", "ALLOCATED": "ALLOCATED", "MIXED": "MIXED"}.get(state, state)
+    state = node_state_text(status)
     labels = node["metadata"].get("labels") or {}
     features = ",".join(f"{k}={v}" for k, v in labels.items()) or "(null)"
     return [
@@ -132,7 +139,30 @@ def node_record(node: dict[str, Any], partitions: Sequence[str]) -> Record:
         [f"State={state}"],
         [f"Partitions={','.join(partitions)}"],
         [f"AllocTRES=gres/gpu={status.get('gpus_used', 0)}"] if gpus else [],
+        [f"Reason={reason_text(status)}"] if status.get("reason") else [],
     ]
+
+
+def node_state_text(status: dict[str, Any]) -> str:
+    """``State=`` of ``scontrol show node``: ``IDLE``, ``MIXED``, ``ALLOCATED``, ``DOWN``,
+    and a drained node's use with ``+DRAIN`` (``IDLE+DRAIN``, ``MIXED+DRAIN``)."""
+    state = str(status.get("state") or "idle")
+    if state in ("drain", "draining"):
+        return f"{str(status.get('alloc_state') or 'idle').upper()}+DRAIN"
+    return state.upper()
+
+
+def reason_text(status: dict[str, Any]) -> str:
+    """``Reason=`` of ``scontrol show node``: ``why [user@YYYY-MM-DDTHH:MM:SS]``."""
+    import time
+
+    reason = str(status.get("reason") or "")
+    user = str(status.get("reason_user") or "") or "Unknown"
+    when = status.get("reason_time")
+    if when is None:
+        return f"{reason} [{user}@Unknown]"
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(float(when)))
+    return f"{reason} [{user}@{stamp}]"
 
 
 def partition_record(cq: dict[str, Any], nodes: Sequence[dict[str, Any]]) -> Record:
@@ -319,9 +349,18 @@ def _update(client: Any, rest: list[str]) -> int:
             sys.stderr.write(f"Invalid input: {item}\nRequest aborted\n")
             return 1
         pairs[key.lower()] = value
+    nodes = pairs.pop("nodename", None)
+    if nodes is None:
+        nodes = pairs.pop("node", None)
+    if nodes is not None:
+        return _update_nodes(client, nodes, pairs)
     target = pairs.pop("jobid", None) or pairs.pop("job", None)
     if target is None:
-        sys.stderr.write("No valid entity in update command\nRequest aborted\n")
+        sys.stderr.write(
+            "No valid entity in update command\n"
+            'Input line must include "NodeName", "PartitionName", "Reservation", "JobId", '
+            'or "SlurmctldDebug"\n'
+        )
         return 1
     fields: dict[str, Any] = {}
     for key, value in pairs.items():
@@ -353,3 +392,59 @@ def _update(client: Any, rest: list[str]) -> int:
             sys.stderr.write(f"{_slurm_error(exc)} for job {job_id}\n")
             status = 1
     return status
+
+
+_NODE_STATES = {"drain": "drain", "down": "down", "resume": "resume", "undrain": "undrain"}
+_NODE_STATES["idle"] = "idle"
+_BAD_STATE = (
+    "Invalid input: State={state}\n"
+    "Request aborted\n"
+    "Valid states are: NoResp DRAIN FAIL FUTURE RESUME POWER_DOWN POWER_UP UNDRAIN\n"
+    "Not all states are valid given a node's prior state\n"
+)
+
+
+def _update_nodes(client: Any, hostlist: str, pairs: dict[str, str]) -> int:
+    """``scontrol update NodeName=HOSTLIST State=... Reason=...``, with Slurm's messages
+    and exit status 1 for each refusal; every node changes, or none."""
+    from phalanx import errors
+
+    state_text = pairs.pop("state", None)
+    reason = pairs.pop("reason", "")
+    if pairs:
+        key = next(iter(pairs))
+        sys.stderr.write(f"Update of this parameter is not supported: {key}=\nRequest aborted\n")
+        return 1
+    state = ""
+    if state_text is not None:
+        found = _NODE_STATES.get(state_text.lower())
+        if found is None:
+            sys.stderr.write(_BAD_STATE.format(state=state_text))
+            return 1
+        state = found
+    if state in ("drain", "down") and not reason:
+        sys.stderr.write(
+            "You must specify a reason when DOWNING or DRAINING a node. Request denied\n"
+        )
+        return 1
+    try:
+        names = expand_hostlist(hostlist) if hostlist.strip() else []
+    except ValueError:
+        names = []
+    if not names:
+        sys.stderr.write("slurm_update error: Invalid node name specified\n")
+        return 1
+    if state == "" and not reason:
+        return 0  # nothing to change, as Slurm answers it
+    try:
+        client.update_nodes(names, state, reason)
+    except errors.NotFound:
+        sys.stderr.write("slurm_update error: Invalid node name specified\n")
+        return 1
+    except (errors.Forbidden, errors.Unauthorized):
+        sys.stderr.write("slurm_update error: Invalid user id\n")
+        return 1
+    except errors.Conflict:
+        sys.stderr.write("slurm_update error: Invalid node state specified\n")
+        return 1
+    return 0

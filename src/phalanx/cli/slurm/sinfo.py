@@ -21,10 +21,17 @@ NODE_FORMAT = "%#N %.6D %#P %6t"
 LONG_FORMAT = "%#P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
 SUMMARIZE_FORMAT = "%#P %.5a %.10l %.16F %N"
 NODE_LONG_FORMAT = "%#N %.6D %#P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E"
+REASONS_FORMAT = "%20E %9u %19H %N"
+"""``sinfo -R`` (Slurm 22.05's sinfo.1; its output checked against a real slurmctld)."""
+REASONS_LONG_FORMAT = "%20E %12U %19H %6t %N"
+REASON_STATES = ("down", "drain", "draining")
+"""The node states ``sinfo -R`` lists: down, drained, draining."""
 
 _COMPACT = {"idle": "idle", "mixed": "mix", "allocated": "alloc", "drain": "drain", "down": "down"}
+_COMPACT["draining"] = "drng"
 _LONG = {"idle": "idle", "mixed": "mixed", "allocated": "allocated", "drain": "drained"}
 _LONG["down"] = "down"
+_LONG["draining"] = "draining"
 
 
 class Row:
@@ -64,8 +71,39 @@ def _gres(node: dict[str, Any]) -> str:
     return f"gpu:{gpus}" if gpus and gpus != "0" else "(null)"
 
 
+def _status(node: dict[str, Any], key: str) -> Any:
+    return (node.get("status") or {}).get(key)
+
+
+def _reason(node: dict[str, Any]) -> str:
+    return str(_status(node, "reason") or "") or "none"
+
+
+def _reason_user(node: dict[str, Any], uid: bool = False) -> str:
+    user = str(_status(node, "reason_user") or "")
+    if not user:
+        return "Unknown"
+    if not uid:
+        return user
+    try:
+        import pwd
+
+        return f"{user}({pwd.getpwnam(user).pw_uid})"
+    except (KeyError, ImportError):
+        return user
+
+
+def _reason_time(node: dict[str, Any]) -> str:
+    import time
+
+    when = _status(node, "reason_time")
+    if when is None:
+        return "Unknown"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(float(when)))
+
+
 def _counts(rows: Sequence[Row]) -> str:
-    alloc = sum(_state(r.node) in ("allocated", "mixed") for r in rows)
+    alloc = sum(_state(r.node) in ("allocated", "mixed", "draining") for r in rows)
     idle = sum(_state(r.node) == "idle" for r in rows)
     return f"{alloc}/{idle}/{len(rows) - alloc - idle}/{len(rows)}"
 
@@ -102,7 +140,10 @@ FIELDS: dict[str, tuple[str, Getter, bool]] = {
     "z": ("S:C:T", lambda rs: "1:1:1", True),
     "d": ("TMP_DISK", lambda rs: "0", True),
     "w": ("WEIGHT", lambda rs: "1", True),
-    "E": ("REASON", lambda rs: "none", True),
+    "E": ("REASON", lambda rs: _reason(rs[0].node), True),
+    "u": ("USER", lambda rs: _reason_user(rs[0].node), True),
+    "U": ("USER", lambda rs: _reason_user(rs[0].node, uid=True), True),
+    "H": ("TIMESTAMP", lambda rs: _reason_time(rs[0].node), True),
 }
 """sinfo letters: header, value, whether it is part of the grouping key."""
 
@@ -211,6 +252,7 @@ def run(
     long: bool,
     summarize: bool,
     states: list[str] | None,
+    reasons: bool = False,
 ) -> int:
     """The sinfo command; returns the exit status."""
     import sys
@@ -231,8 +273,12 @@ def run(
     rows = build_rows(cqs, flavors, nodes, default=default)
     if partitions:
         rows = [r for r in rows if r.partition in partitions]
+    if reasons:
+        rows = reason_rows(rows, nodes)
     if states:
         wanted = {s.strip().lower() for v in states for s in v.split(",")}
+        if wanted & {"drain", "drained"}:
+            wanted.add("draining")  # Slurm's -t drain: drained and draining nodes
         rows = [
             r
             for r in rows
@@ -241,14 +287,16 @@ def run(
             or _LONG.get(_state(r.node)) in wanted
         ]
     if fmt is None:
-        if node_oriented:
+        if reasons:
+            fmt = REASONS_LONG_FORMAT if long else REASONS_FORMAT
+        elif node_oriented:
             fmt = NODE_LONG_FORMAT if long else NODE_FORMAT
         elif summarize:
             fmt = SUMMARIZE_FORMAT
         else:
             fmt = LONG_FORMAT if long else DEFAULT_FORMAT
     try:
-        text = format_rows(rows, fmt, header=not noheader, per_node=node_oriented)
+        text = format_rows(rows, fmt, header=not noheader, per_node=node_oriented and not reasons)
     except Invalid as exc:
         tool_error("sinfo", exc.detail)
         return 1
@@ -261,6 +309,18 @@ def run(
         sys.stdout.write(time.strftime("%a %b %d %H:%M:%S %Y") + "\n")
     sys.stdout.write(text)
     return 0
+
+
+def reason_rows(rows: Sequence[Row], nodes: Sequence[dict[str, Any]]) -> list[Row]:
+    """``sinfo -R``: one row per down, drained or draining node, in node order (a node
+    in several partitions is listed once)."""
+    order = {n["metadata"]["name"]: i for i, n in enumerate(nodes)}
+    seen: dict[str, Row] = {}
+    for row in rows:
+        name = row.node["metadata"]["name"]
+        if _state(row.node) in REASON_STATES and name not in seen:
+            seen[name] = row
+    return sorted(seen.values(), key=lambda r: order.get(r.node["metadata"]["name"], 0))
 
 
 def _summarize(rows: Sequence[Row], fmt: str, *, header: bool) -> str:

@@ -146,6 +146,10 @@ KUEUE_V1BETA2 = "kueue.x-k8s.io/v1beta2"
 PHALANX_V1 = "phalanx.io/v1"
 STATE_ANNOTATION = "phalanx.io/state"
 REASON_ANNOTATION = "phalanx.io/reason"
+REASON_USER_ANNOTATION = "phalanx.io/reason-user"
+REASON_TIME_ANNOTATION = "phalanx.io/reason-time"
+UNSCHEDULABLE_REASON = "unschedulable"
+"""A cordoned node's reason (``spec.unschedulable: true``) when no reason annotation gives one."""
 ADMISSION_SCOPE_ANNOTATION = "phalanx.io/kueue-admission-scope"
 
 _KUEUE_KINDS = {
@@ -764,7 +768,40 @@ def _convert_node(name: str, metadata: Mapping[str, Any], data: Mapping[str, Any
     if reason is not None:
         model["reason"] = reason
         fields["reason"] = ("metadata", "annotations", REASON_ANNOTATION)
+    elif unschedulable and model.get("state") == AdminState.DRAIN.value:
+        model["reason"] = UNSCHEDULABLE_REASON
+        fields["reason"] = ("spec", "unschedulable")
+    user = annotations.get(REASON_USER_ANNOTATION)
+    if user is not None:
+        model["reason_user"] = user
+        fields["reason_user"] = ("metadata", "annotations", REASON_USER_ANNOTATION)
+    when = annotations.get(REASON_TIME_ANNOTATION)
+    if when is not None:
+        path = ("metadata", "annotations", REASON_TIME_ANNOTATION)
+        model["reason_time"] = _reason_time(path, when)
+        fields["reason_time"] = path
     return _Converted("Node", name, model, fields, ())
+
+
+def _reason_time(path: Path_, value: Any) -> float:
+    """An ISO 8601 time (``2026-12-06T10:00:00Z``) as epoch seconds; UTC when no offset."""
+    from datetime import UTC, datetime
+
+    try:
+        when = datetime.fromisoformat(str(value))
+    except ValueError:
+        raise _DocError(
+            path, f"expected a time such as 2026-12-06T10:00:00Z, got {describe(value)}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _iso_time(when: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(when, UTC).isoformat().replace("+00:00", "Z")
 
 
 # --------------------------------------------------------------------------- pydantic errors
@@ -1120,6 +1157,10 @@ def to_manifest(kind: str, obj: ManifestObject) -> dict[str, Any]:
             annotations[STATE_ANNOTATION] = obj.state.value
         if obj.reason:
             annotations[REASON_ANNOTATION] = obj.reason
+        if obj.reason_user:
+            annotations[REASON_USER_ANNOTATION] = obj.reason_user
+        if obj.reason_time is not None:
+            annotations[REASON_TIME_ANNOTATION] = _iso_time(obj.reason_time)
         if annotations:
             metadata["annotations"] = annotations
         spec: dict[str, Any] = {}

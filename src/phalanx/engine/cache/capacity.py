@@ -119,7 +119,12 @@ class NodeSlot:
         if self.node.state is AdminState.DOWN:
             return NodeState.DOWN
         if self.node.state is AdminState.DRAIN:
-            return NodeState.DRAIN
+            return NodeState.DRAINING if self.jobs else NodeState.DRAIN
+        return self.usage_state()
+
+    def usage_state(self) -> NodeState:
+        """IDLE, MIXED or ALLOCATED from the jobs on the node alone (the admin state
+        aside): the first half of ``scontrol show node``'s ``MIXED+DRAIN``."""
         if not self.jobs:
             return NodeState.IDLE
         if self.exclusive_jobs or all(self.free(r) <= 0 for r in self.capacity):
