@@ -95,6 +95,9 @@ class Node(PhalanxModel):
     capacity: ResourceList = Field(default_factory=dict)
     state: AdminState = AdminState.UP
     reason: str = ""
+    health_check_reason: str = ""
+    """The reason the health check drained the node with: while ``reason`` is still
+    this one, the drain is the check's, and a passing check resumes the node."""
 
     @field_validator("capacity", mode="before")
     @classmethod
