@@ -279,7 +279,11 @@ def start_server(
         if ray_backend is not None:
             _follow_ray(plane, ray_backend, elector)
         stoppers = _watch_health(
-            plane, health, failure_policy, detected[0].name if detected else None
+            plane,
+            health,
+            failure_policy,
+            detected[0].name if detected else None,
+            health_check_interval_s,
         )
         from phalanx.api.app import create_app
 
@@ -522,8 +526,10 @@ def _watch_health(
     health: _Health | None,
     failures: Any,
     detected: str | None,
+    interval_s: float | None,
 ) -> list[Callable[[], None]]:
-    """Start the node health checks and the failure counter; what stops them."""
+    """Start the node health checks and the failure counter; what stops them (the
+    NVML check of the ``--detect`` node runs every ``interval_s`` without a program)."""
     from phalanx.control.health import (
         DEFAULT_INTERVAL_S,
         HealthChecker,
@@ -547,7 +553,9 @@ def _watch_health(
             nodes=plane.nodes,
             apply=apply,
             runner=(lambda node: run_program(program, node)) if program else None,
-            interval_s=health.interval_s if health is not None else DEFAULT_INTERVAL_S,
+            interval_s=health.interval_s
+            if health is not None
+            else interval_s or DEFAULT_INTERVAL_S,
             leading=lambda: plane.leading,
             extra=extra,
         ).start()

@@ -125,3 +125,89 @@ def test_a_failing_node_drains_takes_no_job_and_resumes(server: ServerProcess, f
             for j in jobs:
                 with contextlib.suppress(Exception):
                     client.cancel(j)
+
+
+def _pinned(name: str, node: str) -> dict[str, Any]:
+    job = _job(name, "team-a")
+    job["podSets"][0]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return job
+
+
+def test_jobs_whose_supervisor_dies_drain_their_node(tmp_path: Path) -> None:
+    """``--drain-after-failures 2/1h``: two attempts on one node lost to a dead
+    supervisor (FAILED, tasks killed by the runtime) drain it; a user's non-zero
+    exit does not count."""
+    import os
+    import signal
+
+    from phalanx.server import start_server
+
+    state = tmp_path / "state"
+    node = "gpu-h100-2"
+    server = start_server(
+        state, port=0, configs=[CLUSTER], single_user=True, drain_after_failures="2/1h"
+    )
+    try:
+        with Client(server.url, server.admin_token, state_dir=state) as client:
+            user_error = _pinned("exit-1", node)
+            user_error["run"]["command"] = ["sh", "-c", "exit 1"]
+            failed = client.submit(user_error)
+            assert _until(lambda: client.get(failed)["state"] == "FAILED")
+            killed = []
+            for i in range(2):
+                job = client.submit(_pinned(f"lost-{i}", node))
+                assert _until(lambda job=job: client.get(job)["state"] == "RUNNING")
+                pid_file = state / "runtime" / "jobs" / str(job) / "1" / "supervisor.pid"
+                os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+                ended = _until(lambda job=job: client.get(job)["state"] == "FAILED")
+                assert ended, client.get(job)
+                killed.append(job)
+            drained = _until(lambda: _node(client, node)["status"].get("state") == "drain")
+            info = _node(client, node)
+            assert drained, info
+            reason = info["metadata"]["annotations"]["phalanx.io/reason"]
+            assert reason == f"2 job failures in 1h: {killed[0]},{killed[1]}"
+            waiting = client.submit(_pinned("after", node))
+            time.sleep(1.0)
+            assert client.get(waiting)["state"] == "PENDING"
+            client.cancel(waiting)
+    finally:
+        server.stop()
+
+
+def test_detect_checks_the_gpus_through_nvml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--detect``'s built-in check against a fake NVML: an ECC error drains the
+    node until it clears; an XID error drains it until an admin resumes it."""
+    import socket
+    import sys
+
+    from phalanx.server import start_server
+    from tests.runtime.test_detect import _Event, _HealthNVML
+
+    nvml = _HealthNVML(2)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    state = tmp_path / "state"
+    server = start_server(state, port=0, single_user=True, detect=True, health_check_interval_s=0.2)
+    name = socket.gethostname()
+    try:
+        with Client(server.url, server.admin_token, state_dir=state) as client:
+
+            def node() -> dict[str, Any]:
+                return _node(client, name)
+
+            def reason() -> str:
+                return str(node()["metadata"].get("annotations", {}).get("phalanx.io/reason", ""))
+
+            assert node()["status"]["state"] == "idle"
+            nvml.ecc[1] = 3
+            assert _until(lambda: reason() == "GPU 1: 3 uncorrected ECC errors"), node()
+            nvml.ecc.clear()
+            assert _until(lambda: node()["status"]["state"] == "idle"), node()
+            nvml.events.append(_Event(0, 79))
+            assert _until(lambda: reason() == "GPU 0: XID 79 (GPU has fallen off the bus)")
+            time.sleep(1.0)  # checks pass again, but the drain stays for an admin
+            assert node()["status"]["state"] == "drain"
+    finally:
+        server.stop()
