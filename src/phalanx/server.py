@@ -513,11 +513,16 @@ def _health_settings(
         raise Invalid(f"--health-check: {text!r}: {exc}") from None
     if not argv:
         return None
-    interval = interval_s if interval_s is not None else conf_interval
-    if interval is None:
+    if interval_s is not None:
+        interval: object = interval_s
+    elif conf_interval is not None:
+        interval = conf_interval
+    elif program is None:
+        interval = 0.0  # slurm.conf without HealthCheckInterval: Slurm's 0, at start only
+    else:
         interval = DEFAULT_INTERVAL_S
-    if not isinstance(interval, int | float) or interval <= 0:
-        raise Invalid(f"--health-check-interval: {interval!r}: expected seconds > 0")
+    if not isinstance(interval, int | float) or interval < 0:
+        raise Invalid(f"--health-check-interval: {interval!r}: expected seconds >= 0")
     return _Health(argv, float(interval))
 
 

@@ -137,7 +137,7 @@ def test_a_round_applies_drains_and_resumes(tmp_path: Path) -> None:
     checked.clear()
     assert standby.check_all() == [] and checked == []
     with pytest.raises(Invalid):
-        HealthChecker(nodes=list, apply=apply, runner=runner, interval_s=0)
+        HealthChecker(nodes=list, apply=apply, runner=runner, interval_s=-1)
 
 
 def test_a_built_in_check_runs_after_the_program_passes() -> None:
@@ -168,7 +168,7 @@ def test_slurm_conf_sets_the_health_check(tmp_path: Path) -> None:
     )
     assert read_health_check([conf]) == {"program": "/usr/sbin/nhc", "interval_s": 60.0}
     conf.write_text("ClusterName=x\nHealthCheckInterval=0\n")
-    assert read_health_check([conf]) == {}
+    assert read_health_check([conf]) == {"interval_s": 0.0}
 
 
 # ------------------------------------------------------------------ job failures
@@ -251,3 +251,33 @@ def test_drains_are_applied_outside_the_caller() -> None:
         counter.stop()
     assert drained == [("n0", "1 job failure in 1h: 3")]
     assert os.environ.get("PHALANX_NODE") is None
+
+
+def test_where_the_program_and_interval_come_from() -> None:
+    from phalanx.server import _health_settings
+
+    assert _health_settings({}, None, None, "local") is None
+    cli = _health_settings({}, "/bin/check --all", None, "local")
+    assert cli is not None and (cli.program, cli.interval_s) == (["/bin/check", "--all"], 300.0)
+    # slurm.conf's program without HealthCheckInterval: Slurm's 0, at start only.
+    conf = _health_settings({"program": "/usr/sbin/nhc"}, None, None, "local")
+    assert conf is not None and (conf.program, conf.interval_s) == (["/usr/sbin/nhc"], 0.0)
+    both = _health_settings({"program": "/usr/sbin/nhc", "interval_s": 60.0}, "/bin/x", 5, "noop")
+    assert both is not None and (both.program, both.interval_s) == (["/bin/x"], 5.0)
+    with pytest.raises(Invalid, match="--runtime ray"):
+        _health_settings({}, "/bin/check", None, "ray")
+
+
+def test_interval_zero_checks_once_at_start() -> None:
+    rounds: list[int] = []
+
+    def runner(node: Node) -> CheckResult:
+        rounds.append(1)
+        return CheckResult(True)
+
+    checker = HealthChecker(nodes=lambda: [_node()], apply=list, runner=runner, interval_s=0)
+    checker.start()
+    assert checker._thread is not None
+    checker._thread.join(timeout=5)
+    assert not checker._thread.is_alive() and rounds == [1]
+    checker.stop()

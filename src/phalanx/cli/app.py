@@ -202,9 +202,10 @@ def presets() -> None:
 @click.option(
     "--health-check-interval",
     metavar="S",
-    type=click.FloatRange(min=0, min_open=True),
+    type=click.FloatRange(min=0),
     default=None,
-    help="seconds between health checks (default: slurm.conf's HealthCheckInterval, else 300)",
+    help="seconds between health checks, 0: at start only (default: slurm.conf's "
+    "HealthCheckInterval, else 300)",
 )
 @click.option(
     "--drain-after-failures",

@@ -10,6 +10,8 @@ check passes again. A node drained for any other reason (by an admin, by
 reason is still the one it set (:attr:`~phalanx.model.Node.health_check_reason`).
 Drains and resumes are applied as the admin, as ``phalanx apply`` would.
 
+``interval_s`` 0 checks once, at start (Slurm's ``HealthCheckInterval=0``).
+
 The program runs with the node's environment: ``SLURMD_NODENAME`` and
 ``PHALANX_NODE`` (the node's name) and ``CUDA_VISIBLE_DEVICES`` (its GPU
 indices). On the local runtime every virtual node's check runs on this machine.
@@ -55,7 +57,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 300.0
-"""Slurm's ``HealthCheckInterval`` has no default (0: off); 300 s is the usual setting."""
+"""``--health-check``'s interval. Slurm's ``HealthCheckInterval`` defaults to 0 (the
+program runs only when slurmd starts); 300 s is a usual setting."""
 DEFAULT_TIMEOUT_S = 60.0
 """slurmd kills a health check program that runs longer than 60 s."""
 GPU = "nvidia.com/gpu"
@@ -167,8 +170,8 @@ class HealthChecker:
         extra: dict[str, Callable[[], tuple[str, bool] | None]] | None = None,
         workers: int = 8,
     ) -> None:
-        if interval_s <= 0:
-            raise Invalid("--health-check-interval: must be more than 0 seconds")
+        if interval_s < 0:
+            raise Invalid("--health-check-interval: must be 0 (at start only) or more seconds")
         self._nodes = nodes
         self._apply = apply
         self._runner = runner
@@ -198,6 +201,8 @@ class HealthChecker:
                 self.check_all()
             except Exception:
                 log.exception("node health check round failed")
+            if self.interval_s == 0:
+                return  # at start only (Slurm's HealthCheckInterval=0)
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     def check_one(self, node: Node) -> CheckResult:

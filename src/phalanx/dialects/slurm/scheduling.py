@@ -256,7 +256,7 @@ def read_scheduling(text: str, source: str = "slurm.conf") -> dict[str, object]:
 
 def read_health_check(text: str, source: str = "slurm.conf") -> dict[str, object]:
     """``HealthCheckProgram`` (``program``) and ``HealthCheckInterval`` (``interval_s``,
-    seconds; 0, Slurm's default, leaves it to phalanx's 300 s) of a slurm.conf."""
+    seconds; 0, Slurm's default: only when the node starts) of a slurm.conf."""
     out: dict[str, object] = {}
     for number, line in _logical_lines(text):
         pairs = _pairs(source, number, line)
@@ -267,7 +267,5 @@ def read_health_check(text: str, source: str = "slurm.conf") -> dict[str, object
         if key == "healthcheckprogram" and value.strip():
             out["program"] = value.strip()
         elif key == "healthcheckinterval":
-            seconds = _whole(source, number, name, value)
-            if seconds > 0:
-                out["interval_s"] = float(seconds)
+            out["interval_s"] = float(_whole(source, number, name, value))
     return out
