@@ -189,9 +189,7 @@ def start_server(
 
     limit = RateLimit.parse(rate_limit) if rate_limit else None
     manifests, settings = read_configs(configs)
-    health = _health_settings(
-        read_health_check(configs), health_check, health_check_interval_s, runtime
-    )
+    health = _health_settings(read_health_check(configs), health_check, health_check_interval_s)
     failure_policy = None
     if drain_after_failures:
         from phalanx.control.health import FailurePolicy
@@ -284,6 +282,7 @@ def start_server(
             failure_policy,
             detected[0].name if detected else None,
             health_check_interval_s,
+            ray_backend,
         )
         from phalanx.api.app import create_app
 
@@ -487,7 +486,7 @@ class _Health:
 
 
 def _health_settings(
-    conf: dict[str, object], program: str | None, interval_s: float | None, runtime: str
+    conf: dict[str, object], program: str | None, interval_s: float | None
 ) -> _Health | None:
     """The health check to run: ``--health-check`` or slurm.conf's ``HealthCheckProgram``
     (``conf``, from the slurm.conf files), every ``--health-check-interval`` or
@@ -502,11 +501,6 @@ def _health_settings(
     if not text:
         return None
     assert isinstance(text, str)
-    if runtime == "ray":
-        raise Invalid(
-            "--health-check: not available with --runtime ray yet (the program would run "
-            "on this machine, not on each Ray node)"
-        )
     try:
         argv = shlex.split(text)
     except ValueError as exc:
@@ -532,14 +526,19 @@ def _watch_health(
     failures: Any,
     detected: str | None,
     interval_s: float | None,
+    ray: RayRuntime | None,
 ) -> list[Callable[[], None]]:
     """Start the node health checks and the failure counter; what stops them (the
     NVML check of the ``--detect`` node runs every ``interval_s`` without a program)."""
     from phalanx.control.health import (
         DEFAULT_INTERVAL_S,
+        DEFAULT_TIMEOUT_S,
+        CheckResult,
         HealthChecker,
         NodeFailures,
+        check_result,
         drain_if_up,
+        node_environment,
         run_program,
     )
 
@@ -554,10 +553,21 @@ def _watch_health(
         extra[detected] = NvmlHealth()
     if health is not None or extra:
         program = health.program if health is not None else None
+
+        def on_ray(node: Node) -> CheckResult | None:
+            # On the node's machine; a node Ray does not have live gets no verdict.
+            assert ray is not None and program is not None
+            ran = ray.run_on_node(node.name, program, node_environment(node), DEFAULT_TIMEOUT_S)
+            return None if ran is None else check_result(*ran, DEFAULT_TIMEOUT_S)
+
+        def here(node: Node) -> CheckResult:
+            assert program is not None
+            return run_program(program, node)
+
         checker = HealthChecker(
             nodes=plane.nodes,
             apply=apply,
-            runner=(lambda node: run_program(program, node)) if program else None,
+            runner=None if not program else on_ray if ray is not None else here,
             interval_s=health.interval_s
             if health is not None
             else interval_s or DEFAULT_INTERVAL_S,

@@ -256,16 +256,14 @@ def test_drains_are_applied_outside_the_caller() -> None:
 def test_where_the_program_and_interval_come_from() -> None:
     from phalanx.server import _health_settings
 
-    assert _health_settings({}, None, None, "local") is None
-    cli = _health_settings({}, "/bin/check --all", None, "local")
+    assert _health_settings({}, None, None) is None
+    cli = _health_settings({}, "/bin/check --all", None)
     assert cli is not None and (cli.program, cli.interval_s) == (["/bin/check", "--all"], 300.0)
     # slurm.conf's program without HealthCheckInterval: Slurm's 0, at start only.
-    conf = _health_settings({"program": "/usr/sbin/nhc"}, None, None, "local")
+    conf = _health_settings({"program": "/usr/sbin/nhc"}, None, None)
     assert conf is not None and (conf.program, conf.interval_s) == (["/usr/sbin/nhc"], 0.0)
-    both = _health_settings({"program": "/usr/sbin/nhc", "interval_s": 60.0}, "/bin/x", 5, "noop")
+    both = _health_settings({"program": "/usr/sbin/nhc", "interval_s": 60.0}, "/bin/x", 5)
     assert both is not None and (both.program, both.interval_s) == (["/bin/x"], 5.0)
-    with pytest.raises(Invalid, match="--runtime ray"):
-        _health_settings({}, "/bin/check", None, "ray")
 
 
 def test_interval_zero_checks_once_at_start() -> None:

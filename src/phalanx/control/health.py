@@ -14,7 +14,9 @@ Drains and resumes are applied as the admin, as ``phalanx apply`` would.
 
 The program runs with the node's environment: ``SLURMD_NODENAME`` and
 ``PHALANX_NODE`` (the node's name) and ``CUDA_VISIBLE_DEVICES`` (its GPU
-indices). On the local runtime every virtual node's check runs on this machine.
+indices). On the local runtime every virtual node's check runs on this machine;
+on the Ray runtime it runs on the node's machine, as a Ray task pinned to the
+node (:meth:`phalanx.runtime.ray.runtime.RayRuntime.run_on_node`).
 
 :class:`NodeFailures` counts the job attempts that failed for a node-side cause
 (``NODE_FAIL``, or tasks the runtime killed for a lost node or supervisor;
@@ -48,8 +50,10 @@ __all__ = [
     "FailurePolicy",
     "HealthChecker",
     "NodeFailures",
+    "check_result",
     "health_environment",
     "health_verdict",
+    "node_environment",
     "node_side_failure",
     "run_program",
 ]
@@ -77,13 +81,29 @@ class CheckResult:
     lasting: bool = False
 
 
+def node_environment(node: Node) -> dict[str, str]:
+    """What the health program's environment says about ``node``."""
+    return {
+        "SLURMD_NODENAME": node.name,
+        "PHALANX_NODE": node.name,
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(node.capacity.get(GPU, 0))),
+    }
+
+
 def health_environment(node: Node, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment the health program runs with on ``node``."""
-    env = dict(os.environ if base is None else base)
-    env["SLURMD_NODENAME"] = node.name
-    env["PHALANX_NODE"] = node.name
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(node.capacity.get(GPU, 0)))
-    return env
+    """The environment the health program runs with on ``node`` (this machine's, and
+    :func:`node_environment`)."""
+    return {**(os.environ if base is None else base), **node_environment(node)}
+
+
+def check_result(returncode: int | None, output: bytes, timeout_s: float) -> CheckResult:
+    """The check a program's end makes (``returncode`` ``None``: it timed out)."""
+    if returncode is None:
+        return CheckResult(False, f"health check timed out after {timeout_s:g} s")
+    if returncode == 0:
+        return CheckResult(True)
+    said = f"exit {returncode}" if returncode > 0 else f"signal {-returncode}"
+    return CheckResult(False, _first_line(output) or f"health check failed ({said})")
 
 
 def run_program(
@@ -102,15 +122,10 @@ def run_program(
             start_new_session=True,
         )
     except subprocess.TimeoutExpired:
-        return CheckResult(False, f"health check timed out after {timeout_s:g} s")
+        return check_result(None, b"", timeout_s)
     except OSError as exc:
         return CheckResult(False, f"health check could not run: {exc.strerror or exc}")
-    if done.returncode == 0:
-        return CheckResult(True)
-    first = _first_line(done.stdout)
-    code = done.returncode
-    said = f"exit {code}" if code > 0 else f"signal {-code}"
-    return CheckResult(False, first or f"health check failed ({said})")
+    return check_result(done.returncode, done.stdout, timeout_s)
 
 
 def _first_line(output: bytes) -> str:
@@ -146,8 +161,8 @@ def health_verdict(node: Node, result: CheckResult) -> Node | None:
     return None
 
 
-Runner = Callable[[Node], CheckResult]
-"""Runs the check of one node."""
+Runner = Callable[[Node], CheckResult | None]
+"""Runs the check of one node (``None``: no verdict, the node could not be reached)."""
 
 
 class HealthChecker:
@@ -205,8 +220,14 @@ class HealthChecker:
                 return  # at start only (Slurm's HealthCheckInterval=0)
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
-    def check_one(self, node: Node) -> CheckResult:
-        result = self._runner(node) if self._runner is not None else CheckResult(True)
+    def check_one(self, node: Node) -> CheckResult | None:
+        try:
+            result = self._runner(node) if self._runner is not None else CheckResult(True)
+        except Exception:
+            log.exception("the health check of node %s could not run", node.name)
+            return None
+        if result is None:
+            return None
         check = self._extra.get(node.name)
         if result.ok and check is not None:
             try:
@@ -225,7 +246,7 @@ class HealthChecker:
         results = list(self._pool.map(self.check_one, nodes))
         if self._stop.is_set():
             return []
-        checked = {n.name: r for n, r in zip(nodes, results, strict=True)}
+        checked = {n.name: r for n, r in zip(nodes, results, strict=True) if r is not None}
         # Decide on the nodes as they are now: an admin may have changed one meanwhile.
         changed = [
             v
