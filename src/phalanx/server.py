@@ -74,6 +74,8 @@ class RunningServer:
     """With several servers on one PostgreSQL: who leads (``None``: this one, alone)."""
     _stoppers: list[Callable[[], None]] = field(default_factory=list, repr=False)
     """What stops the node health checks."""
+    node_health: str = ""
+    """What checks the nodes' health, in words (said at start-up; empty: nothing)."""
 
     @property
     def leading(self) -> bool:
@@ -319,6 +321,7 @@ def start_server(
         jobs_run_as=jobs_run_as,
         elector=elector,
         _stoppers=stoppers,
+        node_health=_node_health_said(health, failure_policy, bool(detected)),
     )
 
 
@@ -429,6 +432,7 @@ def run_server(
             if running.elector is not None
             else ""
         )
+        + (f"  node health: {running.node_health}\n" if running.node_health else "")
         + f"  admin token: in {running.state_dir / CLIENT_CONFIG} (the CLI finds it there)\n"
         + (
             "  https: clients check the certificate against PHALANX_CA (a CA or certificate "
@@ -518,6 +522,20 @@ def _health_settings(
     if not isinstance(interval, int | float) or interval < 0:
         raise Invalid(f"--health-check-interval: {interval!r}: expected seconds >= 0")
     return _Health(argv, float(interval))
+
+
+def _node_health_said(health: _Health | None, failures: Any, nvml: bool) -> str:
+    import shlex
+
+    said = []
+    if health is not None:
+        when = f"every {health.interval_s:g} s" if health.interval_s else "at start"
+        said.append(f"{shlex.join(health.program)} {when}")
+    if nvml:
+        said.append("NVML (XID, ECC, lost GPUs) on this machine's node")
+    if failures is not None:
+        said.append(f"drain after {failures.count} job failures in {failures.window}")
+    return "; ".join(said)
 
 
 def _watch_health(
