@@ -72,6 +72,10 @@ class RunningServer:
     """Whose account the jobs run as, in words (said at start-up)."""
     elector: Elector | None = field(default=None, repr=False)
     """With several servers on one PostgreSQL: who leads (``None``: this one, alone)."""
+    _stoppers: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    """What stops the node health checks."""
+    node_health: str = ""
+    """What checks the nodes' health, in words (said at start-up; empty: nothing)."""
 
     @property
     def leading(self) -> bool:
@@ -87,6 +91,8 @@ class RunningServer:
             return
         self._stopped = True
         self._api.stop(timeout=30)
+        for stop in self._stoppers:
+            stop()
         if self.elector is not None:
             self.elector.stop()
         else:
@@ -136,6 +142,9 @@ def start_server(
     tls_key: Path | str | None = None,
     rate_limit: str | None = None,
     single_user: bool = False,
+    health_check: str | None = None,
+    health_check_interval_s: float | None = None,
+    drain_after_failures: str | None = None,
 ) -> RunningServer:
     """Start phalanx in this process (``port=0`` picks a free port).
 
@@ -156,8 +165,14 @@ def start_server(
     A server that runs as root runs every job of the local runtime as its user's
     Unix account (:mod:`phalanx.runtime.accounts`), unless ``single_user`` (or
     ``PHALANX_SINGLE_USER=1``) runs them all as the server's own user.
+    ``health_check`` (a program and its arguments) checks every node at start and
+    every ``health_check_interval_s`` (default 300), draining the nodes it fails on
+    and resuming them when it passes again; ``drain_after_failures`` (``N/WINDOW``)
+    drains a node on which N job attempts failed for a node-side cause within WINDOW
+    (:mod:`phalanx.control.health`). A slurm.conf's ``HealthCheckProgram`` and
+    ``HealthCheckInterval`` set the first two when they are not given.
     """
-    from phalanx.control.configs import keep_drains, read_configs
+    from phalanx.control.configs import keep_drains, read_configs, read_health_check
     from phalanx.runtime.accounts import Accounts, multi_user, single_user_requested
     from phalanx.runtime.base import Runtime
     from phalanx.runtime.local import LocalRuntime
@@ -176,6 +191,12 @@ def start_server(
 
     limit = RateLimit.parse(rate_limit) if rate_limit else None
     manifests, settings = read_configs(configs)
+    health = _health_settings(read_health_check(configs), health_check, health_check_interval_s)
+    failure_policy = None
+    if drain_after_failures:
+        from phalanx.control.health import FailurePolicy
+
+        failure_policy = FailurePolicy.parse(drain_after_failures)
     try:
         overrides: dict[str, object] = (
             {} if heads_per_cycle == "preset" else {"heads_per_cycle": heads_per_cycle}
@@ -213,6 +234,7 @@ def start_server(
     sock: socket.socket | None = None
     plane: ControlPlane | None = None
     elector: Elector | None = None
+    stoppers: list[Callable[[], None]] = []
     try:
         sock = listen(host, port)
         scheme = "https" if tls is not None else "http"
@@ -256,6 +278,14 @@ def start_server(
             )
         if ray_backend is not None:
             _follow_ray(plane, ray_backend, elector)
+        stoppers = _watch_health(
+            plane,
+            health,
+            failure_policy,
+            detected[0].name if detected else None,
+            health_check_interval_s,
+            ray_backend,
+        )
         from phalanx.api.app import create_app
 
         reports = Path(reports_dir) if reports_dir is not None else state / "reports"
@@ -269,6 +299,8 @@ def start_server(
         cert, key = tls if tls is not None else (None, None)
         api = ApiServer(app, host, sock=sock, tls_cert=cert, tls_key=key).start()
     except BaseException:
+        for stop in stoppers:
+            stop()
         if elector is not None:
             elector.stop()
         if plane is not None:
@@ -280,7 +312,16 @@ def start_server(
         lock.close()
         raise
     return RunningServer(
-        url, token, plane, state, api, lock, jobs_run_as=jobs_run_as, elector=elector
+        url,
+        token,
+        plane,
+        state,
+        api,
+        lock,
+        jobs_run_as=jobs_run_as,
+        elector=elector,
+        _stoppers=stoppers,
+        node_health=_node_health_said(health, failure_policy, bool(detected)),
     )
 
 
@@ -335,6 +376,9 @@ def run_server(
     tls_key: Path | str | None = None,
     rate_limit: str | None = None,
     single_user: bool = False,
+    health_check: str | None = None,
+    health_check_interval_s: float | None = None,
+    drain_after_failures: str | None = None,
 ) -> None:
     """Run phalanx in the foreground until SIGINT or SIGTERM."""
     running = start_server(
@@ -359,6 +403,9 @@ def run_server(
         tls_key=tls_key,
         rate_limit=rate_limit,
         single_user=single_user,
+        health_check=health_check,
+        health_check_interval_s=health_check_interval_s,
+        drain_after_failures=drain_after_failures,
     )
     # A long-lived process with a large, stable heap: keep the start-up objects out
     # of the collector's way. Young collections every 10,000 allocations keep each
@@ -385,6 +432,7 @@ def run_server(
             if running.elector is not None
             else ""
         )
+        + (f"  node health: {running.node_health}\n" if running.node_health else "")
         + f"  admin token: in {running.state_dir / CLIENT_CONFIG} (the CLI finds it there)\n"
         + (
             "  https: clients check the certificate against PHALANX_CA (a CA or certificate "
@@ -433,6 +481,123 @@ def _follow_ray(plane: ControlPlane, runtime: RayRuntime, elector: Elector | Non
 
     runtime.on_nodes = apply
     runtime.watch()
+
+
+@dataclass(frozen=True)
+class _Health:
+    program: list[str]
+    interval_s: float
+
+
+def _health_settings(
+    conf: dict[str, object], program: str | None, interval_s: float | None
+) -> _Health | None:
+    """The health check to run: ``--health-check`` or slurm.conf's ``HealthCheckProgram``
+    (``conf``, from the slurm.conf files), every ``--health-check-interval`` or
+    ``HealthCheckInterval`` seconds."""
+    import shlex
+
+    from phalanx.control.health import DEFAULT_INTERVAL_S
+
+    conf_program = conf.get("program")
+    conf_interval = conf.get("interval_s")
+    text = program if program is not None else conf_program
+    if not text:
+        return None
+    assert isinstance(text, str)
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:
+        raise Invalid(f"--health-check: {text!r}: {exc}") from None
+    if not argv:
+        return None
+    if interval_s is not None:
+        interval: object = interval_s
+    elif conf_interval is not None:
+        interval = conf_interval
+    elif program is None:
+        interval = 0.0  # slurm.conf without HealthCheckInterval: Slurm's 0, at start only
+    else:
+        interval = DEFAULT_INTERVAL_S
+    if not isinstance(interval, int | float) or interval < 0:
+        raise Invalid(f"--health-check-interval: {interval!r}: expected seconds >= 0")
+    return _Health(argv, float(interval))
+
+
+def _node_health_said(health: _Health | None, failures: Any, nvml: bool) -> str:
+    import shlex
+
+    said = []
+    if health is not None:
+        when = f"every {health.interval_s:g} s" if health.interval_s else "at start"
+        said.append(f"{shlex.join(health.program)} {when}")
+    if nvml:
+        said.append("NVML (XID, ECC, lost GPUs) on this machine's node")
+    if failures is not None:
+        said.append(f"drain after {failures.count} job failures in {failures.window}")
+    return "; ".join(said)
+
+
+def _watch_health(
+    plane: ControlPlane,
+    health: _Health | None,
+    failures: Any,
+    detected: str | None,
+    interval_s: float | None,
+    ray: RayRuntime | None,
+) -> list[Callable[[], None]]:
+    """Start the node health checks and the failure counter; what stops them (the
+    NVML check of the ``--detect`` node runs every ``interval_s`` without a program)."""
+    from phalanx.control.health import (
+        DEFAULT_INTERVAL_S,
+        DEFAULT_TIMEOUT_S,
+        CheckResult,
+        HealthChecker,
+        NodeFailures,
+        check_result,
+        drain_if_up,
+        node_environment,
+        run_program,
+    )
+
+    def apply(nodes: list[Node]) -> None:
+        plane.apply(ADMIN, nodes)
+
+    stoppers: list[Callable[[], None]] = []
+    extra: dict[str, Callable[[], tuple[str, bool] | None]] = {}
+    if detected is not None:
+        from phalanx.runtime.detect import NvmlHealth
+
+        extra[detected] = NvmlHealth()
+    if health is not None or extra:
+        program = health.program if health is not None else None
+
+        def on_ray(node: Node) -> CheckResult | None:
+            # On the node's machine; a node Ray does not have live gets no verdict.
+            assert ray is not None and program is not None
+            ran = ray.run_on_node(node.name, program, node_environment(node), DEFAULT_TIMEOUT_S)
+            return None if ran is None else check_result(*ran, DEFAULT_TIMEOUT_S)
+
+        def here(node: Node) -> CheckResult:
+            assert program is not None
+            return run_program(program, node)
+
+        checker = HealthChecker(
+            nodes=plane.nodes,
+            apply=apply,
+            runner=None if not program else on_ray if ray is not None else here,
+            interval_s=health.interval_s
+            if health is not None
+            else interval_s or DEFAULT_INTERVAL_S,
+            leading=lambda: plane.leading,
+            extra=extra,
+        ).start()
+        stoppers.append(checker.stop)
+    if failures is not None:
+        counter = NodeFailures(failures).start(drain_if_up(plane.nodes, apply))
+        plane.runtime_events.on_exit = counter.observe
+        stoppers.append(counter.stop)
+    return stoppers
 
 
 def _lock_state_dir(state: Path, *, shared: bool = False) -> IO[str]:

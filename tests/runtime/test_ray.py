@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,10 +113,11 @@ def cluster() -> Iterator[Any]:
 class Phalanx:
     """A ``phalanx up --runtime ray`` process and an API client for it."""
 
-    def __init__(self, cluster: Any, state: Path, work: Path) -> None:
+    def __init__(self, cluster: Any, state: Path, work: Path, extra: Sequence[str] = ()) -> None:
         self.cluster = cluster
         self.state = state
         self.work = work
+        self.extra = list(extra)
         self.server: ServerProcess | None = None
         self.start()
 
@@ -125,7 +126,7 @@ class Phalanx:
         config.write_text(QUEUES)
         args = ["--port", "0", "--runtime", "ray", "--ray-address", self.cluster.address]
         args += ["--ray-workdir", str(self.work / "ray"), "--config", str(config)]
-        args += ["--container-runtime", "host"]
+        args += ["--container-runtime", "host", *self.extra]
         env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
         try:
             self.server = spawn_server(self.state, args, env=env)
@@ -321,6 +322,60 @@ def test_a_restarted_control_plane_re_adopts_a_running_job(phalanx: Phalanx) -> 
     assert (job["state"], job["attempt"]) == ("COMPLETED", 1), job
     text = (phalanx.work / f"out-{job_id}.log").read_text()
     assert text.count("start") == 2 and text.count("done") == 2
+
+
+def test_the_health_check_runs_on_each_ray_node(cluster: Any, tmp_path: Path) -> None:
+    """``--health-check`` on the Ray runtime: the program runs on each node, as a Ray
+    task pinned to it, with the node's environment; the node it fails on drains with
+    its first line as the reason and resumes when it passes again."""
+    work = tmp_path / "work"
+    work.mkdir()
+    flag, seen, script = work / "broken", work / "seen", work / "check.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$PHALANX_NODE $SLURMD_NODENAME [$CUDA_VISIBLE_DEVICES] '
+        f'$(tr "\\\\0" "\\\\n" < /proc/$PPID/environ | grep ^RAY_RAYLET_PID=)" >> {seen}\n'
+        f'if [ "$PHALANX_NODE" = gpu2 ] && [ -e {flag} ]; then\n'
+        '  echo "gpu2: GPU 5 is gone"; exit 1\n'
+        "fi\n"
+        "exit 0\n"
+    )
+    script.chmod(0o755)
+    flag.touch()
+    p = Phalanx(
+        cluster,
+        tmp_path / "state",
+        work,
+        ["--health-check", str(script), "--health-check-interval", "1"],
+    )
+    try:
+
+        def reason(name: str) -> str:
+            annotations = p.nodes()[name]["metadata"].get("annotations", {})
+            return str(annotations.get("phalanx.io/reason", ""))
+
+        deadline = time.monotonic() + 60
+        while reason("gpu2") != "gpu2: GPU 5 is gone" and time.monotonic() < deadline:
+            time.sleep(0.25)
+        nodes = p.nodes()
+        assert nodes["gpu2"]["status"]["state"] == "drain", nodes["gpu2"]
+        assert nodes["gpu1"]["status"]["state"] != "drain", nodes["gpu1"]
+        # Each ran in a worker of its node's raylet, with the node's environment.
+        raylets = {
+            name: node.all_processes["raylet"][0].process.pid
+            for name, node in cluster.gpu_nodes.items()
+        }
+        lines = set(seen.read_text().splitlines())
+        for name, pid in raylets.items():
+            line = f"{name} {name} [0,1,2,3,4,5,6,7] RAY_RAYLET_PID={pid}"
+            assert line in lines, (line, lines)
+        flag.unlink()
+        deadline = time.monotonic() + 60
+        while p.nodes()["gpu2"]["status"]["state"] == "drain" and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert p.nodes()["gpu2"]["status"]["state"] != "drain", p.nodes()["gpu2"]
+    finally:
+        p.stop()
 
 
 def test_a_ray_node_that_joins_is_picked_up_live(phalanx: Phalanx) -> None:

@@ -192,6 +192,29 @@ def presets() -> None:
     "Unix account",
 )
 @click.option(
+    "--health-check",
+    metavar="PROGRAM",
+    default=None,
+    help="run PROGRAM (with arguments) for every node at start and every "
+    "--health-check-interval; a non-zero exit drains the node with its first output line "
+    "as the reason, exit 0 resumes a node it drained (Slurm's HealthCheckProgram)",
+)
+@click.option(
+    "--health-check-interval",
+    metavar="S",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="seconds between health checks, 0: at start only (default: slurm.conf's "
+    "HealthCheckInterval, else 300)",
+)
+@click.option(
+    "--drain-after-failures",
+    metavar="N/WINDOW",
+    default=None,
+    help="drain a node on which N job attempts failed for a node-side cause (NODE_FAIL, "
+    "tasks killed for a lost node) within WINDOW, e.g. 3/1h (default: off)",
+)
+@click.option(
     "--detach",
     "-d",
     is_flag=True,
@@ -219,6 +242,9 @@ def up(
     tls_cert: Path | None,
     tls_key: Path | None,
     single_user: bool,
+    health_check: str | None,
+    health_check_interval: float | None,
+    drain_after_failures: str | None,
     detach: bool,
 ) -> None:
     """Run the control plane, the API, the dashboard and the local runtime (in the
@@ -264,6 +290,9 @@ def up(
             tls_cert=tls_cert,
             tls_key=tls_key,
             single_user=single_user,
+            health_check=health_check,
+            health_check_interval_s=health_check_interval,
+            drain_after_failures=drain_after_failures,
         )
 
     from phalanx.statedir import default_state_dir

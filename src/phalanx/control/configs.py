@@ -3,7 +3,9 @@
 A ``*.conf`` file is a Slurm ``slurm.conf``: its nodes and partitions become
 objects (:func:`phalanx.dialects.slurm.read_slurm_conf`) and its scheduling keys
 engine settings (:func:`phalanx.dialects.slurm.scheduling.read_scheduling`);
-anything else is Kubernetes/Kueue manifests (a file or a directory).
+anything else is Kubernetes/Kueue manifests (a file or a directory). A slurm.conf's
+``HealthCheckProgram`` and ``HealthCheckInterval`` set the node health check
+(:func:`read_health_check`, :mod:`phalanx.control.health`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from phalanx.errors import Invalid
 
-__all__ = ["read_configs"]
+__all__ = ["read_configs", "read_health_check"]
 
 
 def read_configs(paths: Sequence[Path | str]) -> tuple[list[Any], dict[str, object]]:
@@ -57,10 +59,32 @@ def keep_drains(manifests: Sequence[Any], stored: Any) -> list[Any]:
             if spec is not None and spec.get("state", "up") != AdminState.UP.value:
                 keep = {
                     key: spec[key]
-                    for key in ("state", "reason", "reason_user", "reason_time")
+                    for key in (
+                        "state",
+                        "reason",
+                        "reasonUser",
+                        "reasonTime",
+                        "healthCheckReason",
+                    )
                     if key in spec
                 }
                 kept = Node.model_validate({**obj.to_dict(), **keep})
                 manifest = replace(manifest, obj=kept)
         out.append(manifest)
+    return out
+
+
+def read_health_check(paths: Sequence[Path | str]) -> dict[str, object]:
+    """The health check the slurm.conf files set: ``program`` and ``interval_s`` (a
+    later file's keys win)."""
+    from phalanx.dialects.slurm.scheduling import is_slurm_conf
+    from phalanx.dialects.slurm.scheduling import read_health_check as read_conf
+
+    out: dict[str, object] = {}
+    for path in map(Path, paths):
+        if is_slurm_conf(path):
+            try:
+                out.update(read_conf(path.read_text(encoding="utf-8"), str(path)))
+            except (OSError, UnicodeDecodeError) as exc:
+                raise Invalid(f"{path}: cannot read: {exc}") from None
     return out

@@ -65,7 +65,7 @@ from phalanx.control.tokens import Tokens
 from phalanx.control.validation import Validator
 from phalanx.engine import Admit, Decision, Engine, EngineConfig
 from phalanx.errors import Conflict, Forbidden, Invalid, NotLeader, PhalanxError
-from phalanx.model import JobState, JobSubmission
+from phalanx.model import JobState, JobSubmission, Node
 from phalanx.runtime.base import Runtime
 from phalanx.runtime.spec import Account, Exited, LaunchSpec, Started
 from phalanx.store import JobRow, Store, TokenRow
@@ -434,6 +434,11 @@ class ControlPlane:
     def node_status(self, principal: Principal | None = None) -> dict[str, dict[str, Any]]:
         """Each node's state, GPUs in use and jobs (those ``principal`` may see)."""
         return self.status.node_status(principal)
+
+    def nodes(self) -> list[Node]:
+        """The cluster's nodes as configured (admin state and reason included)."""
+        with self._lock:
+            return list(self.state.registry.all("Node").values())
 
     def usage_report(self) -> dict[str, Any]:
         """The tenant tree with shares, decayed usage and fair-share factors (``sshare``)."""

@@ -9,6 +9,7 @@ that is not the job's current one are only acknowledged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from phalanx.control.charging import Charging
@@ -37,6 +38,9 @@ class RuntimeEvents:
         self.runtime = runtime
         self.metrics = metrics
         self.charging = charging
+        self.on_exit: Callable[[Exited, list[str]], None] | None = None
+        """Told of every current attempt that ended, with the job's nodes (in the loop:
+        it must neither block nor raise; ``--drain-after-failures`` counts them)."""
 
     def handle(self, tx: Tx, event: Started | Exited, now: float) -> None:
         """Record a job's start, or its stop: requeued, or ended in its final state."""
@@ -75,6 +79,8 @@ class RuntimeEvents:
         requeue = row is not None and requeues(row, event.state)
         nodes = row.nodes if row is not None else []
         self.state.gpus.release(event.job_id, nodes)
+        if self.on_exit is not None:
+            self.on_exit(event, list(nodes))
         self.runtime.forget(event.job_id, event.attempt)
         self.state.dirty = True
         evict_reason = self.state.attempts.evicting.pop(event.job_id, None)

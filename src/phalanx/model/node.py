@@ -102,6 +102,9 @@ class Node(PhalanxModel):
     """Who set the reason (``scontrol update``, an apply), as Slurm's ``[user@time]``."""
     reason_time: float | None = None
     """When the reason was set (epoch seconds); ``None`` when no reason is set."""
+    health_check_reason: str = ""
+    """The reason the health check drained the node with: while ``reason`` is still
+    this one, the drain is the check's, and a passing check resumes the node."""
 
     @field_validator("capacity", mode="before")
     @classmethod

@@ -46,7 +46,7 @@ from phalanx.model.scheduling import (
 )
 from phalanx.timefmt import parse_time_limit
 
-__all__ = ["SCHEDULING_KEYS", "is_slurm_conf", "read_scheduling"]
+__all__ = ["SCHEDULING_KEYS", "is_slurm_conf", "read_health_check", "read_scheduling"]
 
 _WEIGHTS = {
     "priorityweightage": "weight_age",
@@ -251,4 +251,21 @@ def read_scheduling(text: str, source: str = "slurm.conf") -> dict[str, object]:
                 f"(at most {MAX_ARRAY_SIZE_LIMIT}, as in Slurm)"
             )
         out["max_array_size"] = size
+    return out
+
+
+def read_health_check(text: str, source: str = "slurm.conf") -> dict[str, object]:
+    """``HealthCheckProgram`` (``program``) and ``HealthCheckInterval`` (``interval_s``,
+    seconds; 0, Slurm's default: only when the node starts) of a slurm.conf."""
+    out: dict[str, object] = {}
+    for number, line in _logical_lines(text):
+        pairs = _pairs(source, number, line)
+        if not pairs:
+            continue
+        key, value = pairs[0]
+        name = line.split("=", 1)[0].strip()
+        if key == "healthcheckprogram" and value.strip():
+            out["program"] = value.strip()
+        elif key == "healthcheckinterval":
+            out["interval_s"] = float(_whole(source, number, name, value))
     return out

@@ -195,6 +195,20 @@ class RayRuntime:
         self._watcher = threading.Thread(target=run, name="phalanx-ray-inventory", daemon=True)
         self._watcher.start()
 
+    def run_on_node(
+        self, name: str, argv: Sequence[str], env: dict[str, str], timeout_s: float
+    ) -> tuple[int | None, bytes] | None:
+        """Run a program on the live Ray node ``name`` (the node health check): its
+        exit status (``None``: killed after ``timeout_s``) and output, or ``None``
+        when the node is not live."""
+        from phalanx.runtime.ray.health import run_health_program
+
+        with self._lock:
+            node_id = self.inventory.node_id(name)
+        if node_id is None:
+            return None
+        return run_health_program(node_id, argv, env, timeout_s)
+
     # -- paths ----------------------------------------------------------------
 
     def default_output(self, job_id: int) -> Path:
