@@ -64,6 +64,7 @@ from phalanx.engine.events import (
     TenantUsage,
     Upsert,
 )
+from phalanx.engine.expedite import Expedite
 from phalanx.engine.explain.reasons import Reason, ReasonCode
 from phalanx.engine.explain.waiting import (
     reason_for_failure,
@@ -78,6 +79,7 @@ from phalanx.engine.placement import WorkloadProfile, plan_devices, unit_amounts
 from phalanx.engine.placement.assigner import (
     Assignment,
     FlavorAssigner,
+    Oracle,
 )
 from phalanx.engine.podsready import WaitForPodsReady
 from phalanx.engine.preemption.preemption import Preemption
@@ -101,6 +103,10 @@ __all__ = ["Engine"]
 
 def _entry_order(entry: Entry) -> tuple[int, tuple[float, float, int]]:
     return entry[0], entry[1]
+
+
+def _key(entry: Entry) -> tuple[float, float, int]:
+    return entry[1]
 
 
 def _rfc3339(t: float) -> str:
@@ -181,6 +187,7 @@ class Engine:
         self.ends = RunningEnds(self)
         self.reserved = Reservations(self)
         self.backfill = Backfill(self)
+        self.expedite = Expedite(self)
 
     # ------------------------------------------------------------------ events
 
@@ -189,14 +196,21 @@ class Engine:
         if isinstance(event, Submit):
             self.lifecycle.submit(event.job)
         elif isinstance(event, Finish):
+            if self.expedite.jobs:
+                self.expedite.forget(event.job_id)
             self.lifecycle.finish(event.job_id)
         elif isinstance(event, Cancel):
             rec = self.jobs.get(event.job_id)
             if rec is not None and rec.admission is None:
+                if self.expedite.jobs:
+                    self.expedite.forget(rec.id)
                 self.lifecycle.forget_pending(rec)
                 del self.jobs[rec.id]
         elif isinstance(event, Requeue):
-            self.lifecycle.requeue(event.job_id)
+            if event.expedite:
+                self.expedite.requeue(event.job_id, event.nodes)
+            else:
+                self.lifecycle.requeue(event.job_id)
         elif isinstance(event, PodsReady):
             self.pods_ready.unready.pop(event.job_id, None)
         elif isinstance(event, TenantUsage):
@@ -281,6 +295,8 @@ class Engine:
         """What falls due with time alone; decisions of events since the last cycle
         come first, then these."""
         out, now = state.decisions, state.now
+        if self.expedite.jobs:
+            self.expedite.lapse(now)
         self._evict_drained(out)
         if self.config.wait_for_pods_ready is not None:
             self.pods_ready.evict_timed_out(now, out)
@@ -307,8 +323,16 @@ class Engine:
         entries = self._nominate(heads, state)
         entries.sort(key=_entry_order)
         ordered: Iterable[Entry] = entries
+        first: list[Entry] = []
+        if self.expedite.jobs:
+            # Expedited requeues go before everything else, in their key's order.
+            first = sorted((e for e in entries if e[2].id in self.expedite.jobs), key=_key)
+            entries = [e for e in entries if e[2].id not in self.expedite.jobs]
+            ordered = entries
         if self.config.fair_sharing is not None:
             ordered = self.fair_sharing.order(entries)
+        if first:
+            ordered = [*first, *ordered]
         for _, _, rec, shape_queue, assignment in ordered:
             self._decide(rec, shape_queue, assignment, state)
             if state.probe is not None:
@@ -331,14 +355,45 @@ class Engine:
             if self.limits.active and self.lifecycle.limit_held(rec, state.decisions):
                 continue
             oracle = self.preemption.oracle(rec, info) if info.preempts else None
-            a = assigner.assign(rec.shape, info, oracle)
+            if self.expedite.jobs and rec.id in self.expedite.jobs:
+                a = self._assign_expedited(rec, info, oracle)
+            else:
+                a = assigner.assign(rec.shape, info, oracle)
             # Across ClusterQueues: priority then time (a LocalQueue score orders one queue).
             entries.append((a.borrow if a.ok else 0, rec.key[1:], rec, shape_queue, a))
             if state.probe is not None:
                 state.probe("nominated", rec.id)
         return entries
 
+    def _assign_expedited(
+        self, rec: JobRecord, info: ClusterQueueInfo, oracle: Oracle | None
+    ) -> Assignment:
+        """An expedited job's assignment: its held nodes opened for it and preferred."""
+        self.expedite.open(rec.id)
+        try:
+            return self.assigner.assign(
+                rec.shape, info, oracle, prefer=self.expedite.preferred(rec.id)
+            )
+        finally:
+            self.expedite.close(rec.id)
+
     def _decide(
+        self, rec: JobRecord, shape_queue: ShapeQueue, assignment: Assignment, state: CycleState
+    ) -> None:
+        if self.expedite.jobs and rec.id in self.expedite.jobs:
+            # Its held nodes are its own for this decision; admitted, it holds them.
+            self.expedite.open(rec.id)
+            try:
+                self._decide_one(rec, shape_queue, assignment, state)
+            finally:
+                if rec.admission is not None or rec.id not in self.jobs:
+                    self.expedite.forget(rec.id)
+                else:
+                    self.expedite.close(rec.id)
+            return
+        self._decide_one(rec, shape_queue, assignment, state)
+
+    def _decide_one(
         self, rec: JobRecord, shape_queue: ShapeQueue, assignment: Assignment, state: CycleState
     ) -> None:
         out = state.decisions
@@ -353,7 +408,12 @@ class Engine:
                 self.emit_reason(rec, _no_longer_fits(info.name), out)
                 return
             oracle = self.preemption.oracle(rec, info) if may_preempt(info) else None
-            assignment = assigner.assign(rec.shape, info, oracle)
+            if self.expedite.jobs and rec.id in self.expedite.jobs:
+                assignment = assigner.assign(
+                    rec.shape, info, oracle, prefer=self.expedite.preferred(rec.id)
+                )
+            else:
+                assignment = assigner.assign(rec.shape, info, oracle)
         if assignment.ok and self.pods_ready.blocks_admission():
             self.emit_reason(rec, _pods_ready_block(), out)
             state.blocked = True
@@ -390,6 +450,8 @@ class Engine:
             r.requeue_at for r in self.lifecycle.backoff.values() if r.requeue_at is not None
         )
         times.extend(self.preemption.protection_ends)
+        if self.expedite.jobs:
+            times.extend(self.expedite.next_times())
         if self.lifecycle.switch_waits:
             times.append(self.lifecycle.switch_waits[0][0])
         if self.config.heads_per_cycle is not None and self.queues.has_candidates():

@@ -91,10 +91,16 @@ class Finish:
 
 @dataclass(frozen=True, slots=True)
 class Requeue:
-    """An admitted job was evicted and goes back to pending, keeping its id."""
+    """An admitted job was evicted and goes back to pending, keeping its id.
+
+    ``expedite`` (Slurm's ``--requeue=expedite``, after a node failure): no backoff,
+    first in the order, and ``nodes`` (its previous nodes that are still healthy)
+    held for it until it restarts (:mod:`phalanx.engine.expedite`)."""
 
     job_id: int
     reason: str = "Requeued"
+    expedite: bool = False
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ quota, nodes and limit usage, which wakes what waited for them.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -173,7 +174,8 @@ class JobLifecycle:
             self._engine.priorities.set_priority(
                 rec, self._engine.priorities.context(rec.job.submit_time)
             )
-        elif self._engine.afs.usage is not None:
+        elif self._engine.afs.usage is not None and rec.key[0] != -math.inf:
+            # (An expedited job's key stays first.)
             rec.key = (self._engine.afs.lq_score(rec), *rec.key[1:])
         rec.waiting = None
         self._engine.waiting.pop(rec.id, None)
@@ -347,6 +349,8 @@ class JobLifecycle:
         )
         if self._engine.reserved.by_job:
             self._engine.reserved.wake_holders(root, (a[0] for a in admission.allocations))
+        if self._engine.expedite.jobs:
+            self._engine.expedite.wake()
         if self._engine.preemption.held and root:
             # A held reservation hides what this release freed from the blocked head's
             # wake condition: any release in its tree re-nominates it.

@@ -55,7 +55,13 @@ class Objects:
                 self._engine.reserved.drop_all()
         if isinstance(obj, Node):
             self.by_key[("Node", obj.name)] = obj
+            expedite = self._engine.expedite
+            if expedite.jobs:
+                # A node's reset would lose its hold: held again afterwards.
+                expedite.unhold_all()
             cache.upsert_node(obj)
+            if expedite.jobs:
+                expedite.rehold_all()
             self._engine.priorities.dirty = True
             queues.wake_all()
         elif isinstance(obj, ResourceFlavor):

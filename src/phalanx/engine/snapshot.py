@@ -24,6 +24,7 @@ from phalanx.engine.config import (
 )
 from phalanx.engine.decisions import Admit, decision_from_dict
 from phalanx.engine.engine import Engine
+from phalanx.engine.expedite import expedited_key
 from phalanx.engine.explain.reasons import reason_from_dict
 from phalanx.engine.priority.ordering import FairShareWeights, job_facts
 from phalanx.engine.queueing.queues import ClusterQueueQueue, Condition, ShapeQueue
@@ -185,6 +186,7 @@ def export_state(engine: Engine) -> dict[str, Any]:
         **engine.backfill.export(),
         "limit_held": [[j, *key] for j, key in engine.limits.held()],
         **engine.preemption.export(),
+        **engine.expedite.export(),
     }
 
 
@@ -237,6 +239,7 @@ def load_state(data: dict[str, Any]) -> Engine:
         engine.apply(Upsert(_KINDS[entry["kind"]].model_validate(entry["object"])))
     engine.priorities.load(data)
     engine.afs.load(data)
+    engine.expedite.load_jobs(data)
     cache = engine.cache
     engine.now = float(data.get("now", 0.0))
     backoff = set(data.get("backoff", []))
@@ -252,6 +255,8 @@ def load_state(data: dict[str, Any]) -> Engine:
         rec.priority = entry["priority"]
         rec.order_time = entry.get("order_time", job.submit_time)
         rec.key = (0.0, -rec.priority, rec.order_time, job.id)
+        if job.id in engine.expedite.jobs:
+            rec.key = expedited_key(rec)
         if "requeue" in entry:
             (
                 rec.evicted_for,
@@ -325,6 +330,7 @@ def load_state(data: dict[str, Any]) -> Engine:
             cqq.sticky = bool(entry.get("sticky", False))
             engine.queues.parked.park(cqq, reason, keys, conditions)
     engine.reserved.load(data)
+    engine.expedite.load()
     engine.backfill.load(data)
     for name, layout in data["buckets"].items():
         index = cache.flavor_nodes[name]

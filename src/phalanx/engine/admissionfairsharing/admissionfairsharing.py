@@ -9,6 +9,7 @@ re-keys the jobs whose LocalQueue's score changed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -96,7 +97,8 @@ class AdmissionFairSharing:
                 continue
             for shape_queue in cq_queue.shapes.values():
                 for rec in shape_queue.members.values():
-                    rec.key = (self.lq_score(rec), *rec.key[1:])
+                    if rec.key[0] != -math.inf:  # an expedited job's key stays first
+                        rec.key = (self.lq_score(rec), *rec.key[1:])
             cq_queue.rebuild()
             if cq_queue.parked and cq_queue.blocked_by is not None:
                 self._engine.queues.wake([cq_queue])

@@ -205,6 +205,51 @@ node_filter = _node_filter
 """The per-node filter of a pod set in a flavor, or None when every node passes."""
 
 
+def _prefer_nodes(
+    placed: PlacementResult,
+    pod_set: PodSetShape,
+    prefer: frozenset[NodeSlot],
+    node_filter: Callable[[NodeSlot], bool] | None,
+    overlay: Overlay,
+) -> PlacementResult:
+    """``placed`` with its units moved onto the ``prefer`` nodes it left out, as many as
+    each takes (one per node for one unit per node), from its other nodes (the last
+    first). Nodes are independent outside a Topology, so the result still fits."""
+    assert placed.nodes is not None
+    chosen = list(placed.nodes)
+    used = {slot for slot, _ in chosen}
+    unit = pod_set.unit_request()
+    moved_any = False
+    for slot in sorted(prefer, key=lambda s: s.name):
+        if slot in used or not slot.schedulable:
+            continue
+        if node_filter is not None and not node_filter(slot):
+            continue
+        if pod_set.exclusive and (not slot.idle or slot in overlay):
+            continue
+        room = slot.fit_units(unit, overlay.get(slot), pod_set.share)
+        if pod_set.one_unit_per_node:
+            room = min(room, 1)
+        moved = 0
+        for i in range(len(chosen) - 1, -1, -1):
+            if moved >= room:
+                break
+            other, units = chosen[i]
+            if other in prefer or units == 0:
+                continue
+            take = min(units, room - moved)
+            chosen[i] = (other, units - take)
+            moved += take
+        if moved:
+            chosen.append((slot, moved))
+            used.add(slot)
+            moved_any = True
+    if not moved_any:
+        return placed
+    nodes = tuple((slot, units) for slot, units in chosen if units)
+    return PlacementResult(nodes, placed.max_units)
+
+
 class FlavorAssigner:
     """Assigns flavors and nodes to a job in one ClusterQueue, against the cache."""
 
@@ -235,6 +280,9 @@ class FlavorAssigner:
         ] = {}
         self._domains: dict[str, DomainIndex] = {}
         """Per flavor with a Topology, its nodes' domains (rebuilt when they change)."""
+        self.prefer: frozenset[NodeSlot] = frozenset()
+        """Nodes the job being assigned holds (an expedited requeue): its units are
+        moved onto them first, and nothing is remembered of the attempt."""
 
     def new_cycle(self) -> None:
         # Within a cycle capacity only shrinks, so a placement that failed stays failed.
@@ -250,12 +298,25 @@ class FlavorAssigner:
             self.simulating = False
 
     def assign(
-        self, shape: JobShape, cq: ClusterQueueInfo, oracle: Oracle | None = None
+        self,
+        shape: JobShape,
+        cq: ClusterQueueInfo,
+        oracle: Oracle | None = None,
+        prefer: frozenset[NodeSlot] = frozenset(),
     ) -> Assignment:
         """Flavors and nodes for ``shape`` in ``cq``, or the record of why there are none.
 
         With an ``oracle`` (the queue may preempt), flavors short of quota get a
-        preemption mode and ``whenCanPreempt`` / ``preference`` take effect."""
+        preemption mode and ``whenCanPreempt`` / ``preference`` take effect. With
+        ``prefer`` (the nodes an expedited job holds, opened for it), placement moves
+        the job's units onto those nodes first (:func:`_prefer_nodes`)."""
+        if prefer:
+            self.prefer, self.simulating = prefer, True
+            try:
+                self._oracle = oracle
+                return self._assign(shape, cq)
+            finally:
+                self.prefer, self.simulating, self._oracle = frozenset(), False, None
         node = cq.node
         if oracle is not None:
             self._oracle = oracle
@@ -512,6 +573,8 @@ class FlavorAssigner:
             placed = PlacementResult(None, 0)
         else:
             placed = self.placement.place(pod_set, index, node_filter, overlay)
+            if self.prefer and placed.nodes is not None:
+                placed = _prefer_nodes(placed, pod_set, self.prefer, node_filter, overlay)
         if not placed.ok and memo:
             self._failed[memo_key] = placed
         return placed

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from phalanx.engine.expedite import expedited_key
 from phalanx.engine.priority.ordering import PriorityContext, PriorityTables, TenantShare
 from phalanx.engine.priority.tables import build_tables
 from phalanx.engine.state import JobRecord
@@ -91,6 +92,9 @@ class Priorities:
 
     def set_priority(self, rec: JobRecord, ctx: PriorityContext) -> None:
         rec.priority = self._engine.policies.ordering.priority(rec.facts, ctx)
+        if self._engine.expedite.jobs and rec.facts.id in self._engine.expedite.jobs:
+            rec.key = expedited_key(rec)
+            return
         rec.key = (self._engine.afs.lq_score(rec), -rec.priority, rec.order_time, rec.facts.id)
 
     def reprioritize(self, recs: Iterable[JobRecord]) -> None:

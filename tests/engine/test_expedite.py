@@ -1,0 +1,175 @@
+"""Expedited requeue (``--requeue=expedite``): first in order, its healthy nodes held
+for it, restarted on them plus a replacement."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from phalanx.engine import Engine, Finish, Requeue, Submit, Upsert, export_state, load_state
+from phalanx.engine.expedite import EXPEDITE_HOLD_S
+from tests.engine.helpers import (
+    admits,
+    admitted_ids,
+    cluster_queue,
+    decisions_json,
+    engine_with,
+    flavor,
+    job,
+    make_node,
+)
+
+NODES = ("n1", "n2", "n3", "n4")
+
+
+def _cluster(queues: int = 1) -> Engine:
+    cqs = [cluster_queue(f"cq{i}", {"f": 1000}) for i in range(queues)]
+    return engine_with(flavor("f"), *(make_node(n) for n in NODES), *cqs)
+
+
+def _nodes_of(engine: Engine, job_id: int) -> list[str]:
+    rec = engine.jobs[job_id]
+    assert rec.admission is not None
+    return sorted(n.node for p in rec.admission.decision.pod_sets for n in p.nodes)
+
+
+def _running_gang(queues: int = 1) -> tuple[Engine, list[str]]:
+    """Gang 1 (2 x 8 GPUs) on two nodes, jobs 2 and 3 on the other two, and 50 jobs of
+    higher priority waiting (in every queue) for a whole node."""
+    engine = _cluster(queues)
+    engine.apply(Submit(job("cq0", gpus=8, count=2, id=1, submit=0.0)))
+    engine.apply(Submit(job("cq0", gpus=8, id=2, submit=0.0)))
+    engine.apply(Submit(job("cq0", gpus=8, id=3, submit=0.0)))
+    assert sorted(admitted_ids(engine.cycle(1.0))) == [1, 2, 3]
+    for i in range(50):
+        engine.apply(Submit(job(f"cq{i % queues}", gpus=8, id=100 + i, submit=2.0, priority=100)))
+    assert admitted_ids(engine.cycle(3.0)) == []
+    return engine, _nodes_of(engine, 1)
+
+
+def _fail(engine: Engine, lost: str, healthy: str, expedite: bool = True) -> None:
+    engine.apply(Upsert(make_node(lost, state="down")))
+    engine.apply(Requeue(1, "NodeFail", expedite=expedite, nodes=(healthy,) if expedite else ()))
+
+
+def test_expedited_job_restarts_first_on_its_healthy_node_plus_a_replacement() -> None:
+    engine, (healthy, lost) = _running_gang()
+    _fail(engine, lost, healthy)
+    engine.apply(Finish(2))  # frees a replacement node
+    out = engine.cycle(4.0)
+    assert admitted_ids(out) == [1]
+    replacement = next(n for n in NODES if n not in (healthy, lost) and n in _nodes_of(engine, 1))
+    assert _nodes_of(engine, 1) == sorted([healthy, replacement])
+    assert engine.expedite.jobs == {}
+
+
+def test_without_expedite_the_waiting_jobs_go_first() -> None:
+    engine, (healthy, lost) = _running_gang()
+    _fail(engine, lost, healthy, expedite=False)
+    engine.apply(Finish(2))
+    out = engine.cycle(4.0)
+    # Two nodes are free: two of the higher-priority jobs take them, the gang waits.
+    assert len(admitted_ids(out)) == 2
+    assert 1 not in admitted_ids(out)
+
+
+def test_held_nodes_take_no_other_work_until_it_restarts() -> None:
+    engine, (healthy, lost) = _running_gang()
+    _fail(engine, lost, healthy)
+    # No replacement yet: the healthy node is free but held; nobody else gets it.
+    assert admitted_ids(engine.cycle(4.0)) == []
+    assert engine.cache.nodes[healthy].jobs == {}
+    assert engine.reserved.holds.owner[engine.cache.nodes[healthy]] == 1
+    assert engine.next_wakeup() == 4.0 + EXPEDITE_HOLD_S
+    # A replacement comes free: the expedited job, not the 50 others, gets it.
+    engine.apply(Finish(3))
+    out = engine.cycle(5.0)
+    assert admitted_ids(out) == [1]
+    assert healthy in _nodes_of(engine, 1)
+    assert engine.reserved.holds.owner == {}
+
+
+def test_hold_is_bounded() -> None:
+    engine, (healthy, lost) = _running_gang()
+    _fail(engine, lost, healthy)
+    assert admitted_ids(engine.cycle(4.0)) == []
+    out = engine.cycle(4.0 + EXPEDITE_HOLD_S)
+    # The hold lapsed: the healthy node goes to the next job in order.
+    assert len(admitted_ids(out)) == 1
+    assert admits(out)[admitted_ids(out)[0]].pod_sets[0].nodes[0].node == healthy
+    assert engine.reserved.holds.owner == {}
+
+
+def test_cancel_releases_the_hold() -> None:
+    from phalanx.engine import Cancel
+
+    engine, (healthy, lost) = _running_gang()
+    _fail(engine, lost, healthy)
+    assert admitted_ids(engine.cycle(4.0)) == []
+    engine.apply(Cancel(1))
+    out = engine.cycle(5.0)
+    assert len(admitted_ids(out)) == 1
+    assert engine.expedite.jobs == {}
+
+
+def test_first_across_cluster_queues() -> None:
+    engine, (healthy, lost) = _running_gang(queues=3)
+    _fail(engine, lost, healthy)
+    engine.apply(Finish(2))
+    engine.apply(Finish(3))
+    out = engine.cycle(4.0)
+    # The expedited job is decided first; the second free node goes to a waiting job.
+    ids = admitted_ids(out)
+    assert ids[0] == 1
+    assert healthy in _nodes_of(engine, 1)
+    assert len(ids) == 2
+
+
+def test_snapshot_carries_the_hold() -> None:
+    engine, (healthy, lost) = _running_gang()
+    _fail(engine, lost, healthy)
+    assert admitted_ids(engine.cycle(4.0)) == []
+    data = json.loads(json.dumps(export_state(engine)))
+    assert data["expedite"] == [[1, [healthy], 4.0 + EXPEDITE_HOLD_S, True]]
+    loaded = load_state(data)
+    assert json.dumps(export_state(loaded)) == json.dumps(export_state(engine))
+    for e in (engine, loaded):
+        e.apply(Finish(3))
+    a, b = engine.cycle(5.0), loaded.cycle(5.0)
+    assert decisions_json(a) == decisions_json(b)
+    assert admitted_ids(a) == [1]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    finish=st.lists(st.sampled_from([2, 3]), max_size=2, unique=True),
+    waiting=st.integers(min_value=0, max_value=6),
+    lost_first=st.booleans(),
+)
+def test_property_held_nodes_only_go_to_their_job(
+    finish: list[int], waiting: int, lost_first: bool
+) -> None:
+    engine = _cluster()
+    engine.apply(Submit(job("cq0", gpus=8, count=2, id=1)))
+    engine.apply(Submit(job("cq0", gpus=8, id=2)))
+    engine.apply(Submit(job("cq0", gpus=8, id=3)))
+    engine.cycle(1.0)
+    for i in range(waiting):
+        engine.apply(Submit(job("cq0", gpus=4, id=100 + i, submit=2.0, priority=100)))
+    engine.cycle(2.0)
+    nodes = _nodes_of(engine, 1)
+    lost, healthy = (nodes[0], nodes[1]) if lost_first else (nodes[1], nodes[0])
+    _fail(engine, lost, healthy)
+    for j in finish:
+        engine.apply(Finish(j))
+    engine.cycle(3.0)
+    slot = engine.cache.nodes[healthy]
+    # Nothing but the expedited job ever runs on its healthy node while it waits.
+    assert set(slot.jobs) <= {1}
+    if finish:
+        assert engine.jobs[1].admission is not None
+        assert healthy in _nodes_of(engine, 1)
+    else:
+        assert engine.jobs[1].admission is None
