@@ -354,3 +354,34 @@ def test_required_node_affinity_becomes_the_pod_sets_affinity() -> None:
     with pytest.raises(JobFieldError) as caught:
         _convert(doc)
     assert "nodeSelectorTerms[0].matchExpressions[0].operator" in _path(caught.value.path)
+
+
+def _small_job(annotations: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "train",
+            "labels": {"kueue.x-k8s.io/queue-name": "lq"},
+            "annotations": annotations,
+        },
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [{"name": "c", "image": "busybox", "command": ["true"]}],
+                    "restartPolicy": "Never",
+                }
+            }
+        },
+    }
+
+
+def test_requeue_expedite_annotation() -> None:
+    job = convert_job("Job", _small_job({"phalanx.io/requeue": "expedite"}))
+    assert job.submission.requeue_expedite is True
+    assert convert_job("Job", _small_job({})).submission.requeue_expedite is False
+    with pytest.raises(JobFieldError) as err:
+        convert_job("Job", _small_job({"phalanx.io/requeue": "fast"}))
+    assert str(err.value) == (
+        "metadata.annotations.phalanx.io/requeue: expected expedite, got 'fast'"
+    )

@@ -113,7 +113,15 @@ class RuntimeEvents:
             and deactivated is None
             and not (row is not None and row.cancel_requested)
         ):
-            self.state.engine.apply(Requeue(event.job_id, evict_reason))
+            expedite = (
+                evict_reason in ("NodeFail", "NodeDown")
+                and row is not None
+                and row.parsed_submission.requeue_expedite
+            )
+            healthy = self._healthy(nodes) if expedite else ()
+            self.state.engine.apply(
+                Requeue(event.job_id, evict_reason, expedite=expedite, nodes=healthy)
+            )
             tx.update_job(
                 event.job_id,
                 state=JobState.PENDING.value,
@@ -123,9 +131,10 @@ class RuntimeEvents:
                 nodes=[],
                 start_time=None,
             )
-            tx.add_event(
-                event.job_id, "Requeued", now, reason=evict_reason, data=attempt_data(event, row)
-            )
+            data = attempt_data(event, row)
+            if expedite:
+                data["expedite"] = {"held": list(healthy)}
+            tx.add_event(event.job_id, "Requeued", now, reason=evict_reason, data=data)
             return
         state = JobState(event.state) if deactivated is None else JobState.FAILED
         if ends_preempted:
@@ -162,6 +171,11 @@ class RuntimeEvents:
             data={"exit_code": event.exit_code, "signal": event.signal, "attempt": event.attempt},
         )
         self.metrics.finished_total.labels(state=state.value).inc()
+
+    def _healthy(self, nodes: list[str]) -> tuple[str, ...]:
+        """The job's nodes that are still up: held for its expedited restart."""
+        slots = self.state.engine.cache.nodes
+        return tuple(n for n in dict.fromkeys(nodes) if n in slots and slots[n].schedulable)
 
     def _preempted(self, tx: Tx, row: JobRow, evict: Evict, event: Exited) -> bool:
         """Record a preempted attempt with its preemptor; whether the job is requeued

@@ -473,3 +473,17 @@ def test_switches_become_the_pod_sets_topology_request() -> None:
     assert ps.topology is None
     r = req(["-N", "4", "--switches=1@10:00"], "#!/bin/sh\n")
     assert not [w for w in r.warnings if "switches" in w]
+
+
+def test_requeue_expedite() -> None:
+    assert parse_sbatch_args(["--requeue=expedite"])[0].requeue == "expedite"
+    assert parse_sbatch_args(["--requeue"])[0].requeue is True
+    sub = to_submission(req(["--requeue=expedite", "--wrap", "true"]), env={})
+    assert (sub.requeue, sub.requeue_expedite) == (True, True)
+    sub = to_submission(req(["--requeue", "--wrap", "true"]), env={})
+    assert (sub.requeue, sub.requeue_expedite) == (True, False)
+    sub = to_submission(req([], "#!/bin/sh\n#SBATCH --requeue=expedite\ntrue\n"), env={})
+    assert sub.requeue_expedite is True
+    with pytest.raises(Invalid) as info:
+        parse_sbatch_args(["--requeue=fast"])
+    assert "Invalid --requeue argument: fast (expected no value or expedite)" in info.value.detail

@@ -80,6 +80,10 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 MAX_EXEC_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
 MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
+REQUEUE_ANNOTATION = "phalanx.io/requeue"
+"""``expedite``: Slurm 25.11's ``--requeue=expedite`` for a Kubernetes job (every
+Kubernetes job is requeued when its node fails; this one at once, first, on its
+healthy nodes plus replacements)."""
 DEFAULT_BACKOFF_LIMIT = 6
 """Kubernetes' default ``backoffLimit``; also used for PyTorchJob/RayJob without one."""
 PYTORCH_PORT_NAME = "pytorchjob-port"
@@ -730,6 +734,12 @@ def convert_job(kind: str, data: Mapping[str, Any]) -> KubeJob:
     namespace = _str(metadata, "namespace", ("metadata",), "default") or "default"
     labels = _string_map(metadata, "labels", ("metadata",))
     annotations = _string_map(metadata, "annotations", ("metadata",))
+    requeue = annotations.get(REQUEUE_ANNOTATION)
+    if requeue is not None and requeue != "expedite":
+        raise JobFieldError(
+            ("metadata", "annotations", REQUEUE_ANNOTATION),
+            f"expected expedite, got {requeue[:40]!r}",
+        )
     parts = converter(data, annotations)
     queue = labels.get(QUEUE_LABEL) or parts.queue
     priority_class = labels.get(PRIORITY_LABEL) or parts.priority_class
@@ -774,6 +784,7 @@ def convert_job(kind: str, data: Mapping[str, Any]) -> KubeJob:
             pod_sets=parts.pod_sets,
             labels=labels,
             hold=parts.hold,
+            requeue_expedite=requeue == "expedite",
             run=RunSpec(kube=kube, time_limit=time_limit),
         )
     except ValidationError as exc:

@@ -115,8 +115,9 @@ class SbatchOptions:
     dependency: Dependency | None = None
     begin: str | None = None
     hold: bool | None = None
-    requeue: bool | None = None
-    """True for ``--requeue``, False for ``--no-requeue``."""
+    requeue: bool | str | None = None
+    """True for ``--requeue``, ``"expedite"`` for ``--requeue=expedite`` (Slurm 25.11),
+    False for ``--no-requeue``."""
     signal: SignalRequest | None = None
     export: ExportSpec | None = None
     chdir: str | None = None
@@ -294,6 +295,14 @@ def _yes_no(value: str, name: str) -> bool:
     if value.lower() in ("no", "n", "0"):
         return False
     raise _bad(f"Invalid {name} argument: {value} (expected yes or no)")
+
+
+def _requeue(value: str | None, name: str) -> bool | str:
+    if value is None:
+        return True
+    if value == "expedite":
+        return "expedite"
+    raise _bad(f"Invalid {name} argument: {value} (expected no value or expedite)")
 
 
 def _nice(value: str | None, name: str) -> int:
@@ -577,7 +586,7 @@ OPTIONS: tuple[Option, ...] = (
     _o("dependency", "d", "required", "dependency", _dependency),
     _o("begin", "b", "required", "begin", _begin),
     _o("hold", "H", "none", "hold"),
-    _o("requeue", None, "optional", "requeue", lambda v, n: True),
+    _o("requeue", None, "optional", "requeue", _requeue),
     _o("no-requeue", None, "none", "requeue", const=False),
     _o("signal", None, "required", "signal", _signal),
     _o("export", None, "required", "export", _export),
