@@ -1,0 +1,166 @@
+"""``sbatch --requeue=expedite`` on a live server: a 2-node gang whose node goes down
+restarts on its healthy node plus a replacement, ahead of 50 waiting jobs.
+
+Four 8-GPU nodes and one ClusterQueue of 32 GPUs. The gang (2 x 8 GPUs, submitted
+with ``sbatch --requeue=expedite``) and two 1-node fillers run; 50 one-node jobs
+of a higher priority wait. One of the gang's nodes is marked down (``scontrol
+update State=DOWN``, as the admin API does it): the gang is killed and requeued
+expedited. Its healthy node is then free, but held for it: none of the 50 may
+start there. A filler is cancelled: the gang, not one of the 50, gets that node
+as its replacement and restarts within seconds on its healthy node plus it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phalanx.client import Client
+from phalanx.server import RunningServer, start_server
+
+
+def _node(name: str) -> str:
+    return f"""apiVersion: v1
+kind: Node
+metadata: {{name: {name}}}
+status: {{capacity: {{nvidia.com/gpu: 8, cpu: "64", memory: 512Gi}}}}
+"""
+
+
+CLUSTER = "---\n".join(
+    [
+        *(_node(f"n{i}") for i in range(4)),
+        """apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: gpu}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {name: high}
+value: 1000
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: cq}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu, cpu, memory]
+    flavors:
+    - name: gpu
+      resources:
+      - {name: nvidia.com/gpu, nominalQuota: 32}
+      - {name: cpu, nominalQuota: 256}
+      - {name: memory, nominalQuota: 2048Gi}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {namespace: t, name: default}
+spec: {clusterQueue: cq}
+---
+apiVersion: phalanx.io/v1
+kind: Tenant
+metadata: {name: t}
+""",
+    ]
+)
+
+
+@pytest.fixture()
+def server(tmp_path: Path) -> Iterator[RunningServer]:
+    config = tmp_path / "cluster.yaml"
+    config.write_text(CLUSTER)
+    running = start_server(tmp_path / "state", port=0, configs=[config])
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _job(name: str, priority: str | None = None) -> dict[str, Any]:
+    job: dict[str, Any] = {
+        "name": name,
+        "tenant": "t",
+        "podSets": [
+            {
+                "name": "main",
+                "count": 1,
+                "requests": {"nvidia.com/gpu": 8, "cpu": "1", "memory": "1Gi"},
+            }
+        ],
+        "run": {"command": ["sleep", "600"], "workingDir": "/tmp"},
+    }
+    if priority:
+        job["priorityClass"] = priority
+    return job
+
+
+def _wait(client: Client, job_id: int, states: set[str], timeout: float = 30.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = client.get(job_id)
+        if job["state"] in states:
+            return job
+        assert time.monotonic() < deadline, f"job {job_id} is {job['state']}, not {states}"
+        time.sleep(0.05)
+
+
+def _sbatch(server: RunningServer, *args: str) -> int:
+    env = {**os.environ, "PHALANX_URL": server.url, "PHALANX_TOKEN": server.admin_token}
+    done = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli.main", "sbatch", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd="/tmp",
+    )
+    match = re.fullmatch(r"Submitted batch job (\d+)\n", done.stdout)
+    assert match, done.stdout + done.stderr
+    return int(match.group(1))
+
+
+def test_an_expedited_gang_restarts_on_its_healthy_node_plus_a_replacement_first(
+    server: RunningServer,
+) -> None:
+    with Client(server.url, server.admin_token) as client:
+        gang = _sbatch(
+            server,
+            "--requeue=expedite", "-A", "t", "-p", "cq", "-N", "2", "--ntasks-per-node", "1",
+            "--gpus-per-node", "8", "--wrap", "sleep 600",
+        )  # fmt: skip
+        nodes = sorted(_wait(client, gang, {"RUNNING"})["nodes"])
+        assert len(nodes) == 2
+        fillers = [client.submit(_job(f"filler{i}")) for i in range(2)]
+        for job_id in fillers:
+            _wait(client, job_id, {"RUNNING"})
+        waiting = client.submit_many([_job(f"w{i}", "high") for i in range(50)])
+        lost, healthy = nodes
+        client.update_nodes([lost], "down", "lost in the test")
+        view = _wait(client, gang, {"PENDING"})
+        assert view["state"] == "PENDING"
+        # The healthy node is free but held for the gang: none of the 50 starts there.
+        time.sleep(1.5)
+        running = [j for j in waiting if client.get(j)["state"] != "PENDING"]
+        assert running == [], running
+        assert client.get(gang)["state"] == "PENDING"
+        # A replacement comes free: the gang, not the 50 higher-priority jobs, gets it.
+        replacement = client.get(fillers[0])["nodes"][0]
+        freed = time.monotonic()
+        client.cancel(fillers[0])
+        view = _wait(client, gang, {"RUNNING"}, timeout=10)
+        took = time.monotonic() - freed
+        assert sorted(view["nodes"]) == sorted([healthy, replacement]), view["nodes"]
+        assert took < 5.0, took
+        assert all(client.get(j)["state"] == "PENDING" for j in waiting)
+        for job_id in [gang, fillers[1], *waiting]:
+            client.cancel(job_id)
