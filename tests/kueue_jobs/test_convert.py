@@ -379,7 +379,7 @@ def _small_job(annotations: dict[str, str]) -> dict[str, Any]:
 def test_requeue_expedite_annotation() -> None:
     job = convert_job("Job", _small_job({"phalanx.io/requeue": "expedite"}))
     assert job.submission.requeue_expedite is True
-    assert convert_job("Job", _small_job({})).submission.requeue_expedite is False
+    assert not convert_job("Job", _small_job({})).submission.requeue_expedite
     with pytest.raises(JobFieldError) as err:
         convert_job("Job", _small_job({"phalanx.io/requeue": "fast"}))
     assert str(err.value) == (

@@ -116,7 +116,7 @@ class RuntimeEvents:
             expedite = (
                 evict_reason in ("NodeFail", "NodeDown")
                 and row is not None
-                and row.parsed_submission.requeue_expedite
+                and bool(row.parsed_submission.requeue_expedite)
             )
             healthy = self._healthy(nodes) if expedite else ()
             self.state.engine.apply(

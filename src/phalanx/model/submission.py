@@ -212,11 +212,12 @@ class JobSubmission(PhalanxModel):
     """Submitted held: waits for ``release`` (Slurm's ``--hold``, reason JobHeldUser)."""
     requeue: bool = False
     """Requeued rather than failed when its node fails or it is preempted."""
-    requeue_expedite: bool = False
-    """Slurm 25.11's ``--requeue=expedite`` (``phalanx.io/requeue: expedite`` on a
+    requeue_expedite: bool | None = None
+    """True for Slurm 25.11's ``--requeue=expedite`` (``phalanx.io/requeue: expedite`` on a
     Kubernetes job): when its node fails it is requeued at once, ahead of every
     other pending job, and restarts on its healthy nodes (held for it) plus
-    replacements for the lost ones. Implies ``requeue``."""
+    replacements for the lost ones. Implies ``requeue``. (None, not False, when unset:
+    stored submissions keep their form.)"""
     nice: int = Field(default=0, ge=-(2**31) + 1, le=2**31 - 1)
     comment: str = Field(default="", max_length=4096)
     mail: dict[str, str] = Field(default_factory=dict)

@@ -481,7 +481,7 @@ def test_requeue_expedite() -> None:
     sub = to_submission(req(["--requeue=expedite", "--wrap", "true"]), env={})
     assert (sub.requeue, sub.requeue_expedite) == (True, True)
     sub = to_submission(req(["--requeue", "--wrap", "true"]), env={})
-    assert (sub.requeue, sub.requeue_expedite) == (True, False)
+    assert (sub.requeue, sub.requeue_expedite) == (True, None)
     sub = to_submission(req([], "#!/bin/sh\n#SBATCH --requeue=expedite\ntrue\n"), env={})
     assert sub.requeue_expedite is True
     with pytest.raises(Invalid) as info:

@@ -784,7 +784,7 @@ def convert_job(kind: str, data: Mapping[str, Any]) -> KubeJob:
             pod_sets=parts.pod_sets,
             labels=labels,
             hold=parts.hold,
-            requeue_expedite=requeue == "expedite",
+            requeue_expedite=True if requeue == "expedite" else None,
             run=RunSpec(kube=kube, time_limit=time_limit),
         )
     except ValidationError as exc:
