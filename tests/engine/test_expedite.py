@@ -120,7 +120,7 @@ def test_held_nodes_take_no_other_work_until_it_restarts() -> None:
     # No replacement yet: the healthy node is free but held; nobody else gets it.
     assert admitted_ids(engine.cycle(4.0)) == []
     assert engine.cache.nodes[healthy].jobs == {}
-    assert engine.reserved.holds.owner[engine.cache.nodes[healthy]] == 1
+    assert engine.reserved.holds.owner[engine.cache.nodes[healthy]] == -2  # job 1's hold
     assert engine.expedite.next_times() == [4.0 + EXPEDITE_HOLD_S]
     wakeup = engine.next_wakeup()
     assert wakeup is not None and wakeup <= 4.0 + EXPEDITE_HOLD_S
@@ -211,3 +211,24 @@ def test_property_held_nodes_only_go_to_their_job(
         assert healthy in _nodes_of(engine, 1)
     else:
         assert engine.jobs[1].admission is None
+
+
+def test_backfill_lends_no_held_node_to_short_jobs() -> None:
+    """Short jobs that would end long before any plan's start still do not get the
+    held node (a backfill reservation's nodes could be lent to them)."""
+    engine = _cluster()
+    engine.apply(Submit(job("cq0", gpus=8, count=2, id=1)))
+    engine.apply(Submit(job("cq0", gpus=8, id=2).model_copy(update={"time_limit": 3600.0})))
+    engine.apply(Submit(job("cq0", gpus=8, id=3).model_copy(update={"time_limit": 3600.0})))
+    assert sorted(_settle(engine, 1.0)) == [1, 2, 3]
+    healthy, lost = _nodes_of(engine, 1)
+    _fail(engine, lost, healthy)
+    for i in range(5):
+        short = job("cq0", gpus=8, id=100 + i, submit=2.0).model_copy(update={"time_limit": 10.0})
+        engine.apply(Submit(short))
+    for t in (4.0, 5.0, 40.0, 100.0):
+        _settle(engine, t)
+        assert engine.cache.nodes[healthy].jobs == {}
+    engine.apply(Finish(2))
+    assert _settle(engine, 101.0)[0] == 1
+    assert healthy in _nodes_of(engine, 1)

@@ -47,6 +47,13 @@ def expedited_key(rec: JobRecord) -> tuple[float, float, float, int]:
     return (-math.inf, -math.inf, rec.order_time, rec.facts.id)
 
 
+def _owner(job_id: int) -> int:
+    """The holds' owner of an expedited job's nodes: not its id, which a backfill
+    reservation of the same job would share (a reservation's held nodes may be lent
+    to jobs that end before its start; these are lent to no one)."""
+    return -1 - job_id
+
+
 @dataclass(slots=True)
 class ExpediteHold:
     nodes: tuple[str, ...]
@@ -177,7 +184,7 @@ class Expedite:
         holds, nodes = engine.reserved.holds, engine.cache.nodes
         for name in hold.nodes:
             slot = nodes.get(name)
-            if slot is not None and slot not in holds.owner and holds.hold(slot, job_id):
+            if slot is not None and slot not in holds.owner and holds.hold(slot, _owner(job_id)):
                 engine.cache.reindex(slot)
         hold.held = True
         engine.assigner.generation += 1
@@ -188,7 +195,7 @@ class Expedite:
         keys: list[str] = []
         for name in hold.nodes:
             slot = nodes.get(name)
-            if slot is not None and holds.owner.get(slot) == job_id:
+            if slot is not None and holds.owner.get(slot) == _owner(job_id):
                 if holds.unhold(slot):
                     engine.cache.reindex(slot)
                 keys.extend("flavor:" + index.name for index in slot.flavors)
