@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from phalanx.engine import (
     Cancel,
+    Delete,
     Engine,
     EngineConfig,
     Finish,
@@ -231,4 +232,19 @@ def test_backfill_lends_no_held_node_to_short_jobs() -> None:
         assert engine.cache.nodes[healthy].jobs == {}
     engine.apply(Finish(2))
     assert _settle(engine, 101.0)[0] == 1
+    assert healthy in _nodes_of(engine, 1)
+
+
+def test_node_changes_keep_the_hold() -> None:
+    engine, (healthy, lost) = _running_gang()
+    _fail(engine, lost, healthy)
+    assert _settle(engine, 4.0) == []
+    # Relabelled (upserted again) and the lost node deleted: the hold stands.
+    engine.apply(Upsert(make_node(healthy)))
+    engine.apply(Delete("Node", lost))
+    assert engine.reserved.holds.owner == {engine.cache.nodes[healthy]: -2}
+    assert _settle(engine, 5.0) == []
+    assert engine.cache.nodes[healthy].jobs == {}
+    engine.apply(Finish(3))
+    assert _settle(engine, 6.0)[0] == 1
     assert healthy in _nodes_of(engine, 1)

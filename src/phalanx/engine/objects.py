@@ -132,7 +132,13 @@ class Objects:
                 self._engine.reserved.drop_all()
         self.by_key.pop((kind, name), None)
         if kind == "Node":
+            expedite = self._engine.expedite
+            if expedite.jobs:
+                # Its hold goes with it (the others are held again).
+                expedite.unhold_all()
             cache.delete_node(name)
+            if expedite.jobs:
+                expedite.rehold_all()
             self._engine.priorities.dirty = True
         elif kind == "ResourceFlavor":
             cache.delete_flavor(name)
