@@ -163,5 +163,8 @@ def test_an_expedited_gang_restarts_on_its_healthy_node_plus_a_replacement_first
         print(f"expedited restart {took:.2f} s after the replacement came free")
         assert took < 5.0, took
         assert all(client.get(j)["state"] == "PENDING" for j in waiting)
+        [requeued] = [e for e in client.events(gang) if e["kind"] == "Requeued"]
+        assert requeued["reason"] == "NodeDown"
+        assert requeued["data"]["expedite"] == {"held": [healthy]}
         for job_id in [gang, fillers[1], *waiting]:
             client.cancel(job_id)
