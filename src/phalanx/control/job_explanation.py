@@ -569,6 +569,9 @@ def _finished_lines(answer: Mapping[str, Any], now: float) -> list[str]:
         where += f", admitted at {_when(last.get('time'), now)}"
         where += ", borrowing from its cohort." if last.get("borrowing") else "."
         lines.append(where)
+        checkpoint = answer.get("last_checkpoint")
+        if checkpoint and checkpoint.get("attempt") in (None, last.get("attempt")):
+            lines.append(f"It last reported a checkpoint at {_when(checkpoint['time'], now)}.")
     else:
         lines.append("It never started.")
     reason = answer.get("reason") or {}
