@@ -51,6 +51,9 @@ class RuntimeEvents:
                 self.runtime.forget(event.job_id, event.attempt)
             return
         if isinstance(event, Checkpointed):
+            if self.state.attempts.checkpoints.get(event.job_id) == event.time:
+                return  # reported again (a re-attached supervisor): recorded already
+            self.state.attempts.checkpoints[event.job_id] = event.time
             # What preempting it loses counts from here (the engine's victim choice).
             tx.add_event(event.job_id, "Checkpointed", event.time, data={"attempt": event.attempt})
             self.state.engine.apply(Checkpoint(event.job_id, event.time))
@@ -80,6 +83,7 @@ class RuntimeEvents:
             self.charging.start(tx, event.job_id, event.start_time)
             tx.add_event(event.job_id, "Started", event.start_time, data={"attempt": event.attempt})
         del self.state.attempts.active[event.job_id]
+        self.state.attempts.checkpoints.pop(event.job_id, None)
         self.state.attempts.running.discard(event.job_id)
         self.state.usage.stop(event.job_id, event.end_time)
         row = tx.get_job(event.job_id)
