@@ -34,6 +34,14 @@ Files in ``JOBDIR``:
     same thing, immediately. A preemption writes ``{"reason": "PREEMPTED",
     "grace_s": S}`` into it: the job ends PREEMPTED, and with ``S > 0`` its tasks
     get ``S`` seconds between SIGTERM and SIGKILL instead of ``kill_wait_s``.
+    With ``preemption_notice`` ``(sig, secs, batch_only)`` in ``launch.json``
+    the end is ``S`` seconds away instead: ``sig`` comes ``secs`` before it (at
+    once when ``S`` is shorter), then SIGCONT and SIGTERM at the end and SIGKILL
+    ``kill_wait_s`` later, as at a time limit.
+``checkpoint``
+    ``PHALANX_CHECKPOINT_FILE`` of every task: the job touches it when it saved
+    its work (``phalanx checkpoint``); each new mtime goes into ``status.json``
+    as ``checkpoint_at``.
 
 When ``launch.json`` names an ``account`` (the local runtime of a server
 running as root), the supervisor becomes that account (``setgroups``,
