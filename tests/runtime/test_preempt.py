@@ -156,3 +156,54 @@ def test_touching_the_checkpoint_file_reports_a_checkpoint(
     points = [e for e in events if isinstance(e, Checkpointed)]
     assert len(points) == 1 and (points[0].job_id, points[0].attempt) == (22, 1)
     assert exited.start_time is not None and exited.start_time <= points[0].time <= exited.end_time
+
+
+def test_a_kubernetes_jobs_notice_reaches_its_containers(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    from types import SimpleNamespace
+
+    from phalanx.control.kubejobs import kube_launch
+    from phalanx.dialects.kueue.jobs import convert_job
+    from phalanx.runtime import TaskSpec
+
+    script = NOTICE_SCRIPT.replace("echo started\n", "echo started > started\n")
+    doc = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "noticed", "annotations": {"phalanx.io/preemption-notice": "USR1@1"}},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [{"name": "c", "image": "i", "command": ["sh", "-c", script]}],
+                    "restartPolicy": "Never",
+                }
+            }
+        },
+    }
+    run = convert_job("Job", doc).submission.run.model_copy(update={"working_dir": str(tmp_path)})
+    assert run.kube is not None
+    spec = kube_launch(
+        SimpleNamespace(id=31),  # type: ignore[arg-type]
+        run,
+        run.kube,
+        [TaskSpec(node="n0", rank=0, pod_set="main")],
+        1,
+        tmp_path / "out",
+        None,
+    )
+    assert spec.preemption_notice == (int(signal.SIGUSR1), 1.0, False)
+    runtime.launch(spec)
+    deadline = time.monotonic() + 15
+    while not (tmp_path / "started").exists():
+        assert time.monotonic() < deadline, (tmp_path / "out").read_text()
+        time.sleep(0.02)
+    began = time.time()
+    runtime.cancel(31, preempt_grace_s=2.0)
+    exited = runtime.wait(31, 15)
+    assert exited is not None and exited.state == "PREEMPTED"
+    marks = _marks(tmp_path)
+    assert 0.7 <= marks["usr1"] - began < 1.8, marks
+    assert marks["usr1"] < marks["term"], marks
+    # The pod runner outlived the notice: the task ended with the SIGTERM, not with USR1.
+    assert exited.signal != signal.SIGUSR1, exited
