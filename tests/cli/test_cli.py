@@ -335,3 +335,18 @@ def test_up_detached_then_down(tmp_path: Path) -> None:
     assert bad.stderr.splitlines() == [
         f"phalanx: error: {tmp_path / 'nope'}: no such file or directory"
     ]
+
+
+def test_checkpoint_touches_the_jobs_checkpoint_file(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("PHALANX_CHECKPOINT_FILE", raising=False)
+    code, _, err = run(capsys, "checkpoint")
+    assert_one_line_error(
+        code, err, "not inside a phalanx job (PHALANX_CHECKPOINT_FILE is not set)"
+    )
+    path = tmp_path / "checkpoint"
+    monkeypatch.setenv("PHALANX_CHECKPOINT_FILE", str(path))
+    before = time.time()
+    assert run(capsys, "checkpoint") == (0, "", "")
+    assert path.stat().st_mtime >= before - 1

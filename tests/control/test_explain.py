@@ -271,3 +271,47 @@ def test_a_preemptor_waits_for_its_victims() -> None:
     victim = explain_answer(row(1, "RUNNING"), explain_job(engine, 1), None, [], NOW)
     assert victim["admission"]["evicting"] is True
     assert "It is being evicted (Preempted)." in victim["text"]
+
+
+def test_a_preemptor_and_its_victim_say_what_the_victim_lost() -> None:
+    from phalanx.engine import Checkpoint, Evict
+
+    engine = engine_with(
+        flavor("f"),
+        node("n0"),
+        cluster_queue("cq", {"f": 8}, preemption={"withinClusterQueue": "LowerPriority"}),
+    )
+    step(engine, 0.0, Submit(job("cq", gpus=4, id=1, priority=1)))
+    step(engine, 10.0, Submit(job("cq", gpus=4, id=2, priority=1, submit=10.0)))
+    # Job 1 checkpointed 6 min before the preemption: it loses 0.4 GPU-h; job 2, 4 GPUs
+    # for 1 h, would lose 4 GPU-h.
+    engine.apply(Checkpoint(1, 3250.0))
+    decisions = step(engine, 3610.0, Submit(job("cq", gpus=4, id=3, priority=10, submit=3600.0)))
+    [evict] = [d for d in decisions if isinstance(d, Evict)]
+    assert (evict.job_id, evict.lost_gpu_hours, evict.spared) == (1, 0.4, ((2, 4.0),))
+    answer = explain_answer(row(3), explain_job(engine, 3), None, [], NOW)
+    assert (
+        "It preempted job 1 (lost 0.4 GPU-h since its checkpoint) rather than job 2 (4.0 GPU-h)."
+        in answer["text"].splitlines()
+    )
+    events = [
+        event("Admitted", NOW - 600, cluster_queue="cq", nodes=["n0"], attempt=1),
+        event("Checkpointed", NOW - 360, attempt=1),
+        event(
+            "Evicting",
+            NOW,
+            "Preempted",
+            evict.message,
+            preemptor=3,
+            preemption_reason="InClusterQueue",
+            lost_gpu_hours=0.4,
+            spared=[[2, 4.0]],
+        ),
+    ]
+    victim = explain_answer(row(1, "RUNNING", attempt=1), explain_job(engine, 1), None, events, NOW)
+    assert victim["last_checkpoint"] == {"time": _stamp(NOW - 360), "attempt": 1}
+    lines = victim["text"].splitlines()
+    assert "It last reported a checkpoint at 13:47 UTC." in lines
+    assert "It was chosen (lost 0.4 GPU-h since its checkpoint) rather than job 2 (4.0 GPU-h)." in (
+        lines
+    )

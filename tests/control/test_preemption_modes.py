@@ -270,3 +270,64 @@ def test_a_preemption_under_way_survives_a_control_plane_restart(tmp_path: Path)
         second.stop()
         second.runtime.close()
         second.store.close()
+
+
+def test_a_checkpoint_survives_a_control_plane_restart(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+
+    def start() -> ControlPlane:
+        plane = ControlPlane(
+            Store.open(None, state_dir=state),
+            LocalRuntime(state),
+            state_dir=state,
+            poll_interval_s=0.01,
+        )
+        plane.start()
+        return plane
+
+    first = start()
+    first.apply(ADMIN, _objects({}))
+    script = 'echo started; touch "$PHALANX_CHECKPOINT_FILE"; sleep 30'
+    [job] = first.submit(ALICE, [_job(script, tmp_path, "low")])
+    wait_for(first, job, "RUNNING")
+    deadline = time.monotonic() + 10
+    while not _events(first, job, "Checkpointed"):
+        assert time.monotonic() < deadline, "no checkpoint recorded"
+        time.sleep(0.02)
+    [recorded] = _events(first, job, "Checkpointed")
+    assert recorded.data == {"attempt": 1}
+    first.stop()
+    first.runtime.close()
+    first.store.close()
+    second = start()
+    try:
+        # The engine has it back from the history; the re-attached supervisor's report
+        # of the same checkpoint is not recorded twice.
+        adm = second.state.engine.jobs[job].admission
+        assert adm is not None and adm.checkpoint_at == recorded.time
+        time.sleep(0.5)
+        assert len(_events(second, job, "Checkpointed")) == 1
+        second.cancel(ALICE, job)
+        wait_for(second, job, "CANCELLED")
+    finally:
+        second.stop()
+        second.runtime.close()
+        second.store.close()
+
+
+def test_attempt_times_come_from_the_current_attempt() -> None:
+    from phalanx.control.recovery import _attempt_times
+
+    def event(kind: str, at: float, attempt: int) -> JobEventRow:
+        return JobEventRow(
+            id=0, job_id=1, kind=kind, time=at, reason="", message="", data={"attempt": attempt}
+        )
+
+    events = [
+        event("Admitted", 10.0, 1),
+        event("Checkpointed", 20.0, 1),
+        event("Admitted", 50.0, 2),
+        event("Started", 51.0, 2),
+    ]
+    assert _attempt_times(events, 2) == (50.0, None)
+    assert _attempt_times([*events, event("Checkpointed", 60.0, 2)], 2) == (50.0, 60.0)

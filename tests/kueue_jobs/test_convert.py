@@ -385,3 +385,33 @@ def test_requeue_expedite_annotation() -> None:
     assert str(err.value) == (
         "metadata.annotations.phalanx.io/requeue: expected expedite, got 'fast'"
     )
+
+
+def _noticed(value: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "noticed",
+            "annotations": {"phalanx.io/preemption-notice": value},
+        },
+        "spec": {
+            "template": {"spec": {"containers": [{"name": "c", "image": "i", "command": ["true"]}]}}
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("USR1@30", (10, 30)), ("SIGTERM@0", (15, 0)), ("12@5", (12, 5))]
+)
+def test_preemption_notice_annotation(value: str, expected: tuple[int, int]) -> None:
+    notice = _convert(_noticed(value)).submission.run.preemption_notice
+    assert (notice.signal, notice.seconds) == expected
+
+
+@pytest.mark.parametrize("value", ["USR1", "USR1@", "NOPE@3", "USR1@70000", "99@1", "@3", ""])
+def test_bad_preemption_notice_names_the_annotation(value: str) -> None:
+    with pytest.raises(JobFieldError) as err:
+        _convert(_noticed(value))
+    assert err.value.path == ("metadata", "annotations", "phalanx.io/preemption-notice")
+    assert "expected SIG@SECONDS" in str(err.value) and repr(value) in str(err.value)

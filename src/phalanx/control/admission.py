@@ -57,6 +57,10 @@ class Admission:
                     data["grace_period_s"] = decision.grace_period_s
                 if decision.preemption_reason is not None:
                     data["preemption_reason"] = decision.preemption_reason
+                if decision.lost_gpu_hours is not None:
+                    # Chosen among equal candidates for losing least since a checkpoint.
+                    data["lost_gpu_hours"] = decision.lost_gpu_hours
+                    data["spared"] = [list(s) for s in decision.spared]
                 tx.add_event(
                     decision.job_id,
                     "Evicting",

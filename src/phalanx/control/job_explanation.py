@@ -63,6 +63,7 @@ _HISTORY = frozenset(
         "Submitted",
         "Admitted",
         "Started",
+        "Checkpointed",
         "Evicting",
         "Preempted",
         "Requeued",
@@ -182,6 +183,7 @@ def _dated(facts: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
 
 def _from_events(events: Sequence[JobEventRow]) -> dict[str, Any]:
     last_admission: dict[str, Any] | None = None
+    last_checkpoint: dict[str, Any] | None = None
     preemptions: list[dict[str, Any]] = []
     requeues: list[dict[str, Any]] = []
     history: list[dict[str, Any]] = []
@@ -207,20 +209,25 @@ def _from_events(events: Sequence[JobEventRow]) -> dict[str, Any]:
                 "borrowing": bool(data.get("borrowing")),
                 "attempt": data.get("attempt"),
             }
+        elif event.kind == "Checkpointed":
+            last_checkpoint = {"time": _stamp(event.time), "attempt": data.get("attempt")}
         elif event.kind == "Evicting":
             if data.get("preemptor") is not None or event.reason == "Preempted":
-                preemptions.append(
-                    {
-                        "time": _stamp(event.time),
-                        "by": data.get("preemptor"),
-                        "reason": data.get("preemption_reason"),
-                        "message": event.message,
-                    }
-                )
+                preemption = {
+                    "time": _stamp(event.time),
+                    "by": data.get("preemptor"),
+                    "reason": data.get("preemption_reason"),
+                    "message": event.message,
+                }
+                if data.get("lost_gpu_hours") is not None:
+                    preemption["lost_gpu_hours"] = data["lost_gpu_hours"]
+                    preemption["spared"] = data.get("spared") or []
+                preemptions.append(preemption)
         elif event.kind == "Requeued":
             requeues.append({"time": _stamp(event.time), "reason": event.reason})
     return {
         "last_admission": last_admission,
+        "last_checkpoint": last_checkpoint,
         "preemptions": preemptions,
         "requeues": requeues,
         "history": history,
@@ -408,6 +415,12 @@ def _pending_lines(answer: Mapping[str, Any], now: float) -> list[str]:
             f"It has preempted job(s) {victims} and starts once they have given back "
             "the quota and nodes it needs."
         )
+        for victim, lost in (details.get("lostWork") or {}).items():
+            lines.append(
+                _lost_sentence(
+                    f"It preempted job {victim}", lost.get("gpuHours"), lost.get("rather")
+                )
+            )
     elif code == "Priority":
         if not answer.get("ahead"):
             lines.append("It is next in line: the next scheduling cycle tries it.")
@@ -462,8 +475,19 @@ _KNOWN_DETAILS = frozenset(
         "blockedBy",
         "localQueue",
         "victims",
+        "lostWork",
     }
 )
+
+
+def _lost_sentence(subject: str, hours: Any, rather: Any) -> str:
+    """``... (lost 0.4 GPU-h since its checkpoint) rather than job 9 (3.1 GPU-h).``"""
+    text = f"{subject} (lost {hours} GPU-h since its checkpoint)"
+    items = rather.items() if isinstance(rather, Mapping) else (rather or [])
+    others = ", ".join(f"job {j} ({h} GPU-h)" for j, h in items)
+    if others:
+        text += f" rather than {others}"
+    return text + "."
 
 
 def _history_lines(answer: Mapping[str, Any], now: float) -> list[str]:
@@ -474,6 +498,10 @@ def _history_lines(answer: Mapping[str, Any], now: float) -> list[str]:
         lines.append(
             f"It was preempted{by} at {_when(p['time'], now)}" + (f" ({why})." if why else ".")
         )
+        if p.get("lost_gpu_hours") is not None:
+            lines.append(
+                _lost_sentence("It was chosen", p["lost_gpu_hours"], p.get("spared") or [])
+            )
     requeues = answer.get("requeues") or []
     if requeues:
         last = requeues[-1]
@@ -507,6 +535,9 @@ def _admitted_lines(answer: Mapping[str, Any], now: float) -> list[str]:
     if total is not None:
         when += f" with priority {_number(total)}"
     lines.append(when + _terms(borrowing, cq))
+    checkpoint = answer.get("last_checkpoint")
+    if checkpoint and checkpoint.get("attempt") in (None, last.get("attempt")):
+        lines.append(f"It last reported a checkpoint at {_when(checkpoint['time'], now)}.")
     if adm.get("evicting"):
         lines.append(f"It is being evicted ({adm.get('evicted_for') or 'requested'}).")
     return lines
@@ -538,6 +569,9 @@ def _finished_lines(answer: Mapping[str, Any], now: float) -> list[str]:
         where += f", admitted at {_when(last.get('time'), now)}"
         where += ", borrowing from its cohort." if last.get("borrowing") else "."
         lines.append(where)
+        checkpoint = answer.get("last_checkpoint")
+        if checkpoint and checkpoint.get("attempt") in (None, last.get("attempt")):
+            lines.append(f"It last reported a checkpoint at {_when(checkpoint['time'], now)}.")
     else:
         lines.append("It never started.")
     reason = answer.get("reason") or {}

@@ -103,6 +103,11 @@ def kube_launch(
         error=str(err) if err is not None else None,
         time_limit_s=float(run.time_limit) if run.time_limit else None,
         kill_wait_s=run.kill_wait,
+        preemption_notice=(
+            (run.preemption_notice.signal, float(run.preemption_notice.seconds), False)
+            if run.preemption_notice is not None
+            else None
+        ),
         kube={
             "tasks": per_task,
             "backoffLimit": kube.backoff_limit,

@@ -67,7 +67,7 @@ from phalanx.engine import Admit, Decision, Engine, EngineConfig
 from phalanx.errors import Conflict, Forbidden, Invalid, NotLeader, PhalanxError
 from phalanx.model import JobState, JobSubmission, Node
 from phalanx.runtime.base import Runtime
-from phalanx.runtime.spec import Account, Exited, LaunchSpec, Started
+from phalanx.runtime.spec import Account, Checkpointed, Exited, LaunchSpec, Started
 from phalanx.store import JobRow, Store, TokenRow
 from phalanx.store.lease import Lease
 from phalanx.usage.ledger import UsageLedger
@@ -122,7 +122,7 @@ class ControlPlane:
         """Held while the loop changes the engine; status readers take it too."""
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._replay: list[Started | Exited] = []
+        self._replay: list[Started | Exited | Checkpointed] = []
         """The runtime's events of the last iteration, until it commits."""
         self.state = LoopState(self.base_config)
         """The loop's memory, shared by the parts below; rebuilt from the store on start."""

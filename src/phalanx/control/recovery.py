@@ -21,7 +21,7 @@ from phalanx.control.registry import KIND_ORDER, MODEL_BY_KIND, object_key
 from phalanx.control.runtime_events import RuntimeEvents
 from phalanx.control.slurmjobs import gated
 from phalanx.control.state import LoopState, job_from_row
-from phalanx.engine import Admit, Adopt, EngineConfig, Evict, PodsReady
+from phalanx.engine import Admit, Adopt, Checkpoint, EngineConfig, Evict, PodsReady
 from phalanx.engine.decisions import decision_from_dict
 from phalanx.model import JobState
 from phalanx.runtime.base import Runtime
@@ -94,7 +94,14 @@ class Recovery:
             self.state.gate.entered_engine(row.id, row.array_job_id)
             admission = decision_from_dict(row.assignment["admit"])
             assert isinstance(admission, Admit)
-            self.state.engine.apply(Adopt(job, admission, admitted_at=row.start_time))
+            admitted_at, checkpoint = _attempt_times(self.store.job_events(row.id), row.attempt)
+            # Its minimum runtime counts from its admission, also when it had not started.
+            self.state.engine.apply(
+                Adopt(job, admission, admitted_at=row.start_time or admitted_at)
+            )
+            if checkpoint is not None:
+                self.state.engine.apply(Checkpoint(row.id, checkpoint))
+                self.state.attempts.checkpoints[row.id] = checkpoint
             for node, indices in row.assignment.get("gpus", {}).items():
                 self.state.gpus.hold(node, list(indices), row.id)
             self.state.attempts.active[row.id] = row.attempt
@@ -177,3 +184,20 @@ def held_by_admin(events: Sequence[JobEventRow]) -> bool:
         if event.kind == "Held":
             return bool(event.data.get("admin"))
     return False
+
+
+def _attempt_times(
+    events: Sequence[JobEventRow], attempt: int
+) -> tuple[float | None, float | None]:
+    """When the job's current attempt was admitted and when it last checkpointed, from
+    its history (None where it does not say)."""
+    admitted: float | None = None
+    checkpoint: float | None = None
+    for event in events:
+        if event.data.get("attempt") != attempt:
+            continue
+        if event.kind == "Admitted":
+            admitted = event.time
+        elif event.kind == "Checkpointed":
+            checkpoint = event.time
+    return admitted, checkpoint

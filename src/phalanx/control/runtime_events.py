@@ -16,10 +16,10 @@ from phalanx.control.charging import Charging
 from phalanx.control.metrics import Metrics
 from phalanx.control.slurmjobs import requeues, requeues_after_preemption
 from phalanx.control.state import LoopState
-from phalanx.engine import Evict, Finish, PodsReady, Requeue
+from phalanx.engine import Checkpoint, Evict, Finish, PodsReady, Requeue
 from phalanx.model import JobState
 from phalanx.runtime.base import Runtime
-from phalanx.runtime.spec import Exited, Started
+from phalanx.runtime.spec import Checkpointed, Exited, Started
 from phalanx.store import JobRow, Tx
 
 __all__ = ["MAX_LAUNCH_ATTEMPTS", "RuntimeEvents", "attempt_data"]
@@ -42,11 +42,21 @@ class RuntimeEvents:
         """Told of every current attempt that ended, with the job's nodes (in the loop:
         it must neither block nor raise; ``--drain-after-failures`` counts them)."""
 
-    def handle(self, tx: Tx, event: Started | Exited, now: float) -> None:
-        """Record a job's start, or its stop: requeued, or ended in its final state."""
+    def handle(self, tx: Tx, event: Started | Exited | Checkpointed, now: float) -> None:
+        """Record a job's start, a checkpoint, or its stop: requeued, or ended in its
+        final state."""
         attempt = self.state.attempts.active.get(event.job_id)
         if attempt is None or attempt != event.attempt:
-            self.runtime.forget(event.job_id, event.attempt)
+            if not isinstance(event, Checkpointed):
+                self.runtime.forget(event.job_id, event.attempt)
+            return
+        if isinstance(event, Checkpointed):
+            if self.state.attempts.checkpoints.get(event.job_id) == event.time:
+                return  # reported again (a re-attached supervisor): recorded already
+            self.state.attempts.checkpoints[event.job_id] = event.time
+            # What preempting it loses counts from here (the engine's victim choice).
+            tx.add_event(event.job_id, "Checkpointed", event.time, data={"attempt": event.attempt})
+            self.state.engine.apply(Checkpoint(event.job_id, event.time))
             return
         if isinstance(event, Started):
             if event.job_id in self.state.attempts.running:
@@ -73,6 +83,7 @@ class RuntimeEvents:
             self.charging.start(tx, event.job_id, event.start_time)
             tx.add_event(event.job_id, "Started", event.start_time, data={"attempt": event.attempt})
         del self.state.attempts.active[event.job_id]
+        self.state.attempts.checkpoints.pop(event.job_id, None)
         self.state.attempts.running.discard(event.job_id)
         self.state.usage.stop(event.job_id, event.end_time)
         row = tx.get_job(event.job_id)

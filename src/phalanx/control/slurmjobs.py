@@ -171,6 +171,11 @@ def slurm_launch(
             if run.signal is not None
             else None
         ),
+        preemption_notice=(
+            (run.signal.signal, float(run.signal.seconds), run.signal.batch_only)
+            if run.signal is not None
+            else None
+        ),
         slurm=context,
     )
 

@@ -37,6 +37,8 @@ class Attempts:
     """Jobs the engine deactivated while they ran: (reason, message) once they stop."""
     preempting: dict[int, Evict] = field(default_factory=dict)
     """Jobs being preempted: the engine's Evict (preemptor, mode), until they stop."""
+    checkpoints: dict[int, float] = field(default_factory=dict)
+    """Active job id -> the last checkpoint of its current attempt that is recorded."""
 
 
 class LoopState:

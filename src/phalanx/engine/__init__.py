@@ -25,6 +25,7 @@ from phalanx.engine.engine import Engine
 from phalanx.engine.events import (
     Adopt,
     Cancel,
+    Checkpoint,
     Delete,
     Event,
     Finish,
@@ -43,6 +44,7 @@ __all__ = [
     "Admit",
     "Adopt",
     "Cancel",
+    "Checkpoint",
     "Deactivate",
     "Decision",
     "Delete",

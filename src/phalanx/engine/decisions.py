@@ -123,7 +123,7 @@ PREEMPTION_REASONS = (
 """Kueue's ``Preempted`` condition reasons (``preemption_reason`` of a ``Preempted`` Evict)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Evict:
     """Stop an admitted job (Kueue's ``Evicted`` condition).
 
@@ -133,7 +133,10 @@ class Evict:
     and the ``preemption_reason`` (one of :data:`PREEMPTION_REASONS`), and says what
     to do with the victim, from its ClusterQueue's settings: ``mode`` ``REQUEUE``
     (back to pending) or ``CANCEL`` (it ends PREEMPTED), and ``grace_period_s``
-    between SIGTERM and SIGKILL (0: the job's own kill wait).
+    between SIGTERM and SIGKILL (0: the job's own kill wait). Where the victim was
+    chosen over equal candidates for losing less work since a checkpoint,
+    ``lost_gpu_hours`` is what it loses and ``spared`` the equal candidates kept,
+    as ``(job id, GPU-hours they would have lost)``.
     """
 
     job_id: int
@@ -143,6 +146,20 @@ class Evict:
     preemption_reason: str | None = None
     mode: str = "REQUEUE"
     grace_period_s: float = 0.0
+    lost_gpu_hours: float | None = None
+    spared: tuple[tuple[int, float], ...] = ()
+
+    def __repr__(self) -> str:
+        # The dataclass repr, with the lost-work fields only when set (recorded
+        # decision digests stay comparable).
+        fields = (
+            f"job_id={self.job_id!r}, reason={self.reason!r}, message={self.message!r}, "
+            f"preemptor={self.preemptor!r}, preemption_reason={self.preemption_reason!r}, "
+            f"mode={self.mode!r}, grace_period_s={self.grace_period_s!r}"
+        )
+        if self.lost_gpu_hours is not None or self.spared:
+            fields += f", lost_gpu_hours={self.lost_gpu_hours!r}, spared={self.spared!r}"
+        return f"Evict({fields})"
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -159,6 +176,10 @@ class Evict:
             out["mode"] = self.mode
         if self.grace_period_s:
             out["grace_period_s"] = self.grace_period_s
+        if self.lost_gpu_hours is not None:
+            out["lost_gpu_hours"] = self.lost_gpu_hours
+        if self.spared:
+            out["spared"] = [list(s) for s in self.spared]
         return out
 
 
@@ -223,6 +244,8 @@ def decision_from_dict(data: dict[str, Any]) -> Decision:
             data.get("preemption_reason"),
             str(data.get("mode", "REQUEUE")),
             float(data.get("grace_period_s", 0.0)),
+            None if data.get("lost_gpu_hours") is None else float(data["lost_gpu_hours"]),
+            tuple((int(j), float(h)) for j, h in data.get("spared", ())),
         )
     if kind == "Deactivate":
         return Deactivate(int(data["job_id"]), str(data["reason"]), str(data.get("message", "")))

@@ -55,6 +55,7 @@ from phalanx.engine.decisions import (
 from phalanx.engine.events import (
     Adopt,
     Cancel,
+    Checkpoint,
     Delete,
     Event,
     Finish,
@@ -213,6 +214,15 @@ class Engine:
                 self.lifecycle.requeue(event.job_id)
         elif isinstance(event, PodsReady):
             self.pods_ready.unready.pop(event.job_id, None)
+        elif isinstance(event, Checkpoint):
+            rec = self.jobs.get(event.job_id)
+            adm = rec.admission if rec is not None else None
+            if (
+                adm is not None
+                and event.at >= adm.admitted_at
+                and (adm.checkpoint_at is None or event.at > adm.checkpoint_at)
+            ):
+                adm.checkpoint_at = event.at
         elif isinstance(event, TenantUsage):
             old = self.priorities.shares.get(event.tenant)
             allocation = event.allocation

@@ -28,6 +28,7 @@ from phalanx.model import (
 __all__ = [
     "Adopt",
     "Cancel",
+    "Checkpoint",
     "Delete",
     "Event",
     "Finish",
@@ -112,6 +113,16 @@ class PodsReady:
 
 
 @dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """An admitted job saved its work at ``at`` (the caller's clock): preempting it loses
+    only what it did since. Ignored for a job that is not admitted; a checkpoint older
+    than the last one known, or than the admission, changes nothing."""
+
+    job_id: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class TenantUsage:
     """A tenant's decayed usage, its descendants' included: GPU-hours ``usage`` (U) and
     billable TRES-seconds ``billing`` (Slurm's RawUsage); optionally a new ``allocation`` (L)."""
@@ -139,4 +150,15 @@ class Adopt:
     None: its submit time."""
 
 
-Event = Upsert | Delete | Submit | Cancel | Finish | Requeue | TenantUsage | Adopt | PodsReady
+Event = (
+    Upsert
+    | Delete
+    | Submit
+    | Cancel
+    | Finish
+    | Requeue
+    | TenantUsage
+    | Adopt
+    | PodsReady
+    | Checkpoint
+)

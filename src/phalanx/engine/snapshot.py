@@ -103,6 +103,8 @@ def export_state(engine: Engine) -> dict[str, Any]:
                 "evicting": adm.evicting,
                 "admitted_at": adm.admitted_at,
             }
+            if adm.checkpoint_at is not None:
+                entry["admission"]["checkpoint_at"] = adm.checkpoint_at
         jobs.append(entry)
     parked: list[dict[str, Any]] = []
     for item in engine.queues.parked.items():
@@ -310,6 +312,7 @@ def load_state(data: dict[str, Any]) -> Engine:
             decision,
             bool(adm["evicting"]),
             float(adm.get("admitted_at", 0.0)),
+            None if adm.get("checkpoint_at") is None else float(adm["checkpoint_at"]),
         )
         engine.admitted_by_cq.setdefault(info.name, {})[job.id] = rec
         engine.limits.charge(rec, cache.tenants, {p.name: p.count for p in decision.pod_sets})

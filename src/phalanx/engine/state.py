@@ -9,7 +9,7 @@ from phalanx.engine.cache.quota import FlavorResource
 from phalanx.engine.explain.reasons import Reason
 from phalanx.engine.priority.ordering import JobFacts
 from phalanx.engine.queueing.shapes import JobShape
-from phalanx.model import Job
+from phalanx.model import GPU, GPU_MILLI, Job
 
 if TYPE_CHECKING:
     from phalanx.engine.cache.capacity import Devices, NodeSlot
@@ -35,6 +35,21 @@ class Admission:
     evicting: bool = False
     admitted_at: float = 0.0
     """The cycle time of the admission (victims admitted most recently go first)."""
+    checkpoint_at: float | None = None
+    """When this attempt last reported a checkpoint (:class:`~phalanx.engine.events.Checkpoint`);
+    None: never. Work since then is what preempting it loses."""
+
+    def lost_work(self, now: float) -> float:
+        """GPU-seconds preempting it now loses: GPUs x time since its last checkpoint
+        (or since its admission, without one)."""
+        gpus = 0.0
+        for (_, resource), amount in self.usage.items():
+            if resource == GPU:
+                gpus += amount
+            elif resource == GPU_MILLI:
+                gpus += amount / 1000
+        since = self.admitted_at if self.checkpoint_at is None else self.checkpoint_at
+        return gpus * max(0.0, now - max(since, self.admitted_at))
 
 
 @dataclass(eq=False, slots=True)

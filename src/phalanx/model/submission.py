@@ -138,6 +138,9 @@ class RunSpec(PhalanxModel):
     open_mode: Literal["append", "truncate"] = "append"
     """Whether the output files are appended to or truncated when the job starts."""
     signal: SignalSpec | None = None
+    preemption_notice: SignalSpec | None = None
+    """A Kubernetes job's ``phalanx.io/preemption-notice``: ``signal`` ``seconds`` before
+    the end of the grace period when it is preempted (a Slurm job's is its ``signal``)."""
 
     @field_validator("command")
     @classmethod

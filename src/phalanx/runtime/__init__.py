@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.runtime.spec import (
     AlreadyLaunched,
+    Checkpointed,
     Exited,
     LaunchSpec,
     RuntimeEvent,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AlreadyLaunched",
+    "Checkpointed",
     "Exited",
     "LaunchSpec",
     "LocalRuntime",

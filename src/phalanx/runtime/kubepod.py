@@ -233,6 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     # process goes with them.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     runner = PodRunner(os.path.abspath(args[0]))
+    notice = runner.spec.get("preemption_notice")
+    if notice and int(notice[0]) != signal.SIGTERM:
+        # The preemption notice is for the containers (the group): this process stays.
+        # A handler, not SIG_IGN, so the containers get the default action back on exec.
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(int(notice[0]), lambda signum, frame: None)
     try:
         return runner.run()
     finally:

@@ -56,6 +56,7 @@ from phalanx.runtime.batch import slurm_files, write_bin, write_files
 from phalanx.runtime.spec import (
     Account,
     AlreadyLaunched,
+    Checkpointed,
     Exited,
     LaunchSpec,
     RuntimeEvent,
@@ -102,6 +103,7 @@ class _Attempt:
     status: dict[str, Any] = field(default_factory=dict)
     started: bool = False
     exited: bool = False
+    checkpoint_at: float | None = None
     next_liveness: float = 0.0
     tracked_at: float = field(default_factory=time.monotonic)
 
@@ -517,6 +519,10 @@ class LocalRuntime:
         if state in ("running", "exited") and start is not None and ready and not record.started:
             record.started = True
             self._backlog.append(Started(record.job_id, record.attempt, float(start)))
+        checkpoint = status.get("checkpoint_at")
+        if isinstance(checkpoint, (int, float)) and checkpoint != record.checkpoint_at:
+            record.checkpoint_at = float(checkpoint)
+            self._backlog.append(Checkpointed(record.job_id, record.attempt, float(checkpoint)))
         if state == "exited":
             record.exited = True
             self._backlog.append(

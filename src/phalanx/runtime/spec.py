@@ -8,6 +8,7 @@ from typing import Any
 __all__ = [
     "Account",
     "AlreadyLaunched",
+    "Checkpointed",
     "Exited",
     "LaunchSpec",
     "RuntimeEvent",
@@ -66,6 +67,10 @@ class LaunchSpec:
     """``append`` or ``truncate`` the output files when the attempt starts."""
     signal: tuple[int, float, bool] | None = None
     """``(signal, seconds before the time limit, batch shell only)`` (Slurm's ``--signal``)."""
+    preemption_notice: tuple[int, float, bool] | None = None
+    """``(signal, seconds before the end of the grace period, batch shell only)``: sent
+    when the job is preempted (Slurm's ``--signal``, the ``phalanx.io/preemption-notice``
+    annotation of a Kubernetes job)."""
     slurm: dict[str, Any] | None = None
     """The Slurm context of the job (``dialects/slurm/environment.py``): written to
     ``JOBDIR/slurm.json``; the batch environment and ``srun`` are made from it."""
@@ -105,4 +110,14 @@ class Exited:
     message: str = ""
 
 
-RuntimeEvent = Started | Exited
+@dataclass(frozen=True, slots=True)
+class Checkpointed:
+    """The attempt reported a checkpoint at ``time`` (it touched its
+    ``PHALANX_CHECKPOINT_FILE``; ``phalanx checkpoint`` does that)."""
+
+    job_id: int
+    attempt: int
+    time: float
+
+
+RuntimeEvent = Started | Exited | Checkpointed

@@ -34,6 +34,14 @@ Files in ``JOBDIR``:
     same thing, immediately. A preemption writes ``{"reason": "PREEMPTED",
     "grace_s": S}`` into it: the job ends PREEMPTED, and with ``S > 0`` its tasks
     get ``S`` seconds between SIGTERM and SIGKILL instead of ``kill_wait_s``.
+    With ``preemption_notice`` ``(sig, secs, batch_only)`` in ``launch.json``
+    the end is ``S`` seconds away instead: ``sig`` comes ``secs`` before it (at
+    once when ``S`` is shorter), then SIGCONT and SIGTERM at the end and SIGKILL
+    ``kill_wait_s`` later, as at a time limit.
+``checkpoint``
+    ``PHALANX_CHECKPOINT_FILE`` of every task: the job touches it when it saved
+    its work (``phalanx checkpoint``); each new mtime goes into ``status.json``
+    as ``checkpoint_at``.
 
 When ``launch.json`` names an ``account`` (the local runtime of a server
 running as root), the supervisor becomes that account (``setgroups``,
@@ -188,6 +196,13 @@ class Supervisor:
         self.cancel_grace: float | None = None
         self.marker_read = False
         self.signal_sent = False
+        self.notice_at: float | None = None
+        """When the preemption notice is due (``preemption_notice``), once preempted."""
+        self.notice_sent = False
+        self.term_at: float | None = None
+        """When a preempted job with a notice gets SIGTERM (the end of its grace period)."""
+        self.checkpoint_path = os.path.join(jobdir, "checkpoint")
+        self.checkpoint_mtime: float | None = None
         self.limit_mtime: int | None = None
         self.parent: int | None = None
         """With ``--foreground``: the pid whose death means the node is lost."""
@@ -277,6 +292,7 @@ class Supervisor:
         env["PHALANX_NODE_NAME"] = str(task["node"])
         env["PHALANX_TASK_RANK"] = str(task["rank"])
         env["PHALANX_TASK_COUNT"] = str(self.spec.get("task_count") or len(self.spec["tasks"]))
+        env["PHALANX_CHECKPOINT_FILE"] = self.checkpoint_path
         gpus = task.get("gpus") or ()
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
@@ -428,6 +444,11 @@ class Supervisor:
         """Slurm's ``--signal``: the batch shell only (``B:``), else every step's tasks."""
         self.signal_sent = True
         signum, _, batch_only = self.spec["signal"]
+        self.deliver(int(signum), bool(batch_only))
+
+    def deliver(self, signum: int, batch_only: bool) -> None:
+        """A ``--signal`` signal: the batch shell only (``B:``), else every step's tasks
+        (a job without a batch script: every task)."""
         if batch_only:
             if self.procs and self.procs[0].pid not in self.returncodes:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -436,6 +457,16 @@ class Supervisor:
             self.signal_steps(int(signum))
         else:
             self.signal_groups(int(signum))
+
+    def check_checkpoint(self) -> None:
+        """The job touched ``PHALANX_CHECKPOINT_FILE``: its time goes into ``status.json``."""
+        try:
+            mtime = os.stat(self.checkpoint_path).st_mtime
+        except OSError:
+            return
+        if mtime != self.checkpoint_mtime:
+            self.checkpoint_mtime = mtime
+            self.write_status(checkpoint_at=mtime)
 
     def groups_alive(self) -> bool:
         """True while any task's process group still has a member (``srun`` tasks included)."""
@@ -479,7 +510,22 @@ class Supervisor:
         return len(self.returncodes) < len(self.procs)
 
     def begin_termination(self, reason: str) -> None:
+        notice = self.spec.get("preemption_notice")
+        if reason == "PREEMPTED" and notice:
+            # Preemption sets the end to now + the grace period (Slurm's GraceTime); the
+            # notice comes its seconds before that end (at once when the grace period is
+            # shorter: it is not lengthened), then the end is a time limit's kill.
+            self.reason = reason
+            now = time.monotonic()
+            grace = self.cancel_grace or 0.0
+            self.notice_at = max(now, now + grace - float(notice[1]))
+            self.term_at = now + grace
+            return
+        self.terminate(reason)
+
+    def terminate(self, reason: str) -> None:
         self.reason = reason
+        self.term_at = None
         # srun reads this: the whole group gets the signal, it must not forward it again.
         with contextlib.suppress(OSError), open(self.terminating_path, "w") as fh:
             fh.write(reason)
@@ -487,7 +533,7 @@ class Supervisor:
         self.signal_groups(signal.SIGCONT)
         self.signal_groups(signal.SIGTERM)
         wait = float(self.spec.get("kill_wait_s", 30.0))
-        if reason == "PREEMPTED" and self.cancel_grace is not None:
+        if reason == "PREEMPTED" and self.cancel_grace is not None and not self.notice_sent:
             wait = self.cancel_grace
         self.kill_deadline = time.monotonic() + wait
 
@@ -548,6 +594,14 @@ class Supervisor:
                     self.begin_termination("TIMEOUT")
                 elif signal_at is not None and not self.signal_sent and now >= signal_at:
                     self.send_user_signal()
+            if self.notice_at is not None and now >= self.notice_at:
+                self.notice_at = None
+                self.notice_sent = True
+                sig, _, batch_only = self.spec["preemption_notice"]
+                self.deliver(int(sig), bool(batch_only))
+            if self.term_at is not None and now >= self.term_at:
+                self.terminate(self.reason or "PREEMPTED")
+            self.check_checkpoint()
             if self.kill_deadline is not None and not self.killed and now >= self.kill_deadline:
                 self.signal_groups(signal.SIGKILL)
                 self.killed = True
@@ -558,9 +612,13 @@ class Supervisor:
                 timeout = min(timeout, max(0.0, signal_at - now))
             if self.kill_deadline is not None and not self.killed:
                 timeout = min(timeout, max(0.0, self.kill_deadline - now))
+            for due in (self.notice_at, self.term_at):
+                if due is not None:
+                    timeout = min(timeout, max(0.0, due - now))
             self.sleep(wakeup, timeout)
         # Leftover processes in the tasks' groups die with the job, as under Slurm.
         self.signal_groups(signal.SIGKILL)
+        self.check_checkpoint()
         self.conclude()
 
     def node_lost(self) -> None:

@@ -52,9 +52,10 @@ from pydantic import ValidationError
 from phalanx.dialects.kueue.values import describe
 from phalanx.model import JobSubmission, NodeSelectorTerm, PodSet, RunSpec
 from phalanx.model.node import Toleration
+from phalanx.model.preemptmode import PREEMPTION_NOTICE_ANNOTATION, parse_preemption_notice
 from phalanx.model.quantity import QuantityError, parse_quantity
 from phalanx.model.resources import format_resources
-from phalanx.model.submission import Container, EnvVar, KubePodSet, KubeRun
+from phalanx.model.submission import Container, EnvVar, KubePodSet, KubeRun, SignalSpec
 
 __all__ = [
     "JOB_KINDS",
@@ -753,6 +754,17 @@ def convert_job(kind: str, data: Mapping[str, Any]) -> KubeJob:
                 f"expected seconds from 1 to {INT32_MAX}, got {raw_max[:40]!r}",
             )
         time_limit = min(time_limit or max_exec, max_exec)
+    notice: SignalSpec | None = None
+    raw_notice = annotations.get(PREEMPTION_NOTICE_ANNOTATION)
+    if raw_notice is not None:
+        try:
+            signum, seconds = parse_preemption_notice(raw_notice)
+        except ValueError as exc:
+            raise JobFieldError(
+                ("metadata", "annotations", PREEMPTION_NOTICE_ANNOTATION),
+                str(exc).partition("]: ")[2],
+            ) from None
+        notice = SignalSpec(signal=signum, seconds=seconds)
     manifest = dict(data)
     manifest["metadata"] = {**metadata, "name": name, "namespace": namespace}
     manifest["metadata"].pop("generateName", None)
@@ -785,7 +797,7 @@ def convert_job(kind: str, data: Mapping[str, Any]) -> KubeJob:
             labels=labels,
             hold=parts.hold,
             requeue_expedite=True if requeue == "expedite" else None,
-            run=RunSpec(kube=kube, time_limit=time_limit),
+            run=RunSpec(kube=kube, time_limit=time_limit, preemption_notice=notice),
         )
     except ValidationError as exc:
         err = exc.errors()[0]

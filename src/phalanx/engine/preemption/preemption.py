@@ -54,6 +54,46 @@ _PREEMPTION_WORDS = {
 }
 
 
+def _hours(gpu_seconds: float) -> float:
+    return round(gpu_seconds / 3600, 2)
+
+
+def _spared(
+    considered: list[Candidate], targets: list[Candidate]
+) -> dict[int, tuple[tuple[int, float], ...]]:
+    """For each victim chosen by lost work (its tie group has a checkpoint), the equal
+    candidates left running, with the GPU-hours they would have lost."""
+    chosen = {c.rec.id for c in targets}
+    out: dict[int, tuple[tuple[int, float], ...]] = {}
+    for victim in targets:
+        adm = victim.rec.admission
+        if adm is None or adm.evicting:
+            continue
+        group = victim.group()
+        peers = [c for c in considered if c.group() == group]
+        if not any(
+            c.rec.admission is not None and c.rec.admission.checkpoint_at is not None for c in peers
+        ):
+            continue
+        out[victim.rec.id] = tuple(
+            (c.rec.id, _hours(c.lost)) for c in peers if c.rec.id not in chosen
+        )
+    return out
+
+
+def _words_lost(cand: Candidate, spared: tuple[tuple[int, float], ...] | None) -> str:
+    if spared is None:
+        return ""
+    adm = cand.rec.admission
+    assert adm is not None
+    since = "its checkpoint" if adm.checkpoint_at is not None else "its start"
+    text = f"; lost {_hours(cand.lost)} GPU-h since {since}"
+    if spared:
+        others = ", ".join(f"job {j} ({h} GPU-h)" for j, h in spared)
+        text += f" rather than {others}"
+    return text
+
+
 def _path(info: ClusterQueueInfo) -> str:
     """``/root-cohort/.../cluster-queue``, as Kueue writes preemptor and preemptee paths."""
     names = [info.name, *(n.name for n in info.node.ancestors())]
@@ -75,6 +115,9 @@ class Preemption:
         """Per ClusterQueue: its model and the preemption settings of its jobs."""
         self.protection_ends: set[float] = set()
         """When the minimum runtimes that kept jobs from being preempted end."""
+        self._spared: dict[int, tuple[tuple[int, float], ...]] = {}
+        """Of the last victim search: the victims chosen for losing less work since a
+        checkpoint than equal candidates, and those candidates (see :func:`_spared`)."""
 
     def export(self) -> dict[str, Any]:
         """This part of an engine snapshot (:mod:`phalanx.engine.snapshot`)."""
@@ -164,6 +207,7 @@ class Preemption:
             self._lift,
             self._put_back,
             self._exempt,
+            self._engine.now,
         )
         fair = self._engine.config.fair_sharing
         if fair is not None:
@@ -178,7 +222,11 @@ class Preemption:
         else:
             found = preemptor.targets(rec, info, flavor_resources, claimed)
         assigner.generation += 1
-        return found[0] if found is not None else None
+        if found is None:
+            self._spared = {}
+            return None
+        self._spared = _spared(preemptor.last_candidates, found[0])
+        return found[0]
 
     def _victim_settings(self, cluster_queue: str) -> PreemptionConfig:
         """The preemption settings of the jobs a ClusterQueue admitted (its annotations
@@ -238,23 +286,41 @@ class Preemption:
             victim_info = self._engine.cache.cluster_queues.get(adm.cluster_queue)
             victim_path = _path(victim_info) if victim_info is not None else adm.cluster_queue
             settings = self._victim_settings(adm.cluster_queue)
+            spared = self._spared.get(cand.rec.id)
+            lost = _words_lost(cand, spared)
             out.append(
                 Evict(
                     cand.rec.id,
                     "Preempted",
                     f"Preempted to accommodate a workload (job {rec.id}) due to "
                     f"{_PREEMPTION_WORDS[cand.reason]}; preemptor path: {path}; "
-                    f"preemptee path: {victim_path}",
+                    f"preemptee path: {victim_path}{lost}",
                     preemptor=rec.id,
                     preemption_reason=cand.reason,
                     mode=settings.mode,
                     grace_period_s=settings.grace_period_s,
+                    lost_gpu_hours=None if spared is None else _hours(cand.lost),
+                    spared=() if spared is None else spared,
                 )
             )
+        details: dict[str, Any] = {
+            "clusterQueue": info.name,
+            "victims": [c.rec.id for c in targets],
+        }
+        chosen = [c for c in targets if c.rec.id in self._spared]
+        if chosen:
+            details["lostWork"] = {
+                str(c.rec.id): {
+                    "gpuHours": _hours(c.lost),
+                    "rather": {str(j): h for j, h in self._spared[c.rec.id]},
+                }
+                for c in chosen
+            }
+        self._spared = {}
         reason = Reason(
             ReasonCode.PENDING_PREEMPTION,
             f"Pending the preemption of {len(targets)} workload(s)",
-            {"clusterQueue": info.name, "victims": [c.rec.id for c in targets]},
+            details,
         )
         cq_queue = shape_queue.cq
         cq_queue.blocked_by = rec
@@ -290,6 +356,7 @@ class Preemption:
                 self._lift_quota,
                 self._put_back_quota,
                 self._exempt,
+                self._engine.now,
             )
             found = preemptor.targets(rec, info, {flavor_resource: needed}, set())
             if found is None:

@@ -26,8 +26,11 @@ assigner finds both for it.
    A job whose ClusterQueue's preemption mode is ``OFF``, or that was admitted
    less than its ClusterQueue's minimum runtime ago, is never a candidate.
 3. **Order** (``CandidatesOrdering``): jobs already being evicted first, other
-   ClusterQueues before the preemptor's own, lower priority first, most
-   recently admitted first, id.
+   ClusterQueues before the preemptor's own, lower priority first, then (only
+   among candidates equal so far, and only where one of them reported a
+   checkpoint) the least work lost (GPUs x time since its last checkpoint, or
+   since its admission without one), most recently admitted first, id. Where no
+   candidate of such a group has a checkpoint, the order is Kueue's.
 4. **Minimal set**: remove candidates in that order until the job fits, then
    walk the removed ones back in reverse (skipping the last) and keep each one
    whose return still leaves the job fitting. Kueue's two passes (borrowing
@@ -60,6 +63,7 @@ __all__ = [
     "considers",
     "contested",
     "may_preempt",
+    "weigh_lost_work",
 ]
 
 IN_CLUSTER_QUEUE = "InClusterQueue"
@@ -81,17 +85,43 @@ class Candidate:
     own_queue: bool
     queue: QuotaNode | None = None
     """The candidate's ClusterQueue node (another queue's: it must still borrow)."""
+    lost: float = 0.0
+    """GPU-seconds preempting it loses (since its last checkpoint or its admission)."""
+    lost_key: float = 0.0
+    """``lost`` where its tie group (see :meth:`group`) has a checkpoint, else 0."""
 
-    def order(self) -> tuple[bool, bool, int, float, int]:
+    def group(self) -> tuple[bool, bool, int]:
+        """The part of the order the policy fixes; lost work only breaks ties within it."""
+        adm = self.rec.admission
+        assert adm is not None
+        return (not adm.evicting, self.own_queue, self.rec.facts.priority_value)
+
+    def order(self) -> tuple[bool, bool, int, float, float, int]:
         adm = self.rec.admission
         assert adm is not None
         return (
             not adm.evicting,
             self.own_queue,
             self.rec.facts.priority_value,
+            self.lost_key,
             -adm.admitted_at,
             self.rec.id,
         )
+
+
+def weigh_lost_work(cands: list[Candidate], now: float) -> None:
+    """Set each candidate's lost work, and use it to order a tie group (same
+    :meth:`Candidate.group`) only where a member of the group reported a checkpoint:
+    without checkpoints the order stays Kueue's (most recently admitted first)."""
+    checkpointed: set[tuple[bool, bool, int]] = set()
+    for c in cands:
+        adm = c.rec.admission
+        assert adm is not None
+        c.lost = adm.lost_work(now)
+        if adm.checkpoint_at is not None:
+            checkpointed.add(c.group())
+    for c in cands:
+        c.lost_key = c.lost if c.group() in checkpointed else 0.0
 
 
 def may_preempt(info: ClusterQueueInfo) -> bool:
@@ -175,7 +205,12 @@ class Preemptor(Generic[T]):
         remove: Callable[[JobRecord], None],
         restore: Callable[[JobRecord], None],
         exempt: Callable[[JobRecord], bool] | None = None,
+        now: float | None = None,
     ) -> None:
+        self.now = now
+        """The cycle time, for the lost work that breaks ties; None: no tie-break."""
+        self.last_candidates: list[Candidate] = []
+        """The candidates of the last search, in order (for the explanation)."""
         self.cache = cache
         self.admitted = admitted
         self._fits = fits
@@ -261,7 +296,10 @@ class Preemptor(Generic[T]):
                 adm = c.rec.admission
                 assert adm is not None
                 c.queue = adm.quota_node
+        if self.now is not None:
+            weigh_lost_work(out, self.now)
         out.sort(key=Candidate.order)
+        self.last_candidates = out
         return out
 
     def targets(
