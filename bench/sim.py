@@ -6,6 +6,11 @@ the ``slurm`` preset by default (multifactor priority, backfill), and reports
 the wall time, simulated events and engine cycles per second, and the peak
 memory (RSS) of the process.
 
+With ``--node-failure-rate R`` (failures per node-hour) or ``--node-mtbf H``
+(``--node-repair``, ``--failure-seed``, ``--checkpoint-interval`` as for
+``phalanx sim``) nodes fail during the replay; the JSON then also has the
+number of failures and the goodput (GPU-hours useful and lost).
+
 The Philly trace is read from ``../shared/traces/philly`` (bench/shared.py); without
 it the replay is skipped, said on stderr, and the JSON says so.
 """
@@ -21,6 +26,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from phalanx.sim.failures import DEFAULT_REPAIR_H, FailureModel
+from phalanx.sim.metrics import goodput
 from phalanx.sim.run import load_cluster, load_trace
 from phalanx.sim.setup import scenario
 from phalanx.sim.simulator import Simulator
@@ -51,7 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--trace", default="philly:all")
     parser.add_argument("--cluster", default="philly-shared:352")
     parser.add_argument("--policy", default="slurm")
+    add_failure_options(parser)
     args = parser.parse_args(argv)
+    failures = failure_model(args)
     folder = traces()
     missing = skipped("the replay", *needs(args.trace, args.cluster, folder))
     if missing is not None:
@@ -62,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cluster = load_cluster(args.cluster, folder, jobs)
     loaded = time.perf_counter() - started
     started = time.perf_counter()
-    result = Simulator(scenario(cluster, args.policy), jobs).run()
+    result = Simulator(scenario(cluster, args.policy), jobs, failures=failures).run()
     wall = time.perf_counter() - started
     ended = sum(1 for o in result.outcomes if o.end is not None)
     print(
@@ -85,10 +94,38 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                 "target_replay_s": 60,
                 "meets_target": wall < 60,
+                **(
+                    {}
+                    if failures is None
+                    else {
+                        "failures": failures.describe(),
+                        "node_failures": len(result.node_failures),
+                        **{k: round(v, 4) for k, v in goodput(result.outcomes).items()},
+                    }
+                ),
             }
         )
     )
     return 0
+
+
+def add_failure_options(parser: argparse.ArgumentParser) -> None:
+    """``phalanx sim``'s node-failure options (off unless a rate or an MTBF is given)."""
+    parser.add_argument("--node-failure-rate", type=float, help="failures per node-hour")
+    parser.add_argument("--node-mtbf", type=float, help="or: mean hours between failures")
+    parser.add_argument("--node-repair", type=float, default=DEFAULT_REPAIR_H, help="hours")
+    parser.add_argument("--failure-seed", type=int, default=0)
+    parser.add_argument("--checkpoint-interval", type=float, help="hours (default: none)")
+
+
+def failure_model(args: argparse.Namespace) -> FailureModel | None:
+    return FailureModel.from_options(
+        args.node_failure_rate,
+        args.node_mtbf,
+        args.node_repair,
+        args.failure_seed,
+        args.checkpoint_interval,
+    )
 
 
 if __name__ == "__main__":

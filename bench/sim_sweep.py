@@ -17,6 +17,12 @@ means and p99 hardly see: what starvation looks like.
 both ``slurm`` and ``kueue`` on mean JCT and p99 queueing delay with a Jain
 fairness index at least as high as theirs.
 
+With ``--node-failure-rate R`` or ``--node-mtbf H`` (``--node-repair``,
+``--failure-seed``, ``--checkpoint-interval``, as ``bench/sim.py`` takes them)
+nodes fail during every replay, the same failures under every policy; each
+policy's row always has its goodput (useful GPU-hours over those run) and the
+GPU-hours lost to node failures.
+
 The Philly trace is read from ``../shared/traces/philly`` (bench/shared.py); without
 it the sweep is skipped (no figure either), said on stderr, and the JSON says so.
 """
@@ -35,11 +41,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from phalanx.sim.failures import FailureModel
 from phalanx.sim.run import load_trace, simulate
 from phalanx.sim.trace import TimeLimitRule
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 from bench.shared import skipped, traces
+from bench.sim import add_failure_options, failure_model
 
 POLICIES = ("phalanx", "slurm", "kueue", "fifo", "sjf")
 HOUR = 3600.0
@@ -67,10 +75,17 @@ def largest_gang(jobs_csv: Path) -> dict[str, Any]:
     }
 
 
-def run_load(nodes: int, out: Path, traces: Path) -> dict[str, Any]:
+def run_load(
+    nodes: int, out: Path, traces: Path, failures: FailureModel | None = None
+) -> dict[str, Any]:
     started = time.perf_counter()
     summary = simulate(
-        "philly", f"philly-shared:{nodes}", POLICIES, out / str(nodes), traces=traces
+        "philly",
+        f"philly-shared:{nodes}",
+        POLICIES,
+        out / str(nodes),
+        traces=traces,
+        failures=failures,
     )
     row: dict[str, Any] = {
         "nodes": nodes,
@@ -88,6 +103,11 @@ def run_load(nodes: int, out: Path, traces: Path) -> dict[str, Any]:
             "jain_plain": numbers["jain_fairness_plain"],
             "utilization": numbers["gpu_utilization"],
             "largest_gang": largest_gang(out / str(nodes) / f"jobs-{policy}.csv"),
+            "goodput": numbers["goodput"],
+            "useful_gpu_hours": numbers["useful_gpu_hours"],
+            "lost_to_failures_gpu_hours": numbers["lost_to_failures_gpu_hours"],
+            "lost_to_evictions_gpu_hours": numbers["lost_to_evictions_gpu_hours"],
+            "node_failures": numbers["node_failures"],
         }
     return row
 
@@ -142,7 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/sweep"))
     parser.add_argument("--plot", type=Path, help="write the sweep figure here (PNG)")
     parser.add_argument("--jobs", type=int, default=2, help="loads run at once")
+    add_failure_options(parser)
     args = parser.parse_args(argv)
+    failures = failure_model(args)
     sizes = [int(n) for n in args.nodes.split(",") if n.strip()]
     folder = traces()
     philly = folder / "philly"
@@ -154,7 +176,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        rows = list(pool.map(run_load, sizes, [args.out] * len(sizes), [folder] * len(sizes)))
+        rows = list(
+            pool.map(
+                run_load,
+                sizes,
+                [args.out] * len(sizes),
+                [folder] * len(sizes),
+                [failures] * len(sizes),
+            )
+        )
     if args.plot is not None:
         plot(rows, args.plot)
     print(
@@ -165,6 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "platform": platform.platform(),
                 "trace": "philly (Helios window, 68,503 jobs)",
                 "time_limit": "ceil:3600",
+                "failures": None if failures is None else failures.describe(),
                 "wall_s": round(time.perf_counter() - started, 1),
                 "loads": rows,
                 "holds": holds(rows),

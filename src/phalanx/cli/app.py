@@ -412,6 +412,25 @@ def import_(path: Path, dry_run: bool) -> None:
 )
 @click.option("--traces", type=click.Path(path_type=Path), help="where the public traces are")
 @click.option(
+    "--node-failure-rate",
+    type=float,
+    help="node failures per node-hour (default: no failures)",
+)
+@click.option("--node-mtbf", type=float, help="or: mean hours between a node's failures")
+@click.option(
+    "--node-repair",
+    type=float,
+    default=4.0,
+    show_default=True,
+    help="hours a failed node stays down",
+)
+@click.option("--failure-seed", type=int, default=0, show_default=True, help="failures' seed")
+@click.option(
+    "--checkpoint-interval",
+    type=float,
+    help="hours between a job's checkpoints (default: none, a lost job restarts from scratch)",
+)
+@click.option(
     "--out", type=click.Path(path_type=Path), required=True, help="folder for the results"
 )
 def sim(
@@ -421,12 +440,22 @@ def sim(
     policies: str,
     time_limit: str,
     traces: Path | None,
+    node_failure_rate: float | None,
+    node_mtbf: float | None,
+    node_repair: float,
+    failure_seed: int,
+    checkpoint_interval: float | None,
     out: Path,
 ) -> None:
     """Replay a trace through the engine under each policy, on a virtual clock."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from phalanx.sim.failures import FailureModel
     from phalanx.sim.run import simulate
+
+    failures = FailureModel.from_options(
+        node_failure_rate, node_mtbf, node_repair, failure_seed, checkpoint_interval
+    )
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     with Progress(
@@ -452,13 +481,16 @@ def sim(
             traces=traces,
             queues=queues,
             progress=progress,
+            failures=failures,
         )
-    rows = [f"{'policy':>8} {'mean JCT (h)':>13} {'p99 wait (h)':>13} {'util':>6} {'Jain':>6}"]
+    header = f"{'policy':>8} {'mean JCT (h)':>13} {'p99 wait (h)':>13} {'util':>6} {'Jain':>6}"
+    rows = [header + (f" {'goodput':>8}" if failures is not None else "")]
     for name, numbers in summary["policies"].items():
         rows.append(
             f"{name:>8} {numbers['jct_s']['mean'] / 3600:>13.2f} "
             f"{numbers['queueing_delay_s']['p99'] / 3600:>13.2f} "
             f"{numbers['gpu_utilization']:>6.1%} {numbers['jain_fairness']:>6.3f}"
+            + (f" {numbers['goodput']:>8.2%}" if failures is not None else "")
         )
     for name, numbers in summary["policies"].items():
         unfinished = numbers["jobs"] - numbers["ended"]

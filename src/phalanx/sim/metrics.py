@@ -27,6 +27,13 @@ numbers, overall and per tenant:
   the plain shares (renormalised over the tenants present) as entitlements,
   which counts a tenant that asked for little as short-changed.
 
+- goodput: GPU-hours run (every attempt of every job, at the GPUs it asked
+  for), of which useful (the runs of the jobs that ended COMPLETED or TIMEOUT,
+  less what they had to run again) and lost: to node failures (what a run on a
+  failed node did beyond its last checkpoint) and to evictions (likewise for
+  preemption, plus everything run by jobs that never completed);
+  ``goodput = useful / (useful + lost)``; useful + lost = run.
+
 Percentiles are nearest-rank (the smallest value with at least p % of the
 values at or below it).
 """
@@ -39,9 +46,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from phalanx.model import JobState
 from phalanx.sim.simulator import JobOutcome, SimResult
 
-__all__ = ["hourly_jain", "jain", "percentile", "summarize"]
+__all__ = ["goodput", "hourly_jain", "jain", "percentile", "summarize"]
 
 HOUR = 3600.0
 
@@ -83,6 +91,40 @@ def _block(outcomes: Sequence[JobOutcome]) -> dict[str, Any]:
         "queueing_delay_s": _stats([o.queue_delay for o in ended if o.queue_delay is not None]),
         "preemptions": sum(o.preemptions for o in outcomes),
         "gpu_seconds": round(sum(_used(o) for o in outcomes), 1),
+        **{
+            key: round(value, 4 if key == "goodput" else 3)
+            for key, value in goodput(outcomes).items()
+        },
+    }
+
+
+_COMPLETED = (JobState.COMPLETED.value, JobState.TIMEOUT.value)
+
+
+def goodput(outcomes: Sequence[JobOutcome]) -> dict[str, float]:
+    """GPU-hours run, useful and lost (to node failures, to evictions), and the goodput
+    (see the module docstring), unrounded."""
+    run = useful = failures = evictions = 0.0
+    requeues = 0
+    for o in outcomes:
+        gpus = o.job.gpu_equivalents / HOUR
+        run += o.run_s * gpus
+        failures += o.lost_to_failures_s * gpus
+        requeues += o.failures
+        if o.state in _COMPLETED:
+            useful += (o.run_s - o.lost_to_failures_s - o.lost_to_evictions_s) * gpus
+            evictions += o.lost_to_evictions_s * gpus
+        else:
+            evictions += (o.run_s - o.lost_to_failures_s) * gpus
+    lost = failures + evictions
+    return {
+        "gpu_hours_run": run,
+        "useful_gpu_hours": useful,
+        "lost_gpu_hours": lost,
+        "lost_to_failures_gpu_hours": failures,
+        "lost_to_evictions_gpu_hours": evictions,
+        "goodput": useful / (useful + lost) if useful + lost > 0 else 1.0,
+        "failure_requeues": requeues,
     }
 
 
@@ -221,6 +263,8 @@ def summarize(result: SimResult, shares: Mapping[str, float]) -> dict[str, Any]:
         "jain_fairness_plain": round(hourly_jain(outcomes, shares), 4),
         "events": result.events,
         "cycles": result.cycles,
+        "node_failures": len(result.node_failures),
+        "failure_model": result.failures,
         **_block(outcomes),
         "tenants": per_tenant,
     }

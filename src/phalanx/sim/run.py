@@ -41,6 +41,11 @@ generated ones (:mod:`phalanx.sim.setup`).
 
 ``--traces DIR`` says where the public traces are (default:
 ``../shared/traces`` beside the checkout, or ``PHALANX_TRACES``).
+Node failures (off by default): ``failures``, a
+:class:`~phalanx.sim.failures.FailureModel` (``--node-failure-rate`` or
+``--node-mtbf``, ``--node-repair``, ``--failure-seed``,
+``--checkpoint-interval``), the same failures under every policy.
+
 Writes ``DIR/summary.json`` (every policy), ``DIR/jobs-<policy>.csv``, the plots
 and ``DIR/report.html`` (:mod:`phalanx.sim.report`).
 """
@@ -57,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.errors import Invalid
+from phalanx.sim.failures import FailureModel
 from phalanx.sim.metrics import summarize
 from phalanx.sim.report import write_report
 from phalanx.sim.setup import POLICIES, Cluster, scenario
@@ -203,6 +209,7 @@ def simulate(
     traces: Path | None = None,
     queues: Path | None = None,
     progress: Callable[[str, float, int, int], None] | None = None,
+    failures: FailureModel | None = None,
 ) -> dict[str, Any]:
     """Run every policy on the trace; write ``out``; the summary."""
     for policy in policies:
@@ -221,6 +228,7 @@ def simulate(
         "cluster": cluster,
         "cluster_gpus": machines.gpus,
         "time_limit": str(rule),
+        "failures": None if failures is None else failures.describe(),
         "policies": {},
     }
     results: dict[str, SimResult] = {}
@@ -232,7 +240,9 @@ def simulate(
                 progress(policy, now, done, len(jobs))
 
         started = time.perf_counter()
-        result = Simulator(scenario(machines, policy), jobs, progress=report).run()
+        result = Simulator(
+            scenario(machines, policy), jobs, progress=report, failures=failures
+        ).run()
         wall = time.perf_counter() - started
         numbers = summarize(result, machines.shares)
         numbers["wall_s"] = round(wall, 2)

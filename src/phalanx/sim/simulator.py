@@ -17,6 +17,15 @@ wakeup) and, at each distinct time, in this order:
    where it later runs again from the start (no checkpoints), or ends it
    PREEMPTED in CANCEL mode; a Deactivate ends it FAILED.
 
+With a :class:`~phalanx.sim.failures.FailureModel`, nodes also fail: at a
+node's failure time it goes down (an Upsert of the Node with state ``down``, as
+the live inventory reports a lost machine), every job running on it stops and
+is requeued (a ``Requeue`` with reason ``NodeFail``, as the live control plane
+does when a job ends NODE_FAIL) and later runs what its checkpoints did not
+keep (everything, without checkpoints); the node is back up (state ``up``)
+after the repair time. Failures are applied after the other events of their
+time, and only while anything else is left to happen.
+
 Wakeups come from ``engine.next_wakeup()`` and, while jobs wait and others
 run, every backfill interval and priority period, the times the live system's
 cycles would have run at anyway. A job that fits nowhere in the cluster stays
@@ -29,20 +38,21 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from phalanx.engine import Admit, Engine, Finish, Requeue, Submit, Upsert
 from phalanx.engine.decisions import Deactivate, Evict
 from phalanx.engine.events import PodsReady
-from phalanx.model import JobState, Node, Tenant
+from phalanx.model import AdminState, JobState, Node, Tenant
+from phalanx.sim.failures import FailureModel
 from phalanx.sim.setup import Scenario
 from phalanx.sim.trace import TraceJob
 from phalanx.usage.ledger import MemoryBook, UsageLedger
 
 __all__ = ["JobOutcome", "SimResult", "Simulator"]
 
-_END, _SUBMIT, _WAKE = 0, 1, 2
+_END, _SUBMIT, _WAKE, _UP = 0, 1, 2, 3
 
 
 @dataclass(slots=True)
@@ -62,6 +72,18 @@ class JobOutcome:
     """Where its last run ran."""
     held: tuple[tuple[str, float], ...] = ()
     """The GPUs its run holds on each node."""
+    run_s: float = 0.0
+    """Seconds it ran, every attempt together."""
+    progress_s: float = 0.0
+    """Seconds of its work its checkpoints keep (what a new attempt need not run)."""
+    lost_to_failures_s: float = 0.0
+    """Seconds of its runs lost when a node it ran on failed."""
+    lost_to_evictions_s: float = 0.0
+    """Seconds of its runs lost when the engine evicted it (preemption, a stopped queue)."""
+    failures: int = 0
+    """Times a node failure stopped it."""
+    attempt_start: float | None = None
+    """When its current attempt started."""
 
     @property
     def queue_delay(self) -> float | None:
@@ -87,6 +109,10 @@ class SimResult:
     """(time, free GPUs on nodes that are partly allocated) at each change."""
     events: int = 0
     cycles: int = 0
+    node_failures: list[tuple[float, str]] = field(default_factory=list)
+    """(time, node) of each node failure applied."""
+    failures: dict[str, float | int | None] | None = None
+    """The failure model's settings (None: no failures)."""
 
 
 class Simulator:
@@ -98,10 +124,12 @@ class Simulator:
         jobs: Sequence[TraceJob],
         *,
         progress: Callable[[float, int], None] | None = None,
+        failures: FailureModel | None = None,
     ) -> None:
         self.scenario = scenario
         self.jobs = list(jobs)
         self.progress = progress
+        self.failures = failures
 
     def run(self) -> SimResult:
         scenario = self.scenario
@@ -138,6 +166,20 @@ class Simulator:
         wake_at: set[float] = set()
         last_tick: float | None = None
         done = 0
+        model = self.failures
+        nodes = {o.name: o for o in scenario.objects if isinstance(o, Node)}
+        downs: list[tuple[float, int, str]] = []
+        """A heap of (time, node order, node): each node's next failure."""
+        names = list(nodes)
+        streams: dict[str, Iterator[float]] = {}
+        if model is not None:
+            result.failures = model.describe()
+            start = min((job.submit for job in self.jobs), default=0.0)
+            for order, name in enumerate(names):
+                if nodes[name].state is AdminState.UP:
+                    streams[name] = model.stream(name, start)
+                    downs.append((next(streams[name]), order, name))
+            heapq.heapify(downs)
 
         def wake(at: float) -> None:
             nonlocal seq
@@ -156,9 +198,23 @@ class Simulator:
             if 0 < used < cap:
                 fragmented += cap - used
 
-        def stop(job_id: int, now: float) -> None:
+        def stop(job_id: int, now: float, lost: str | None = None) -> None:
+            """Stop a job's run; ``lost``: ``failure`` or ``eviction`` when the run's
+            work beyond its last checkpoint is lost, None when it ended."""
             nonlocal busy
             del running[job_id]
+            out = outcomes[job_id]
+            if out.attempt_start is not None:
+                ran = now - out.attempt_start
+                out.run_s += ran
+                out.attempt_start = None
+                if lost is not None:
+                    saved = model.saved(ran) if model is not None else 0.0
+                    out.progress_s += saved
+                    if lost == "failure":
+                        out.lost_to_failures_s += ran - saved
+                    else:
+                        out.lost_to_evictions_s += ran - saved
             ledger.stop(job_id, now)
             busy -= outcomes[job_id].reserved_gpus
             for node, amount in outcomes[job_id].held:
@@ -166,6 +222,8 @@ class Simulator:
 
         while heap:
             now = heap[0][0]
+            if downs and downs[0][0] < now:
+                now = downs[0][0]
             while heap and heap[0][0] == now:
                 _, kind, _, job_id, attempt = heapq.heappop(heap)
                 result.events += 1
@@ -186,8 +244,31 @@ class Simulator:
                 elif kind == _SUBMIT:
                     engine.apply(Submit(scenario.make_job(outcomes[job_id].job)))
                     waiting += 1
+                elif kind == _UP:
+                    engine.apply(Upsert(nodes[names[attempt]]))
                 else:
                     wake_at.discard(now)
+            while downs and downs[0][0] == now:
+                _, order, name = heapq.heappop(downs)
+                result.events += 1
+                result.node_failures.append((now, name))
+                engine.apply(
+                    Upsert(
+                        nodes[name].model_copy(
+                            update={"state": AdminState.DOWN, "reason": "NodeFail"}
+                        )
+                    )
+                )
+                for lost_id in [j for j in running if name in outcomes[j].nodes]:
+                    stop(lost_id, now, "failure")
+                    outcomes[lost_id].failures += 1
+                    outcomes[lost_id].state = JobState.PENDING.value
+                    engine.apply(Requeue(lost_id, "NodeFail"))
+                    waiting += 1
+                assert model is not None
+                seq += 1
+                heapq.heappush(heap, (now + model.repair_s, _UP, seq, -1, order))
+                heapq.heappush(downs, (next(streams[name]), order, name))
             if last_tick is None or now - last_tick >= period:
                 # Once per priority period, as Slurm recalculates (a job's last stretch
                 # is charged then too): usage between periods does not move priorities.
@@ -206,6 +287,7 @@ class Simulator:
                         out.state = JobState.RUNNING.value
                         if out.start is None:
                             out.start = now
+                        out.attempt_start = now
                         tasks = sum(n.count for p in decision.pod_sets for n in p.nodes)
                         out.nodes = tuple(n.node for p in decision.pod_sets for n in p.nodes)
                         per_task = _task_gpus(out.job, scenario.node_gpus)
@@ -222,6 +304,7 @@ class Simulator:
                         length = out.job.duration
                         if out.job.time_limit is not None:
                             length = min(length, out.job.time_limit)
+                        length -= out.progress_s
                         seq += 1
                         heapq.heappush(heap, (now + length, _END, seq, out.job.id, out.attempts))
                         if config.wait_for_pods_ready is not None:
@@ -239,7 +322,7 @@ class Simulator:
                     elif isinstance(decision, Evict):
                         out = outcomes[decision.job_id]
                         if decision.job_id in running:
-                            stop(decision.job_id, now)
+                            stop(decision.job_id, now, "eviction")
                         out.preemptions += 1
                         if decision.mode == "REQUEUE":
                             engine.apply(Requeue(decision.job_id, decision.reason))
