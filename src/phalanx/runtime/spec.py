@@ -108,6 +108,9 @@ class Exited:
     start_time: float | None
     end_time: float
     message: str = ""
+    lost_nodes: tuple[str, ...] = ()
+    """With ``NODE_FAIL``: the nodes found lost (a runtime that knows names them; the
+    control plane also treats the job's nodes that are down as lost)."""
 
 
 @dataclass(frozen=True, slots=True)
