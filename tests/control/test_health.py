@@ -233,6 +233,14 @@ def test_exits_are_blamed_on_the_nodes_they_name() -> None:
     assert counter.record_exit(_exit(8, "FAILED", 2), ["gpu-1"]) == []
 
 
+def test_exits_are_blamed_on_the_lost_nodes_the_runtime_names() -> None:
+    # The Ray runtime names the nodes it lost; the message may name others (or none).
+    lost = Exited(7, 1, "NODE_FAIL", None, None, 1.0, 0.0, "gpu-1: agent died", ("gpu-2",))
+    assert blamed_nodes(lost, ["gpu-1", "gpu-2", "gpu-3"]) == ["gpu-2"]
+    counter = NodeFailures(FailurePolicy.parse("1/1h"))
+    assert counter.record_exit(lost, ["gpu-1", "gpu-2"]) == [("gpu-2", "1 job failure in 1h: 7")]
+
+
 def test_drains_are_applied_outside_the_caller() -> None:
     import threading
 

@@ -307,7 +307,11 @@ def node_side_failure(event: Exited) -> bool:
 
 
 def blamed_nodes(event: Exited, nodes: Sequence[str]) -> list[str]:
-    """The job's nodes the failure is blamed on: those its message names, else all."""
+    """The job's nodes the failure is blamed on: the lost nodes the runtime names
+    (``event.lost_nodes``), else those its message names, else all."""
+    if event.lost_nodes:
+        lost = set(event.lost_nodes)
+        return [n for n in nodes if n in lost] or list(dict.fromkeys(event.lost_nodes))
     named = [n for n in nodes if re.search(rf"\b{re.escape(n)}\b", event.message)]
     return named or list(nodes)
 

@@ -129,7 +129,7 @@ class RuntimeEvents:
                 and row is not None
                 and bool(row.parsed_submission.requeue_expedite)
             )
-            healthy = self._healthy(nodes) if expedite else ()
+            healthy = self._healthy(nodes, event.lost_nodes) if expedite else ()
             self.state.engine.apply(
                 Requeue(event.job_id, evict_reason, expedite=expedite, nodes=healthy)
             )
@@ -183,10 +183,14 @@ class RuntimeEvents:
         )
         self.metrics.finished_total.labels(state=state.value).inc()
 
-    def _healthy(self, nodes: list[str]) -> tuple[str, ...]:
-        """The job's nodes that are still up: held for its expedited restart."""
+    def _healthy(self, nodes: list[str], lost: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """The job's nodes that are still up: held for its expedited restart. The nodes
+        the runtime found lost are not, even while the inventory still has them up
+        (the Ray runtime reads its nodes once a second: the job's end can come first)."""
         slots = self.state.engine.cache.nodes
-        return tuple(n for n in dict.fromkeys(nodes) if n in slots and slots[n].schedulable)
+        return tuple(
+            n for n in dict.fromkeys(nodes) if n in slots and slots[n].schedulable and n not in lost
+        )
 
     def _preempted(self, tx: Tx, row: JobRow, evict: Evict, event: Exited) -> bool:
         """Record a preempted attempt with its preemptor; whether the job is requeued

@@ -99,6 +99,9 @@ class _Part:
     status: dict[str, Any] = field(default_factory=dict)
     ref: Any = None
     lost: str | None = None
+    node_lost: bool = False
+    """Whether ``lost`` is the node's own loss (it died, or its agent is gone), which
+    :attr:`Exited.lost_nodes <phalanx.runtime.spec.Exited.lost_nodes>` names."""
 
 
 @dataclass(slots=True)
@@ -500,6 +503,7 @@ class RayRuntime:
             for part in record.parts:
                 if part.lost is None and part.node_id is not None and part.node_id not in alive:
                     part.lost = f"node {part.node} died"
+                    part.node_lost = True
             if not record.placed and now - record.tracked_at > PLACE_TIMEOUT_S:
                 record.parts[0].lost = record.parts[0].lost or (
                     f"Ray did not place the job's bundles within {PLACE_TIMEOUT_S:.0f} s"
@@ -515,6 +519,7 @@ class RayRuntime:
             return
         if isinstance(exc, ActorDiedError):
             part.lost = f"the agent on node {part.node} died"
+            part.node_lost = True
             return
         part.lost = f"the agent on node {part.node} failed: {exc}"
 
@@ -549,6 +554,9 @@ class RayRuntime:
                     start_time=min(known) if known and record.started else None,
                     end_time=time.time(),
                     message=lost[0],
+                    lost_nodes=tuple(
+                        dict.fromkeys(p.node for p in record.parts if p.lost and p.node_lost)
+                    ),
                 )
             )
             # The other nodes' tasks die with the placement group (at the next poll).
