@@ -11,7 +11,9 @@ Per job attempt (see :mod:`phalanx.runtime.ray` for the whole picture):
   tasks of that node under the standard supervisor.
 
 :meth:`RayRuntime.poll` turns the agents' ``status.json`` into Started (every
-node's tasks running) and Exited (every node's tasks done) events. A node that
+node's tasks running), Checkpointed (a node's supervisor saw its tasks touch
+``PHALANX_CHECKPOINT_FILE``, as on the local runtime) and Exited (every node's
+tasks done) events. A node that
 dies (its agent is gone, or Ray marks the node dead) ends the attempt
 ``NODE_FAIL`` at once; the other nodes' tasks are killed with the placement
 group. After a restart of the control plane, :meth:`RayRuntime.adopt` finds the
@@ -42,7 +44,14 @@ from phalanx.runtime.batch import slurm_files
 from phalanx.runtime.ray.agent import agent_class
 from phalanx.runtime.ray.connect import NAMESPACE, connect, is_loopback
 from phalanx.runtime.ray.inventory import RAY_NODE_ID_LABEL, Inventory
-from phalanx.runtime.spec import AlreadyLaunched, Exited, LaunchSpec, RuntimeEvent, Started
+from phalanx.runtime.spec import (
+    AlreadyLaunched,
+    Checkpointed,
+    Exited,
+    LaunchSpec,
+    RuntimeEvent,
+    Started,
+)
 
 __all__ = ["RayRuntime"]
 
@@ -114,6 +123,8 @@ class _Attempt:
     ready_ref: Any = None
     started: bool = False
     exited: bool = False
+    checkpoint_at: float | None = None
+    """The latest checkpoint reported (a Checkpointed event went out for it)."""
     tracked_at: float = field(default_factory=time.monotonic)
 
 
@@ -455,7 +466,8 @@ class RayRuntime:
     # -- events ---------------------------------------------------------------
 
     def poll(self) -> list[RuntimeEvent]:
-        """Events since the last call: Started once per attempt, then Exited once."""
+        """Events since the last call: Started once per attempt, Checkpointed once per
+        newer checkpoint (the latest of its nodes'), then Exited once."""
         if self._cleanup:
             self._release(self._cleanup)
             self._cleanup = []
@@ -541,6 +553,13 @@ class RayRuntime:
             self._backlog.append(
                 Started(record.job_id, record.attempt, max(float(s) for s in starts))
             )
+        # Each node's supervisor watches its own PHALANX_CHECKPOINT_FILE: the job's
+        # checkpoint is the latest any of them saw.
+        checkpoints = [p.status.get("checkpoint_at") for p in working]
+        latest = max((float(c) for c in checkpoints if isinstance(c, (int, float))), default=None)
+        if latest is not None and (record.checkpoint_at is None or latest > record.checkpoint_at):
+            record.checkpoint_at = latest
+            self._backlog.append(Checkpointed(record.job_id, record.attempt, latest))
         known = [float(s) for s in starts if s is not None]
         if lost:
             record.exited = True
