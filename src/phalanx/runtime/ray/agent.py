@@ -222,7 +222,9 @@ class NodeAgent:
 
     def cancel(self, preempt_grace_s: float | None = None) -> None:
         """As :meth:`LocalRuntime.cancel <phalanx.runtime.local.LocalRuntime.cancel>`,
-        and every step task here gets SIGTERM."""
+        and on a cancel every step task here gets SIGTERM. On a preemption the batch
+        node's supervisor times the step tasks' signals (the preemption notice, then
+        SIGTERM at the end of the grace period), which srun forwards to them."""
         marker = self.jobdir / "cancel"
         if preempt_grace_s is None:
             marker.touch()
@@ -234,8 +236,9 @@ class NodeAgent:
         if self.supervisor is not None and self.supervisor.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.supervisor.send_signal(signal.SIGTERM)
-        for key in list(self.steps):
-            self.step_signal(key, signal.SIGTERM)
+        if preempt_grace_s is None:
+            for key in list(self.steps):
+                self.step_signal(key, signal.SIGTERM)
 
     def signal(self, signum: int, batch_only: bool) -> None:
         folder = self.jobdir / "signals"
