@@ -1,0 +1,194 @@
+"""Node loss, checkpoints and the preemption notice on the Ray runtime, against a real
+multi-node Ray cluster on this machine.
+
+The cluster is :mod:`tests.runtime.test_ray`'s (a CPU-only head and three 8-GPU
+nodes on loopback, with a short health check). The runtime tests drive a
+:class:`~phalanx.runtime.ray.runtime.RayRuntime` in this process and read its
+events; the last test drives a real ``phalanx up --runtime ray``. A test that
+takes a node away adds one of its own first, so the others keep theirs.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phalanx.runtime.spec import Checkpointed, Exited, LaunchSpec, RuntimeEvent, Started, TaskSpec
+from tests.runtime.test_ray import (
+    NODE_CPUS,
+    NODE_MEMORY,
+    PARTITION,
+    cluster,
+)
+
+__all__ = ["cluster"]
+
+pytestmark = pytest.mark.timeout(300)
+
+BIN = Path(sys.executable).parent
+
+
+class Driver:
+    """A RayRuntime in this process, and the events it reported so far."""
+
+    def __init__(self, runtime: Any, work: Path) -> None:
+        self.runtime = runtime
+        self.work = work
+        self.events: list[RuntimeEvent] = []
+        self.next_id = 1
+
+    def launch(self, command: str, nodes: list[str], **spec: Any) -> int:
+        job_id = self.next_id
+        self.next_id += 1
+        self.runtime.launch(
+            LaunchSpec(
+                job_id=job_id,
+                attempt=1,
+                command=("sh", "-c", command),
+                working_dir=str(self.work),
+                env={},
+                tasks=tuple(TaskSpec(node, rank) for rank, node in enumerate(nodes)),
+                output=str(self.work / f"out-{job_id}.log"),
+                requests={"": {"cpu": 1000}},
+                **spec,
+            )
+        )
+        return job_id
+
+    def wait(
+        self, job_id: int, done: Callable[[RuntimeEvent], bool], timeout: float = 60
+    ) -> RuntimeEvent:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.events += self.runtime.poll()
+            for event in self.events:
+                if event.job_id == job_id and done(event):
+                    return event
+            time.sleep(0.1)
+        raise AssertionError(f"job {job_id}: no such event in {timeout} s: {self.mine(job_id)}")
+
+    def mine(self, job_id: int) -> list[RuntimeEvent]:
+        return [e for e in self.events if e.job_id == job_id]
+
+    def started(self, job_id: int) -> None:
+        self.wait(job_id, lambda e: isinstance(e, Started))
+
+    def exited(self, job_id: int, timeout: float = 60) -> Exited:
+        event = self.wait(job_id, lambda e: isinstance(e, Exited), timeout)
+        assert isinstance(event, Exited)
+        return event
+
+
+@pytest.fixture
+def driver(cluster: Any, tmp_path: Path) -> Iterator[Driver]:
+    from phalanx.runtime.ray.runtime import RayRuntime
+
+    work = tmp_path / "work"
+    work.mkdir()
+    runtime = RayRuntime(tmp_path / "state", cluster.address, workdir=str(tmp_path / "ray"))
+    runtime.watch()
+    yield Driver(runtime, work)
+    # Not close(): that disconnects this process, which the module's cluster shares.
+    runtime._stop.set()
+    for job_id, attempt in list(runtime._attempts):
+        runtime.forget(job_id, attempt)
+    runtime.poll()
+
+
+def add_gpu_node(cluster: Any, name: str) -> Any:
+    node = cluster.add_node(
+        num_cpus=NODE_CPUS,
+        num_gpus=8,
+        memory=NODE_MEMORY,
+        node_ip_address="127.0.0.1",
+        labels={"phalanx.io/node": name, PARTITION: "true"},
+    )
+    cluster.gpu_nodes[name] = node
+    return node
+
+
+def wait_live(runtime: Any, name: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while name not in runtime.inventory.live and time.monotonic() < deadline:
+        runtime.refresh()
+        time.sleep(0.2)
+    assert name in runtime.inventory.live, sorted(runtime.inventory.live)
+
+
+def test_a_removed_ray_node_ends_its_job_node_fail_naming_that_node(
+    cluster: Any, driver: Driver
+) -> None:
+    node = add_gpu_node(cluster, "lost1")
+    wait_live(driver.runtime, "lost1")
+    job_id = driver.launch("exec sleep 600", ["gpu1", "lost1"])
+    driver.started(job_id)
+    cluster.remove_node(cluster.gpu_nodes.pop("lost1"), allow_graceful=False)
+    assert node is not None
+    event = driver.exited(job_id)
+    assert event.state == "NODE_FAIL", event
+    assert event.lost_nodes == ("lost1",), event
+    assert "lost1" in event.message
+
+
+def test_touching_the_checkpoint_file_on_ray_is_a_checkpointed_event(driver: Driver) -> None:
+    work = driver.work
+    # Rank 0 touches its file at once; rank 1 runs `phalanx checkpoint` once told to.
+    command = (
+        'if [ "$PHALANX_TASK_RANK" = 0 ]; then touch "$PHALANX_CHECKPOINT_FILE"; '
+        f"else while [ ! -e {work}/go ]; do sleep 0.1; done; {BIN}/phalanx checkpoint; fi; "
+        f"while [ ! -e {work}/done ]; do sleep 0.1; done"
+    )
+    job_id = driver.launch(command, ["gpu1", "gpu2"])
+    first = driver.wait(job_id, lambda e: isinstance(e, Checkpointed))
+    mtime = Path(driver.runtime.jobdir(job_id, 1, 0), "checkpoint").stat().st_mtime
+    assert first.time == mtime
+    time.sleep(0.05)
+    (work / "go").touch()
+    second = driver.wait(job_id, lambda e: isinstance(e, Checkpointed) and e.time > first.time)
+    rank1 = Path(driver.runtime.jobdir(job_id, 1, 1), "checkpoint")
+    assert second.time == rank1.stat().st_mtime
+    (work / "done").touch()
+    event = driver.exited(job_id)
+    assert event.state == "COMPLETED", event
+    # Once per new time: the two checkpoints, nothing told twice.
+    checkpoints = [e for e in driver.mine(job_id) if isinstance(e, Checkpointed)]
+    assert checkpoints == [first, second]
+
+
+def test_a_preempted_ray_job_gets_its_notice_before_sigterm(driver: Driver) -> None:
+    work = driver.work
+    log = work / "signals-$PHALANX_TASK_RANK"
+    command = (
+        f"trap 'echo USR1 $(date +%s.%N) >> {log}' USR1; "
+        f"trap 'echo TERM $(date +%s.%N) >> {log}; exit 0' TERM; "
+        f"touch {work}/ready-$PHALANX_TASK_RANK; "
+        "while :; do sleep 0.1; done"
+    )
+    job_id = driver.launch(
+        command,
+        ["gpu1", "gpu2"],
+        preemption_notice=(int(signal.SIGUSR1), 2.0, False),
+        kill_wait_s=2.0,
+    )
+    driver.started(job_id)
+    deadline = time.monotonic() + 30
+    while not all((work / f"ready-{r}").exists() for r in (0, 1)):
+        assert time.monotonic() < deadline, "the tasks did not set their traps"
+        time.sleep(0.1)
+    preempted = time.time()
+    # A grace period of 3 s with a USR1@2 notice: USR1 after ~1 s, SIGTERM after ~3 s.
+    driver.runtime.cancel(job_id, preempt_grace_s=3.0)
+    event = driver.exited(job_id)
+    assert event.state == "PREEMPTED", event
+    for rank in (0, 1):
+        lines = [line.split() for line in (work / f"signals-{rank}").read_text().splitlines()]
+        assert [name for name, _ in lines] == ["USR1", "TERM"], (rank, lines)
+        usr1, term = (float(at) for _, at in lines)
+        assert 0.5 < usr1 - preempted < 2.5, (rank, usr1 - preempted)
+        assert 1.5 < term - usr1 < 3.0, (rank, term - usr1)
