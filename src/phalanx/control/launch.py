@@ -105,10 +105,12 @@ class Launcher:
         attempt: int,
         registry: Registry,
     ) -> LaunchSpec:
-        """:meth:`runnable`, with the requests and user the runtime needs to start it."""
+        """:meth:`runnable`, with the requests, allocation and user the runtime needs to
+        start it."""
         spec = self.runnable(row, submission, tasks, attempt, registry)
         requests = {p.name: dict(p.requests) for p in submission.pod_sets}
-        return replace(spec, requests=requests, user=row.user)
+        allocation = tuple(tasks) if len(tasks) > len(spec.tasks) else ()
+        return replace(spec, requests=requests, allocation=allocation, user=row.user)
 
     def launch(self, spec: LaunchSpec) -> None:
         try:

@@ -81,6 +81,10 @@ class LaunchSpec:
     requests: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per pod set, what one task requests (base units): what a runtime that reserves
     resources itself (Ray's placement groups) asks for."""
+    allocation: tuple[TaskSpec, ...] = ()
+    """Every task the engine placed, when ``tasks`` holds fewer (a batch job's holds only
+    its batch shell; ``srun`` starts the others): what a runtime that reserves nodes
+    itself (Ray's placement groups) reserves. Empty: ``tasks``."""
     user: str = ""
     """The phalanx user the job belongs to."""
     account: Account | None = None

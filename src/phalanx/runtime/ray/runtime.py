@@ -251,8 +251,10 @@ class RayRuntime:
         name = self.pg_name(spec.job_id, spec.attempt)
         if key in self._attempts or self._find_pg(name) is not None:
             raise AlreadyLaunched(f"job {spec.job_id} attempt {spec.attempt} was launched already")
+        # A batch job's tasks are its batch shell alone: its allocation names every node.
+        alloc = spec.allocation or spec.tasks
         groups: dict[tuple[str, str], list[int]] = {}
-        for index, task in enumerate(spec.tasks):
+        for index, task in enumerate(alloc):
             groups.setdefault((task.node, task.pod_set), []).append(index)
         bundles = list(groups)
         with self._lock:
@@ -260,13 +262,15 @@ class RayRuntime:
         node_ids = {node: (live[node].node_id if node in live else None) for node, _ in bundles}
         missing = sorted(n for n, i in node_ids.items() if i is None)
         if missing:
-            self._backlog.append(self._failed(spec, f"node {missing[0]} is not in the Ray cluster"))
+            message = f"node {missing[0]} is not in the Ray cluster"
+            self._backlog.append(self._failed(spec, message, tuple(missing)))
             return
         agents = {
             node: self.agent_name(spec.job_id, spec.attempt, b)
             for b, (node, _) in reversed(list(enumerate(bundles)))
         }
-        first = spec.tasks[0].node if spec.tasks else ""
+        first = alloc[0].node if alloc else ""
+        head = (first, alloc[0].pod_set if alloc else "")
         run = spec
         files: list[Any] = []
         if spec.script is not None or spec.slurm is not None:
@@ -279,7 +283,7 @@ class RayRuntime:
                     "PHALANX_RAY_AGENTS": json.dumps(agents),
                 },
             )
-            batch_bundle = bundles.index((first, spec.tasks[0].pod_set))
+            batch_bundle = bundles.index(head)
             run, files = slurm_files(
                 run, self.jobdir(spec.job_id, spec.attempt, batch_bundle), f"{self.workdir}/bin"
             )
@@ -303,11 +307,11 @@ class RayRuntime:
         parts: list[_Part] = []
         task_list = list(run.tasks)
         for bundle, ((node, pod_set), indices) in enumerate(groups.items()):
-            if spec.script is None:
+            if spec.script is None and not spec.allocation:
                 mine = [task_list[i] for i in indices]
             else:
-                mine = [task_list[0]] if (node, pod_set) == (first, spec.tasks[0].pod_set) else []
-            gpus = sorted(g for i in indices for g in spec.tasks[i].gpus)
+                mine = [task_list[0]] if (node, pod_set) == head else []
+            gpus = sorted(g for i in indices for g in alloc[i].gpus)
             plan: dict[str, Any] = {
                 "node": node,
                 "root": self.workdir,
@@ -321,7 +325,8 @@ class RayRuntime:
                 "spec": None,
             }
             if mine:
-                body = dataclasses.asdict(dataclasses.replace(run, tasks=tuple(mine)))
+                own = dataclasses.replace(run, tasks=tuple(mine), allocation=())
+                body = dataclasses.asdict(own)
                 body["task_count"] = len(spec.tasks)
                 plan["spec"] = body
             actor = (
@@ -346,9 +351,17 @@ class RayRuntime:
         for part in parts:
             self._ask(part)
 
-    def _failed(self, spec: LaunchSpec, message: str) -> Exited:
+    def _failed(self, spec: LaunchSpec, message: str, lost_nodes: tuple[str, ...] = ()) -> Exited:
         return Exited(
-            spec.job_id, spec.attempt, "NODE_FAIL", None, None, None, time.time(), message
+            spec.job_id,
+            spec.attempt,
+            "NODE_FAIL",
+            None,
+            None,
+            None,
+            time.time(),
+            message,
+            lost_nodes,
         )
 
     def _find_pg(self, name: str) -> Any:
