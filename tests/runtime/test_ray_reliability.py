@@ -10,7 +10,9 @@ takes a node away adds one of its own first, so the others keep theirs.
 
 from __future__ import annotations
 
+import re
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +26,10 @@ from tests.runtime.test_ray import (
     NODE_CPUS,
     NODE_MEMORY,
     PARTITION,
+    Phalanx,
     cluster,
+    gang,
+    ray_node_ids,
 )
 
 __all__ = ["cluster"]
@@ -124,16 +129,35 @@ def wait_live(runtime: Any, name: str, timeout: float = 60) -> None:
 def test_a_removed_ray_node_ends_its_job_node_fail_naming_that_node(
     cluster: Any, driver: Driver
 ) -> None:
-    node = add_gpu_node(cluster, "lost1")
+    add_gpu_node(cluster, "lost1")
     wait_live(driver.runtime, "lost1")
     job_id = driver.launch("exec sleep 600", ["gpu1", "lost1"])
     driver.started(job_id)
     cluster.remove_node(cluster.gpu_nodes.pop("lost1"), allow_graceful=False)
-    assert node is not None
     event = driver.exited(job_id)
     assert event.state == "NODE_FAIL", event
     assert event.lost_nodes == ("lost1",), event
     assert "lost1" in event.message
+    # A launch onto a node the Ray cluster no longer has names it too.
+    deadline = time.monotonic() + 60
+    while "lost1" in driver.runtime.inventory.live and time.monotonic() < deadline:
+        time.sleep(0.2)
+    job_id = driver.launch("true", ["gpu1", "lost1"])
+    event = driver.exited(job_id)
+    assert (event.state, event.lost_nodes) == ("NODE_FAIL", ("lost1",)), event
+
+
+def test_a_removed_ray_node_that_runs_no_batch_task_ends_its_batch_job_node_fail(
+    cluster: Any, driver: Driver
+) -> None:
+    # A batch job's other nodes run only what srun starts there: their agents are idle.
+    add_gpu_node(cluster, "lost2")
+    wait_live(driver.runtime, "lost2")
+    job_id = driver.launch("", ["gpu1", "lost2"], script="#!/bin/sh\nexec sleep 600\n")
+    driver.started(job_id)
+    cluster.remove_node(cluster.gpu_nodes.pop("lost2"), allow_graceful=False)
+    event = driver.exited(job_id)
+    assert (event.state, event.lost_nodes) == ("NODE_FAIL", ("lost2",)), event
 
 
 def test_touching_the_checkpoint_file_on_ray_is_a_checkpointed_event(driver: Driver) -> None:
@@ -192,3 +216,86 @@ def test_a_preempted_ray_job_gets_its_notice_before_sigterm(driver: Driver) -> N
         usr1, term = (float(at) for _, at in lines)
         assert 0.5 < usr1 - preempted < 2.5, (rank, usr1 - preempted)
         assert 1.5 < term - usr1 < 3.0, (rank, term - usr1)
+
+
+def sbatch(p: Phalanx, *args: str) -> int:
+    done = subprocess.run(
+        [str(BIN / "phalanx"), "sbatch", *args],
+        cwd=p.work,
+        env=p.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    match = re.search(r"Submitted batch job (\d+)", done.stdout)
+    assert match, done.stdout + done.stderr
+    return int(match.group(1))
+
+
+def test_the_srun_tasks_of_a_two_node_batch_job_run_on_both_ray_nodes(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """The placement group of a batch job has a bundle (and an agent) on each of its
+    nodes, not only the batch shell's: srun's task on the other node runs there."""
+    work = tmp_path / "work"
+    work.mkdir()
+    p = Phalanx(cluster, tmp_path / "state", work)
+    try:
+        job_id = sbatch(
+            p, "-N", "2", "--ntasks-per-node", "1", "--gpus-per-node", "8", "-o", "out-%j.log",
+            "--wrap", "srun sh -c 'echo $SLURMD_NODENAME $PHALANX_RAY_NODE_ID'",
+        )  # fmt: skip
+        job = p.finished(job_id, 120)
+        text = (work / f"out-{job_id}.log").read_text()
+        assert job["state"] == "COMPLETED", (job, text)
+        ids = ray_node_ids()
+        seen = dict(line.split() for line in text.splitlines())
+        assert set(seen) == set(job["nodes"]) and len(seen) == 2, text
+        assert seen == {name: ids[name] for name in seen}, (seen, ids)
+    finally:
+        p.stop()
+
+
+def test_an_expedited_gang_whose_ray_node_is_removed_restarts_first_on_its_healthy_node(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """``sbatch --requeue=expedite`` through ``phalanx up --runtime ray``: the gang's
+    Ray node is removed; the gang is requeued with its healthy node held (the lost
+    node left out even before the inventory marks it down) and restarts on that node
+    plus the node that joins next, ahead of the jobs that waited."""
+    work = tmp_path / "work"
+    work.mkdir()
+    p = Phalanx(cluster, tmp_path / "state", work)
+    try:
+        gpu_nodes = sorted(n for n in p.nodes() if n in cluster.gpu_nodes)
+        job_id = sbatch(
+            p, "--requeue=expedite", "-N", "2", "--ntasks-per-node", "1", "--gpus-per-node", "8",
+            "-o", "gang-%j.out", "--wrap", "exec sleep 600",
+        )  # fmt: skip
+        nodes = p.wait(job_id, lambda j: j["state"] == "RUNNING")["nodes"]
+        healthy, lost = sorted(nodes)
+        # Every other GPU node is taken; the jobs that come next wait.
+        others = [n for n in gpu_nodes if n not in nodes]
+        fillers = [p.submit(gang(work, "exec sleep 600", count=1)) for _ in others]
+        for filler in fillers:
+            p.wait(filler, lambda j: j["state"] == "RUNNING")
+        waiting = [p.submit(gang(work, "exec sleep 600", count=1)) for _ in range(3)]
+        cluster.remove_node(cluster.gpu_nodes.pop(lost), allow_graceful=False)
+        p.wait(job_id, lambda j: j["state"] == "PENDING", 60)
+        events = p.http.get(f"/api/v1/jobs/{job_id}/events").json()["items"]
+        [requeued] = [e for e in events if e["kind"] == "Requeued"]
+        assert requeued["reason"] == "NodeFail", requeued
+        assert requeued["data"]["expedite"] == {"held": [healthy]}, requeued
+        # The healthy node waits for the gang: none of the waiting jobs starts there.
+        time.sleep(2)
+        assert all(p.job(j)["state"] == "PENDING" for j in waiting)
+        assert p.job(job_id)["state"] == "PENDING"
+        add_gpu_node(cluster, "spare1")
+        job = p.wait(job_id, lambda j: j["state"] == "RUNNING", 120)
+        assert sorted(job["nodes"]) == sorted([healthy, "spare1"]), job
+        assert job["attempt"] == 2, job
+        assert all(p.job(j)["state"] == "PENDING" for j in waiting)
+        for other in [job_id, *fillers, *waiting]:
+            p.http.delete(f"/api/v1/jobs/{other}")
+    finally:
+        p.stop()
