@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from phalanx.runtime.spec import Checkpointed, Exited, LaunchSpec, RuntimeEvent, Started, TaskSpec
+from tests.runtime import test_ray
 from tests.runtime.test_ray import (
     NODE_CPUS,
     NODE_MEMORY,
@@ -252,6 +253,61 @@ def test_the_srun_tasks_of_a_two_node_batch_job_run_on_both_ray_nodes(
         seen = dict(line.split() for line in text.splitlines())
         assert set(seen) == set(job["nodes"]) and len(seen) == 2, text
         assert seen == {name: ids[name] for name in seen}, (seen, ids)
+    finally:
+        p.stop()
+
+
+def test_a_preempted_two_node_batch_job_on_ray_gets_its_notice_on_both_nodes_first(
+    cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sbatch --signal=USR1@2`` on a ClusterQueue with a 4 s grace time: preempted by
+    a higher priority, the srun tasks on both Ray nodes (the other node's through its
+    agent) get USR1 about 2 s before SIGTERM."""
+    queues = test_ray.QUEUES.replace(
+        "  name: gpu-h100-dedicated\n  annotations: {",
+        "  name: gpu-h100-dedicated\n  annotations: {slurm.phalanx.io/grace-time: '4', ",
+    ).replace(
+        "spec:\n  namespaceSelector: {}\n  resourceGroups:",
+        "spec:\n  namespaceSelector: {}\n  preemption: {withinClusterQueue: LowerPriority}\n"
+        "  resourceGroups:",
+    )
+    queues += "---\napiVersion: kueue.x-k8s.io/v1beta2\nkind: WorkloadPriorityClass\n"
+    queues += "metadata: {name: high}\nvalue: 1000\n"
+    assert "LowerPriority" in queues and "grace-time" in queues
+    monkeypatch.setattr(test_ray, "QUEUES", queues)
+    work = tmp_path / "work"
+    work.mkdir()
+    p = Phalanx(cluster, tmp_path / "state", work)
+    try:
+        log = f"{work}/sig-$SLURMD_NODENAME"
+        (work / "task.sh").write_text(
+            f"trap 'echo USR1 $(date +%s.%N) >> {log}' USR1\n"
+            f"trap 'echo TERM $(date +%s.%N) >> {log}; exit 0' TERM\n"
+            f"touch {work}/ready-$SLURMD_NODENAME\n"
+            "while :; do sleep 0.1; done\n"
+        )
+        job_id = sbatch(
+            p, "-N", "2", "--ntasks-per-node", "1", "--gpus-per-node", "8",
+            "--signal=USR1@2", "-o", "out-%j.log", "--wrap", f"srun sh {work}/task.sh",
+        )  # fmt: skip
+        nodes = p.wait(job_id, lambda j: j["state"] == "RUNNING")["nodes"]
+        deadline = time.monotonic() + 60
+        while not all((work / f"ready-{n}").exists() for n in nodes):
+            assert time.monotonic() < deadline, "the srun tasks did not set their traps"
+            time.sleep(0.1)
+        count = len([n for n in p.nodes() if n in cluster.gpu_nodes])
+        preempted = time.time()
+        high = p.submit(gang(work, "exec sleep 600", count=count) | {"priorityClass": "high"})
+        job = p.finished(job_id, 60)
+        assert job["state"] == "PREEMPTED", job
+        for node in nodes:
+            lines = [line.split() for line in (work / f"sig-{node}").read_text().splitlines()]
+            assert [name for name, _ in lines] == ["USR1", "TERM"], (node, lines)
+            usr1, term = (float(at) for _, at in lines)
+            assert 0.5 < usr1 - preempted < 4.0, (node, usr1 - preempted)
+            assert 1.5 < term - usr1 < 3.0, (node, term - usr1)
+        p.wait(high, lambda j: j["state"] == "RUNNING")
+        p.http.delete(f"/api/v1/jobs/{high}")
     finally:
         p.stop()
 
