@@ -257,6 +257,39 @@ def test_the_srun_tasks_of_a_two_node_batch_job_run_on_both_ray_nodes(
         p.stop()
 
 
+def test_phalanx_checkpoint_from_srun_on_a_batch_jobs_other_ray_node_is_reported(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """On the node without the batch shell, srun's task gets that node's agent's own
+    checkpoint file (the batch node's is on another machine); the agent reports it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    p = Phalanx(cluster, tmp_path / "state", work)
+    try:
+        (work / "task.sh").write_text(
+            'if [ "$SLURM_NODEID" = 1 ]; then\n'
+            f"  {BIN}/phalanx checkpoint || exit 1\n"
+            '  echo "$SLURMD_NODENAME $PHALANX_CHECKPOINT_FILE"\n'
+            "fi\n"
+            "sleep 3\n"
+        )
+        job_id = sbatch(
+            p, "-N", "2", "--ntasks-per-node", "1", "--gpus-per-node", "8", "-o", "out-%j.log",
+            "--wrap", f"srun sh {work}/task.sh",
+        )  # fmt: skip
+        job = p.finished(job_id, 120)
+        text = (work / f"out-{job_id}.log").read_text()
+        assert job["state"] == "COMPLETED", (job, text)
+        node, path = text.split()
+        assert node == job["nodes"][1], (job["nodes"], text)
+        assert path.endswith(f"/jobs/{job_id}/1/1/checkpoint"), path
+        events = p.http.get(f"/api/v1/jobs/{job_id}/events").json()["items"]
+        [checkpointed] = [e for e in events if e["kind"] == "Checkpointed"]
+        assert checkpointed["data"] == {"attempt": 1}, checkpointed
+    finally:
+        p.stop()
+
+
 def test_a_preempted_two_node_batch_job_on_ray_gets_its_notice_on_both_nodes_first(
     cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

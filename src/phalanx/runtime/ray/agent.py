@@ -13,8 +13,10 @@ the Slurm files, a hosts file) and runs the standard supervisor there, as its
 child (``python -I -m phalanx.runtime.supervisor --foreground DIR``): the same
 process tree, environment, output files, time limit and cancel as the local
 runtime's. Its methods are thin: :meth:`NodeAgent.status` waits for
-``status.json`` to change, :meth:`NodeAgent.cancel`, :meth:`NodeAgent.signal`
-and :meth:`NodeAgent.set_time_limit` write the supervisor's marker files.
+``status.json`` to change (on a node that runs only srun's tasks, for their
+checkpoint file: ``PHALANX_CHECKPOINT_FILE`` is the agent's own there);
+:meth:`NodeAgent.cancel`, :meth:`NodeAgent.signal` and
+:meth:`NodeAgent.set_time_limit` write the supervisor's marker files.
 
 ``srun`` steps of a batch job reach the other nodes through their agents:
 :meth:`NodeAgent.step_start` runs one task of a step on this node (through
@@ -195,7 +197,7 @@ class NodeAgent:
         """``status.json`` once it differs from ``known`` (its stat key), or after
         ``timeout`` seconds; an agent without tasks answers ``{}`` at once."""
         if self.supervisor is None:
-            return None, {}
+            return self._checkpoint_status(known, timeout)
         path = self.jobdir / "status.json"
         deadline = time.monotonic() + timeout
         while True:
@@ -216,6 +218,23 @@ class NodeAgent:
                     "end_time": time.time(),
                     "message": f"the supervisor on {self.node} exited unexpectedly",
                 }
+            if time.monotonic() >= deadline:
+                return known, {}
+            time.sleep(0.05)
+
+    def _checkpoint_status(
+        self, known: list[int] | None, timeout: float
+    ) -> tuple[list[int] | None, dict[str, Any]]:
+        """For an agent that runs only srun's tasks: ``{"checkpoint_at": mtime}`` once its
+        checkpoint file (their ``PHALANX_CHECKPOINT_FILE``) differs from ``known``."""
+        path = self.jobdir / "checkpoint"
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(FileNotFoundError):
+                st = os.stat(path)
+                key = [st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_size]
+                if key != known:
+                    return key, {"checkpoint_at": st.st_mtime}
             if time.monotonic() >= deadline:
                 return known, {}
             time.sleep(0.05)
@@ -277,6 +296,9 @@ class NodeAgent:
         folder.mkdir(exist_ok=True)
         out, err = folder / f"{key}.out", folder / f"{key}.err"
         task_env = self.node_env(env)
+        # The batch node's checkpoint file is on its machine: this node's agent watches
+        # its own (the supervisor's, when one runs here).
+        task_env["PHALANX_CHECKPOINT_FILE"] = str(self.jobdir / "checkpoint")
         if not os.path.isdir(cwd):
             cwd = "/tmp"
 

@@ -373,7 +373,9 @@ class RayRuntime:
             return None
 
     def _ask(self, part: _Part) -> None:
-        if part.runs_tasks and part.lost is None:
+        # Agents without tasks are asked too: for the checkpoints of srun's tasks there,
+        # and so that their death is seen at once.
+        if part.actor is not None and part.lost is None:
             part.ref = part.actor.status.remote(part.key, STATUS_WAIT_S)
 
     # -- commands -------------------------------------------------------------
@@ -566,9 +568,9 @@ class RayRuntime:
             self._backlog.append(
                 Started(record.job_id, record.attempt, max(float(s) for s in starts))
             )
-        # Each node's supervisor watches its own PHALANX_CHECKPOINT_FILE: the job's
-        # checkpoint is the latest any of them saw.
-        checkpoints = [p.status.get("checkpoint_at") for p in working]
+        # Each node's supervisor (or agent, for srun's tasks) watches its own
+        # PHALANX_CHECKPOINT_FILE: the job's checkpoint is the latest any of them saw.
+        checkpoints = [p.status.get("checkpoint_at") for p in record.parts]
         latest = max((float(c) for c in checkpoints if isinstance(c, (int, float))), default=None)
         if latest is not None and (record.checkpoint_at is None or latest > record.checkpoint_at):
             record.checkpoint_at = latest
