@@ -62,6 +62,9 @@ STATUS_WAIT_S = 2.0
 PLACE_TIMEOUT_S = 120.0
 """How long a placement group may stay unplaced before the attempt fails NODE_FAIL."""
 INVENTORY_PERIOD_S = 1.0
+LOST_WAIT_S = 10.0
+"""How long a NODE_FAIL waits for the control plane to be told its node is down (by
+:attr:`RayRuntime.on_nodes`), so that the requeued job is not placed there again."""
 DEFAULT_WORKDIR = "/tmp/phalanx"
 GPU = "nvidia.com/gpu"
 GPU_MILLI = "phalanx.io/gpu-milli"
@@ -174,6 +177,11 @@ class RayRuntime:
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._backlog: list[RuntimeEvent] = []
         self._cleanup: list[_Attempt] = []
+        self._lost_at: dict[str, float] = {}
+        """Ray node id -> when an attempt found it lost."""
+        self._told_down: set[str] = set()
+        """The Ray node ids :attr:`on_nodes` has handed over as down (or gone)."""
+        self._wake = threading.Event()
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
         self.refresh()
@@ -197,11 +205,18 @@ class RayRuntime:
             return
 
         def run() -> None:
-            while not self._stop.wait(INVENTORY_PERIOD_S):
+            while not self._stop.is_set():
+                self._wake.wait(INVENTORY_PERIOD_S)
+                self._wake.clear()
+                if self._stop.is_set():
+                    break
                 try:
                     changed = self.refresh()
                     if changed and self.on_nodes is not None:
                         self.on_nodes(changed)
+                    with self._lock:
+                        live = {n.node_id for n in self.inventory.live.values()}
+                        self._told_down = set(self.inventory.names) - live
                 except Exception:
                     if not self._stop.is_set():
                         log.exception("reading the Ray cluster's nodes failed")
@@ -461,6 +476,7 @@ class RayRuntime:
     def close(self) -> None:
         """Stop watching and disconnect; jobs keep running in their agents."""
         self._stop.set()
+        self._wake.set()
         self._release(self._cleanup)
         self._cleanup = []
         self._attempts.clear()
@@ -531,6 +547,10 @@ class RayRuntime:
                 if part.lost is None and part.node_id is not None and part.node_id not in alive:
                     part.lost = f"node {part.node} died"
                     part.node_lost = True
+                if part.node_lost and part.node_id and part.node_id not in self._lost_at:
+                    self._lost_at = {i: t for i, t in self._lost_at.items() if now - t < 3600}
+                    self._lost_at[part.node_id] = now
+                    self._wake.set()  # the inventory reads the cluster now
             if not record.placed and now - record.tracked_at > PLACE_TIMEOUT_S:
                 record.parts[0].lost = record.parts[0].lost or (
                     f"Ray did not place the job's bundles within {PLACE_TIMEOUT_S:.0f} s"
@@ -550,9 +570,22 @@ class RayRuntime:
             return
         part.lost = f"the agent on node {part.node} failed: {exc}"
 
+    def _told(self, record: _Attempt) -> bool:
+        """Whether the control plane knows the attempt's lost nodes are down (or has
+        waited :data:`LOST_WAIT_S` for that: a node whose agent died alone stays up)."""
+        now = time.monotonic()
+        for part in record.parts:
+            if part.node_lost and part.node_id is not None:
+                since = self._lost_at.get(part.node_id, now)
+                if part.node_id not in self._told_down and now - since < LOST_WAIT_S:
+                    return False
+        return True
+
     def _report(self, record: _Attempt) -> None:
         working = [p for p in record.parts if p.runs_tasks]
         lost = [p.lost for p in record.parts if p.lost is not None]
+        if lost and self._watcher is not None and not self._told(record):
+            return
         starts: list[Any] = [p.status.get("start_time") for p in working]
         if (
             not record.started
