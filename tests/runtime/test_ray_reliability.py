@@ -1,11 +1,12 @@
-"""Node loss, checkpoints and the preemption notice on the Ray runtime, against a real
-multi-node Ray cluster on this machine.
+"""Node loss, checkpoints, the preemption notice and expedited requeue on the Ray
+runtime, against a real multi-node Ray cluster on this machine.
 
 The cluster is :mod:`tests.runtime.test_ray`'s (a CPU-only head and three 8-GPU
-nodes on loopback, with a short health check). The runtime tests drive a
+nodes on loopback, with a short health check). The first tests drive a
 :class:`~phalanx.runtime.ray.runtime.RayRuntime` in this process and read its
-events; the last test drives a real ``phalanx up --runtime ray``. A test that
-takes a node away adds one of its own first, so the others keep theirs.
+events; the batch-job tests drive a real ``phalanx up --runtime ray`` with
+``phalanx sbatch``. The node-loss tests add the node they take away, except the
+last one, which removes one of the gang's nodes and adds its replacement.
 """
 
 from __future__ import annotations
