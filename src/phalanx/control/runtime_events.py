@@ -16,8 +16,8 @@ from phalanx.control.charging import Charging
 from phalanx.control.metrics import Metrics
 from phalanx.control.slurmjobs import requeues, requeues_after_preemption
 from phalanx.control.state import LoopState
-from phalanx.engine import Checkpoint, Evict, Finish, PodsReady, Requeue
-from phalanx.model import JobState
+from phalanx.engine import Checkpoint, Evict, Finish, PodsReady, ReplaceNodes, Requeue
+from phalanx.model import AdminState, JobState
 from phalanx.runtime.base import Runtime
 from phalanx.runtime.spec import Checkpointed, Exited, Started
 from phalanx.store import JobRow, Tx
@@ -119,13 +119,28 @@ class RuntimeEvents:
             # Its supervisor never started (the control plane died while starting it):
             # nothing ran, so it is launched again rather than failed.
             evict_reason = "LaunchFailed"
+        message = f"requeued: {evict_reason}"
+        if (
+            evict_reason in ("NodeFail", "NodeDown")
+            and row is not None
+            and deactivated is None
+            and not row.cancel_requested
+        ):
+            failed = self._lost(nodes, event)
+            plan = self.state.engine.node_replacement(event.job_id, failed) if failed else None
+            if plan is not None and plan.replaced:
+                self._replace_nodes(tx, event, row, plan.replaced, plan.domains, now)
+                return
+            if plan is not None:
+                # FailFast: no healthy node of its domain can replace the failed one.
+                evict_reason, message = "NodeFailures", plan.failure
         if (
             evict_reason is not None
             and deactivated is None
             and not (row is not None and row.cancel_requested)
         ):
             expedite = (
-                evict_reason in ("NodeFail", "NodeDown")
+                evict_reason in ("NodeFail", "NodeDown", "NodeFailures")
                 and row is not None
                 and bool(row.parsed_submission.requeue_expedite)
             )
@@ -137,7 +152,7 @@ class RuntimeEvents:
                 event.job_id,
                 state=JobState.PENDING.value,
                 reason=evict_reason,
-                message=f"requeued: {evict_reason}",
+                message=message,
                 flavor=None,
                 nodes=[],
                 start_time=None,
@@ -145,7 +160,14 @@ class RuntimeEvents:
             data = attempt_data(event, row)
             if expedite:
                 data["expedite"] = {"held": list(healthy)}
-            tx.add_event(event.job_id, "Requeued", now, reason=evict_reason, data=data)
+            tx.add_event(
+                event.job_id,
+                "Requeued",
+                now,
+                reason=evict_reason,
+                message="" if message == f"requeued: {evict_reason}" else message,
+                data=data,
+            )
             return
         state = JobState(event.state) if deactivated is None else JobState.FAILED
         if ends_preempted:
@@ -182,6 +204,52 @@ class RuntimeEvents:
             data={"exit_code": event.exit_code, "signal": event.signal, "attempt": event.attempt},
         )
         self.metrics.finished_total.labels(state=state.value).inc()
+
+    def _lost(self, nodes: list[str], event: Exited) -> tuple[str, ...]:
+        """The job's nodes that failed: those the runtime found lost, and those down."""
+        slots = self.state.engine.cache.nodes
+        lost = set(event.lost_nodes)
+        return tuple(
+            n
+            for n in dict.fromkeys(nodes)
+            if n in lost or n not in slots or slots[n].node.state is AdminState.DOWN
+        )
+
+    def _replace_nodes(
+        self,
+        tx: Tx,
+        event: Exited,
+        row: JobRow,
+        replaced: tuple[tuple[str, str], ...],
+        domains: tuple[str, ...],
+        now: float,
+    ) -> None:
+        """Hot swap: the job keeps its admission and restarts at once on its healthy
+        nodes plus the replacements (the engine's NodesReplaced decision launches it)."""
+        self.state.engine.apply(ReplaceNodes(event.job_id, replaced))
+        words = "; ".join(
+            f"{old} replaced by {new}" + (f" in {where}" if where else "")
+            for (old, new), where in zip(replaced, domains, strict=False)
+        )
+        tx.update_job(
+            event.job_id,
+            state=JobState.PENDING.value,
+            reason="NodeFailures",
+            message=f"restarting: {words}",
+            start_time=None,
+        )
+        tx.add_event(
+            event.job_id,
+            "NodeReplaced",
+            now,
+            reason=event.state,
+            message=words,
+            data={
+                **attempt_data(event, row),
+                "replaced": dict(replaced),
+                "domains": list(domains),
+            },
+        )
 
     def _healthy(self, nodes: list[str]) -> tuple[str, ...]:
         """The job's nodes that are still up: held for its expedited restart."""

@@ -34,6 +34,7 @@ __all__ = [
     "Finish",
     "ObjectKind",
     "PodsReady",
+    "ReplaceNodes",
     "Requeue",
     "Submit",
     "TenantUsage",
@@ -105,6 +106,17 @@ class Requeue:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplaceNodes:
+    """Failed nodes of an admitted, topology-placed job are replaced as ``replaced``
+    (``(failed, replacement)`` pairs, a plan of :meth:`Engine.node_replacement
+    <phalanx.engine.engine.Engine.node_replacement>`); the job keeps its admission and
+    restarts on its new nodes (:mod:`phalanx.engine.hotswap`)."""
+
+    job_id: int
+    replaced: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PodsReady:
     """Every pod of an admitted job is running (Kueue's ``PodsReady=True``), at ``time``."""
 
@@ -161,4 +173,5 @@ Event = (
     | Adopt
     | PodsReady
     | Checkpoint
+    | ReplaceNodes
 )
