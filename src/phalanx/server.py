@@ -464,18 +464,28 @@ def _follow_ray(plane: ControlPlane, runtime: RayRuntime, elector: Elector | Non
     """The Ray cluster's nodes become phalanx's, now and as they come and go (a standby
     leaves that to the leader, and catches up when it starts to lead)."""
 
+    from phalanx.control.configs import keep_node_state
+    from phalanx.runtime.ray.inventory import died
+
+    stored = _stored_node(plane)
+
+    def kept(nodes: list[Node]) -> list[Node]:
+        # A node an operator (or the health check) drained or took down stays so when
+        # Ray reports it again; a node the inventory found dead comes back up.
+        return [keep_node_state(node, stored(node.name), died) for node in nodes]
+
     def apply(changed: list[Node]) -> None:
         if not changed or not plane.leading:
             return
         try:
-            plane.apply(ADMIN, changed)
+            plane.apply(ADMIN, kept(changed))
         except PhalanxError as exc:
             log.warning("applying the Ray cluster's nodes failed: %s", exc.detail)
 
     if plane.leading:
         nodes = runtime.nodes()
         if nodes:
-            plane.apply(ADMIN, nodes)
+            plane.apply(ADMIN, kept(nodes))
     if elector is not None:
         elector.on_lead = lambda: apply(runtime.nodes())
 
