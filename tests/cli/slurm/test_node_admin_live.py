@@ -40,7 +40,12 @@ class Live:
         if token is not None:
             env["PHALANX_URL"], env["PHALANX_TOKEN"] = self.url, token
         done = subprocess.run(
-            [*PHALANX, *args], capture_output=True, text=True, timeout=60, env=env, cwd="/tmp"
+            [*PHALANX, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd=self.state.parent,
         )
         assert "Traceback" not in done.stderr, done.stderr
         return done.returncode, done.stdout, done.stderr
@@ -188,6 +193,42 @@ def test_down_requeues_the_jobs_of_the_node(resumed: Live) -> None:
 
 
 @pytest.mark.parametrize(
+    "args",
+    [
+        ["nodename=gpu-h100-0", "state=drain", "reason=fan"],
+        ["NODENAME=gpu-h100-0", "STATE=DRAIN", "REASON=fan"],
+        ["nod=gpu-h100-0", "s=dra", "r=fan"],
+        ["Node=gpu-h100-0", "St=Drain", "Rea=fan"],
+    ],
+    ids=["lower", "upper", "shortest", "mixed"],
+)
+def test_keys_and_states_in_any_case_and_abbreviated(resumed: Live, args: list[str]) -> None:
+    """As Slurm 22.05 parses them: NodeName from 3 letters, State and Reason from 1, a
+    state from 3 (``State=dra``), all in any case."""
+    live = resumed
+    code, out, err = live.run("scontrol", "update", *args)
+    assert (code, out, err) == (0, "", "")
+    lines = live.ok("sinfo", "-R", "-h").splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fan ") and lines[0].endswith(" gpu-h100-0")
+    live.ok("scontrol", "update", "nodename=gpu-h100-0", "state=res")
+    assert live.ok("sinfo", "-R", "-h") == ""
+
+
+def test_the_reason_user_is_the_requesting_user(resumed: Live) -> None:
+    live = resumed
+    with live.client() as admin:
+        ops = admin.create_token("ops", [], admin=True, name="ops-nodes")["token"]
+    code, _, err = live.run(
+        "scontrol", "update", "NodeName=gpu-h100-2", "State=DRAIN", "Reason=psu", token=ops
+    )
+    assert code == 0, err
+    lines = live.ok("sinfo", "-R").splitlines()
+    assert re.fullmatch(rf"psu {{18}}ops {{7}}{STAMP} gpu-h100-2", lines[1]), lines
+    node = live.ok("scontrol", "show", "node", "gpu-h100-2")
+    assert re.search(rf"^   Reason=psu \[ops@{STAMP}\]$", node, re.M), node
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         pytest.param(
@@ -228,6 +269,20 @@ def test_down_requeues_the_jobs_of_the_node(resumed: Live) -> None:
             'Input line must include "NodeName", "PartitionName", "Reservation", "JobId", '
             'or "SlurmctldDebug"\n',
             id="no-entity",
+        ),
+        pytest.param(
+            ["no=gpu-h100-0", "State=DRAIN", "Reason=x"],
+            "No valid entity in update command\n"
+            'Input line must include "NodeName", "PartitionName", "Reservation", "JobId", '
+            'or "SlurmctldDebug"\n',
+            id="node-name-too-short",
+        ),
+        pytest.param(
+            ["NodeName=gpu-h100-0", "State=dr", "Reason=x"],
+            "Invalid input: State=dr\nRequest aborted\n"
+            "Valid states are: NoResp DRAIN FAIL FUTURE RESUME POWER_DOWN POWER_UP UNDRAIN\n"
+            "Not all states are valid given a node's prior state\n",
+            id="state-too-short",
         ),
         pytest.param(
             ["NodeName=gpu-h100-0", "State=RESUME"],
