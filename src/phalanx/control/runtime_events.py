@@ -107,6 +107,16 @@ class RuntimeEvents:
         ):
             # Not requeued (CANCEL mode, or a Slurm job without --requeue): PREEMPTED.
             evict_reason, ends_preempted = None, True
+        node_down = False
+        if (
+            evict_reason == "NodeDown"
+            and row is not None
+            and deactivated is None
+            and not row.cancel_requested
+            and row.parsed_submission.no_requeue
+        ):
+            # Slurm requeues a job whose node is taken DOWN only if it may be requeued.
+            evict_reason, node_down = None, True
         if requeue and evict_reason is None:
             evict_reason = "NodeFail"
         if (
@@ -151,6 +161,8 @@ class RuntimeEvents:
         if ends_preempted:
             # Even if it ended by itself during its grace time (as in Slurm).
             state = JobState.PREEMPTED
+        elif node_down:
+            state = JobState.NODE_FAIL
         exit_code, signum = event.exit_code, event.signal
         if (
             state in (JobState.CANCELLED, JobState.TIMEOUT, JobState.PREEMPTED)
@@ -170,7 +182,7 @@ class RuntimeEvents:
             else row.start_time,
             exit_code=exit_code,
             signal=signum,
-            reason=deactivated[0] if deactivated else "",
+            reason=deactivated[0] if deactivated else "NodeDown" if node_down else "",
             message=deactivated[1] if deactivated else event.message,
         )
         tx.add_event(

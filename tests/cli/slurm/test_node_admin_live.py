@@ -192,6 +192,27 @@ def test_down_requeues_the_jobs_of_the_node(resumed: Live) -> None:
     assert live.wait(job_id, "RUNNING")["nodes"] == ["gpu-l40s-1"]
 
 
+def test_down_ends_a_no_requeue_job_node_fail(resumed: Live) -> None:
+    """Slurm requeues only the jobs that may be requeued: one submitted with
+    ``--no-requeue`` ends NODE_FAIL (Reason=NodeDown) when its node is taken DOWN; its
+    neighbour without the flag is requeued."""
+    live = resumed
+    kept = live.sbatch("-w", "gpu-l40s-1", "--gpus=1", "--no-requeue", "--wrap", "sleep 60")
+    other = live.sbatch("-w", "gpu-l40s-1", "--gpus=1", "--wrap", "sleep 60")
+    assert live.wait(kept, "RUNNING")["nodes"] == ["gpu-l40s-1"]
+    assert live.wait(other, "RUNNING")["nodes"] == ["gpu-l40s-1"]
+    live.ok("scontrol", "update", "NodeName=gpu-l40s-1", "State=DOWN", "Reason=dead gpu")
+    job = live.wait(kept, "NODE_FAIL")
+    assert job["state"] == "NODE_FAIL", job
+    assert live.wait(other, "PENDING")["state"] == "PENDING"
+    shown = live.ok("scontrol", "show", "job", str(kept))
+    assert "JobState=NODE_FAIL Reason=NodeDown" in shown, shown
+    # Back in service: only the requeued one runs again.
+    live.ok("scontrol", "update", "NodeName=gpu-l40s-1", "State=RESUME")
+    assert live.wait(other, "RUNNING")["state"] == "RUNNING"
+    assert live.job_state(kept)["state"] == "NODE_FAIL"
+
+
 @pytest.mark.parametrize(
     "args",
     [
