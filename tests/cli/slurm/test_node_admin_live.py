@@ -213,6 +213,26 @@ def test_down_ends_a_no_requeue_job_node_fail(resumed: Live) -> None:
     assert live.job_state(kept)["state"] == "NODE_FAIL"
 
 
+def test_a_job_that_names_a_drained_node_waits_with_req_node_not_avail(resumed: Live) -> None:
+    """As slurmctld: a pending job whose ``--nodelist`` names a drained or down node is
+    ``ReqNodeNotAvail, UnavailableNodes:...`` (squeue %R, and scontrol with underscores);
+    one that names none is not."""
+    live = resumed
+    live.ok("scontrol", "update", "NodeName=gpu-h100-[0-1]", "State=DRAIN", "Reason=fan")
+    pinned = live.sbatch("-w", "gpu-h100-[1-2]", "-N", "2", "--gpus-per-node=1", "--wrap", "true")
+    free = live.sbatch("-w", "gpu-h100-3", "--gpus=1", "--hold", "--wrap", "true")
+    time.sleep(1.0)
+    assert live.job_state(pinned)["state"] == "PENDING"
+    out = live.ok("squeue", "-h", "-o", "%i %R")
+    assert f"{pinned} (ReqNodeNotAvail, UnavailableNodes:gpu-h100-1)\n" in out, out
+    assert f"{free} (JobHeldUser)\n" in out, out
+    shown = live.ok("scontrol", "show", "job", str(pinned))
+    assert "Reason=ReqNodeNotAvail,_UnavailableNodes:gpu-h100-1 " in shown, shown
+    # Back in service: it runs.
+    live.ok("scontrol", "update", "NodeName=gpu-h100-1", "State=RESUME")
+    assert live.wait(pinned, "COMPLETED")["state"] == "COMPLETED"
+
+
 @pytest.mark.parametrize(
     "args",
     [

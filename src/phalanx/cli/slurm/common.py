@@ -34,6 +34,7 @@ __all__ = [
     "expand_ranges",
     "fit",
     "job_display_id",
+    "mark_unavailable_nodes",
     "parse_job_ref",
     "reason_of",
     "secs2time",
@@ -127,6 +128,35 @@ def reason_of(job: dict[str, Any]) -> str:
         return "JobHeldUser"
     raw = str(job.get("reason") or "")
     return raw if raw and " " not in raw else "None"
+
+
+_NODE_REASONS = frozenset({"Resources", "Priority", "None"})
+"""The reasons Slurm's ReqNodeNotAvail replaces: where it would have looked at nodes."""
+
+
+def mark_unavailable_nodes(client: Any, jobs: list[dict[str, Any]]) -> None:
+    """For each pending job that names its nodes (``--nodelist``) where one of them is
+    drained or down, Slurm's ``ReqNodeNotAvail, UnavailableNodes:HOSTLIST`` as its
+    ``slurm_reason`` (slurmctld checks the required nodes before anything else about
+    them). Asks for the nodes only when such a job is listed."""
+    named = [
+        j
+        for j in jobs
+        if slurm_state(j) == "PENDING"
+        and reason_of(j) in _NODE_REASONS
+        and any(p.get("node_names") for p in j.get("pod_sets") or [])
+    ]
+    if not named:
+        return
+    down = {
+        n["metadata"]["name"]
+        for n in client.nodes()
+        if str((n.get("status") or {}).get("state") or "") in ("draining", "drain", "down")
+    }
+    for job in named:
+        wanted = {name for p in job.get("pod_sets") or [] for name in p.get("node_names") or []}
+        if missing := sorted(wanted & down):
+            job["slurm_reason"] = f"ReqNodeNotAvail, UnavailableNodes:{compress_hostlist(missing)}"
 
 
 def reason_list(job: dict[str, Any]) -> str:

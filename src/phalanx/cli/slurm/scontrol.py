@@ -18,6 +18,7 @@ from phalanx.cli.slurm.common import (
     compress_hostlist,
     elapsed,
     expand_hostlist,
+    mark_unavailable_nodes,
     reason_of,
     secs2time,
     slurm_state,
@@ -80,7 +81,8 @@ def job_record(job: dict[str, Any], now: float | None = None) -> Record:
         ],
         [
             f"JobState={state}",
-            f"Reason={reason_of(job)}",
+            # A description's spaces are underscores there (Reason=ReqNodeNotAvail,_...).
+            f"Reason={reason_of(job).replace(' ', '_')}",
             f"Dependency={_null(job.get('dependency'))}",
         ],
         [
@@ -301,6 +303,7 @@ def _show(client: Any, rest: list[str], *, oneliner: bool) -> int:
                 sys.stderr.write("slurm_load_jobs error: Invalid job id specified\n")
                 return 1
             jobs = [client.get(i) for i in ids]
+        mark_unavailable_nodes(client, jobs)
         if not jobs:
             sys.stdout.write("No jobs in the system\n")
         for job in jobs:
