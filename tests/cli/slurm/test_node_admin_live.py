@@ -159,6 +159,14 @@ def test_drain_shows_in_sinfo_keeps_new_jobs_off_and_resume_brings_the_node_back
     second = live.sbatch("--gpus=8", "--wrap", "sleep 30")
     time.sleep(1.5)
     assert live.job_state(second)["state"] == "PENDING"
+    # As slurmctld describes it (squeue %R; scontrol with underscores).
+    out = live.ok("squeue", "-h", "-j", str(second), "-o", "%R")
+    assert out == (
+        "(Nodes required for job are DOWN, DRAINED or reserved for jobs in higher "
+        "priority partitions)\n"
+    ), out
+    shown = live.ok("scontrol", "show", "job", str(second))
+    assert "Reason=Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in" in shown
 
     # RESUME returns a node to service: the waiting job starts there.
     code, out, err = live.run("scontrol", "update", "NodeName=gpu-h100-1", "State=RESUME")
