@@ -9,10 +9,11 @@ that is not the job's current one are only acknowledged.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from phalanx.control.charging import Charging
+from phalanx.control.health import node_side_failure
 from phalanx.control.metrics import Metrics
 from phalanx.control.slurmjobs import requeues, requeues_after_preemption
 from phalanx.control.state import LoopState
@@ -152,7 +153,7 @@ class RuntimeEvents:
                 nodes=[],
                 start_time=None,
             )
-            data = attempt_data(event, row)
+            data = attempt_data(event, row, nodes)
             if expedite:
                 data["expedite"] = {"held": list(healthy)}
             tx.add_event(event.job_id, "Requeued", now, reason=evict_reason, data=data)
@@ -191,7 +192,12 @@ class RuntimeEvents:
             event.end_time,
             reason=state.value,
             message=event.message,
-            data={"exit_code": event.exit_code, "signal": event.signal, "attempt": event.attempt},
+            data={
+                "exit_code": event.exit_code,
+                "signal": event.signal,
+                "attempt": event.attempt,
+                **_ended_on(event, nodes),
+            },
         )
         self.metrics.finished_total.labels(state=state.value).inc()
 
@@ -222,7 +228,7 @@ class RuntimeEvents:
         return requeue
 
 
-def attempt_data(event: Exited, row: JobRow | None) -> dict[str, Any]:
+def attempt_data(event: Exited, row: JobRow | None, nodes: Sequence[str] = ()) -> dict[str, Any]:
     """An attempt that ended, as the Requeued and Preempted events keep it (``sacct -D``)."""
     start = row.start_time if row is not None and row.start_time is not None else None
     return {
@@ -231,4 +237,14 @@ def attempt_data(event: Exited, row: JobRow | None) -> dict[str, Any]:
         "end_time": event.end_time,
         "exit_code": event.exit_code,
         "signal": event.signal,
+        **_ended_on(event, nodes),
     }
+
+
+def _ended_on(event: Exited, nodes: Sequence[str]) -> dict[str, Any]:
+    """Where and how a node-side failure ended an attempt: what the failure counts
+    (:class:`~phalanx.control.health.NodeFailures`) are rebuilt from after a restart.
+    Nothing for other ends."""
+    if not nodes or not node_side_failure(event):
+        return {}
+    return {"failed_on": list(nodes), "exit_state": event.state, "exit_message": event.message}
