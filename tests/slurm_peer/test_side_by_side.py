@@ -16,7 +16,8 @@ the ``phalanx shims`` wrappers of the same names for phalanx. Compared:
 * ``srun`` ranks over 2 nodes x 2 tasks;
 * node administration: ``scontrol update NodeName=`` refusals (exit status and
   words), abbreviated keys and states, ``sinfo -R``, ``ReqNodeNotAvail`` for a job
-  that names a drained node, ``State=DOWN`` with and without ``--no-requeue``.
+  that names a drained node and for one in a partition all drained, ``State=DOWN``
+  with and without ``--no-requeue``.
 
 The timeout job (``--time=1``, ``sleep 300``) is submitted on both at the start of
 the module and checked last: Slurm enforces a 1-minute limit only after 60-90 s
@@ -520,6 +521,20 @@ def test_node_administration(sides: tuple[Side, Side]) -> None:
         side.wait_squeue(pinned[side.name], "%r", "ReqNodeNotAvail, UnavailableNodes:gpu3")
         side.run("scancel", pinned[side.name])
         assert _answer(side, "update", "nodename=gpu3", "state=resume")[0] == 0
+    # Every node of the partition drained: slurmctld's description of ReqNodeNotAvail.
+    anywhere = {}
+    for side, cwd in _both(sides, "all-drained"):
+        assert _answer(side, "update", "NodeName=gpu[1-4]", "State=DRAIN", "Reason=all")[0] == 0
+        anywhere[side.name] = side.sbatch(cwd, "#!/bin/bash\n#SBATCH --gpus=1\ntrue\n")
+    for side in sides:
+        side.wait_squeue(
+            anywhere[side.name],
+            "%r",
+            "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority "
+            "partitions",
+        )
+        side.run("scancel", anywhere[side.name])
+        assert _answer(side, "update", "NodeName=gpu[1-4]", "State=RESUME")[0] == 0
     jobs: dict[str, dict[str, str]] = {}
     for side, cwd in _both(sides, "down"):
         script = "#!/bin/bash\n#SBATCH -w gpu3 --gpus=1\nsleep 120\n"
