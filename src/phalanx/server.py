@@ -604,7 +604,13 @@ def _watch_health(
         ).start()
         stoppers.append(checker.stop)
     if failures is not None:
-        counter = NodeFailures(failures).start(drain_if_up(plane.nodes, apply))
+        counter = NodeFailures(failures)
+        # The counts of the window so far, from the jobs' history (a restart keeps them).
+        now = plane.clock()
+        counter.recover(
+            plane.store.recent_events(("Requeued", "Finished"), now - failures.window_s), now
+        )
+        counter.start(drain_if_up(plane.nodes, apply))
         plane.runtime_events.on_exit = counter.observe
         stoppers.append(counter.stop)
     return stoppers

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phalanx.engine import (
+    Admit,
     Cancel,
     Delete,
     Engine,
@@ -23,6 +24,7 @@ from phalanx.engine import (
 )
 from phalanx.engine.expedite import EXPEDITE_HOLD_S
 from tests.engine.helpers import (
+    GPU,
     admits,
     admitted_ids,
     cluster_queue,
@@ -248,3 +250,71 @@ def test_node_changes_keep_the_hold() -> None:
     engine.apply(Finish(3))
     assert _settle(engine, 6.0)[0] == 1
     assert healthy in _nodes_of(engine, 1)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    waiting=st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=2),  # ClusterQueue
+            st.integers(min_value=-5, max_value=1000),  # priority
+            st.sampled_from([4, 8]),  # GPUs
+        ),
+        max_size=12,
+    ),
+    finishes=st.lists(st.sampled_from([2, 3]), max_size=2, unique=True),
+    lost_first=st.booleans(),
+)
+def test_property_nothing_is_admitted_before_the_expedited_job_while_it_fits(
+    waiting: list[tuple[int, int, int]], finishes: list[int], lost_first: bool
+) -> None:
+    """Random jobs of any priority wait in three ClusterQueues: in every cycle after the
+    requeue, the expedited gang is admitted before anything else, and a cycle that
+    admits others without it leaves it no room even counting what they took."""
+    engine = _cluster(queues=3)
+    engine.apply(Submit(job("cq0", gpus=8, count=2, id=1, submit=0.0)))
+    engine.apply(Submit(job("cq0", gpus=8, id=2, submit=0.0)))
+    engine.apply(Submit(job("cq0", gpus=8, id=3, submit=0.0)))
+    assert sorted(_settle(engine, 1.0)) == [1, 2, 3]
+    nodes = _nodes_of(engine, 1)
+    lost, healthy = (nodes[0], nodes[1]) if lost_first else (nodes[1], nodes[0])
+    for i, (q, prio, gpus) in enumerate(waiting):
+        engine.apply(Submit(job(f"cq{q}", gpus=gpus, id=100 + i, submit=2.0, priority=prio)))
+    _settle(engine, 2.0)
+    _fail(engine, lost, healthy)
+
+    def room(extra: dict[str, int]) -> int:
+        """Nodes up and wholly free once ``extra`` GPUs (per node) are given back."""
+        count = 0
+        for name, slot in engine.cache.nodes.items():
+            if slot.node.state.value != "up":
+                continue
+            if slot.free(GPU) + extra.get(name, 0) >= 8:
+                count += 1
+        return count
+
+    now = 3.0
+    for step in [None, *finishes, None]:
+        if step is not None:
+            engine.apply(Finish(step))
+        while True:
+            out = engine.cycle(now)
+            ids = admitted_ids(out)
+            if 1 in ids:
+                assert ids[0] == 1
+            elif ids:
+                # Give back what this cycle admitted: the gang still would not fit.
+                taken: dict[str, int] = {}
+                for d in out:
+                    if isinstance(d, Admit):
+                        for p in d.pod_sets:
+                            for n in p.nodes:
+                                taken[n.node] = taken.get(n.node, 0) + len(n.gpus)
+                assert room(taken) < 2
+            if not ids:
+                break
+        now += 1.0
+        if engine.jobs[1].admission is not None:
+            break
+    if finishes:
+        assert engine.jobs[1].admission is not None

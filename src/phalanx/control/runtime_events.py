@@ -9,10 +9,11 @@ that is not the job's current one are only acknowledged.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from phalanx.control.charging import Charging
+from phalanx.control.health import node_side_failure
 from phalanx.control.metrics import Metrics
 from phalanx.control.slurmjobs import requeues, requeues_after_preemption
 from phalanx.control.state import LoopState
@@ -107,6 +108,16 @@ class RuntimeEvents:
         ):
             # Not requeued (CANCEL mode, or a Slurm job without --requeue): PREEMPTED.
             evict_reason, ends_preempted = None, True
+        node_down = False
+        if (
+            evict_reason == "NodeDown"
+            and row is not None
+            and deactivated is None
+            and not row.cancel_requested
+            and row.parsed_submission.no_requeue
+        ):
+            # Slurm requeues a job whose node is taken DOWN only if it may be requeued.
+            evict_reason, node_down = None, True
         if requeue and evict_reason is None:
             evict_reason = "NodeFail"
         if (
@@ -157,7 +168,7 @@ class RuntimeEvents:
                 nodes=[],
                 start_time=None,
             )
-            data = attempt_data(event, row)
+            data = attempt_data(event, row, nodes)
             if expedite:
                 data["expedite"] = {"held": list(healthy)}
             tx.add_event(
@@ -173,6 +184,8 @@ class RuntimeEvents:
         if ends_preempted:
             # Even if it ended by itself during its grace time (as in Slurm).
             state = JobState.PREEMPTED
+        elif node_down:
+            state = JobState.NODE_FAIL
         exit_code, signum = event.exit_code, event.signal
         if (
             state in (JobState.CANCELLED, JobState.TIMEOUT, JobState.PREEMPTED)
@@ -192,7 +205,7 @@ class RuntimeEvents:
             else row.start_time,
             exit_code=exit_code,
             signal=signum,
-            reason=deactivated[0] if deactivated else "",
+            reason=deactivated[0] if deactivated else "NodeDown" if node_down else "",
             message=deactivated[1] if deactivated else event.message,
         )
         tx.add_event(
@@ -201,7 +214,12 @@ class RuntimeEvents:
             event.end_time,
             reason=state.value,
             message=event.message,
-            data={"exit_code": event.exit_code, "signal": event.signal, "attempt": event.attempt},
+            data={
+                "exit_code": event.exit_code,
+                "signal": event.signal,
+                "attempt": event.attempt,
+                **_ended_on(event, nodes),
+            },
         )
         self.metrics.finished_total.labels(state=state.value).inc()
 
@@ -278,7 +296,7 @@ class RuntimeEvents:
         return requeue
 
 
-def attempt_data(event: Exited, row: JobRow | None) -> dict[str, Any]:
+def attempt_data(event: Exited, row: JobRow | None, nodes: Sequence[str] = ()) -> dict[str, Any]:
     """An attempt that ended, as the Requeued and Preempted events keep it (``sacct -D``)."""
     start = row.start_time if row is not None and row.start_time is not None else None
     return {
@@ -287,4 +305,14 @@ def attempt_data(event: Exited, row: JobRow | None) -> dict[str, Any]:
         "end_time": event.end_time,
         "exit_code": event.exit_code,
         "signal": event.signal,
+        **_ended_on(event, nodes),
     }
+
+
+def _ended_on(event: Exited, nodes: Sequence[str]) -> dict[str, Any]:
+    """Where and how a node-side failure ended an attempt: what the failure counts
+    (:class:`~phalanx.control.health.NodeFailures`) are rebuilt from after a restart.
+    Nothing for other ends."""
+    if not nodes or not node_side_failure(event):
+        return {}
+    return {"failed_on": list(nodes), "exit_state": event.state, "exit_message": event.message}
