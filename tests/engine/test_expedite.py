@@ -10,10 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phalanx.engine import (
+    Adopt,
     Cancel,
     Delete,
     Engine,
     EngineConfig,
+    Expedite,
     Finish,
     Requeue,
     Submit,
@@ -248,3 +250,105 @@ def test_node_changes_keep_the_hold() -> None:
     engine.apply(Finish(3))
     assert _settle(engine, 6.0)[0] == 1
     assert healthy in _nodes_of(engine, 1)
+
+
+# --------------------------------------------------------------------------- rebuilt
+
+
+def _rebuilt(engine: Engine, lost: str) -> Engine:
+    """A new engine built from what ``engine`` knows, as recovery builds one from the
+    store: the objects, the admitted jobs adopted, the pending ones submitted."""
+    rebuilt = _cluster()
+    rebuilt.apply(Upsert(make_node(lost, state="down")))
+    for job_id in sorted(engine.jobs):
+        rec = engine.jobs[job_id]
+        if rec.admission is not None:
+            rebuilt.apply(Adopt(rec.job, rec.admission.decision, rec.admission.admitted_at))
+        else:
+            rebuilt.apply(Submit(rec.job))
+    return rebuilt
+
+
+def test_rebuilt_engine_without_the_event_forgets_the_hold() -> None:
+    if _config.backfill is not None:
+        pytest.skip("a backfill reservation may hold the node as well")
+    engine, (healthy, lost) = _running_gang()
+    _fail(engine, lost, healthy)
+    rebuilt = _rebuilt(engine, lost)
+    # The baseline the Expedite event is for: one of the 50 takes the healthy node.
+    out = [d for _ in range(3) for d in rebuilt.cycle(4.0)]
+    assert admits(out)[admitted_ids(out)[0]].pod_sets[0].nodes[0].node == healthy
+
+
+def test_expedite_event_restores_the_hold_after_a_rebuild() -> None:
+    engine, (healthy, lost) = _running_gang()
+    _fail(engine, lost, healthy)
+    rebuilt = _rebuilt(engine, lost)
+    rebuilt.apply(Expedite(1, (healthy,), 3.5))
+    assert rebuilt.jobs[1].key[:2] == (float("-inf"), float("-inf"))
+    assert _settle(rebuilt, 4.0) == []
+    assert rebuilt.cache.nodes[healthy].jobs == {}
+    assert rebuilt.reserved.holds.owner[rebuilt.cache.nodes[healthy]] == -2
+    # Bounded from the requeue's time, not from the rebuild.
+    assert rebuilt.expedite.next_times() == [3.5 + EXPEDITE_HOLD_S]
+    rebuilt.apply(Finish(3))
+    assert _settle(rebuilt, 5.0)[0] == 1
+    assert healthy in _nodes_of(rebuilt, 1)
+    assert rebuilt.expedite.jobs == {} and rebuilt.reserved.holds.owner == {}
+
+
+def _placements(engine: Engine) -> dict[int, list[str]]:
+    return {j: _nodes_of(engine, j) for j, r in engine.jobs.items() if r.admission is not None}
+
+
+def test_rebuilt_engine_places_as_the_one_that_saw_the_requeue() -> None:
+    engine, (healthy, lost) = _running_gang()
+    _fail(engine, lost, healthy)
+    rebuilt = _rebuilt(engine, lost)
+    # The first engine bounds its hold from its first cycle after the requeue, 4.0.
+    rebuilt.apply(Expedite(1, (healthy,), 4.0))
+    for now, finished in ((4.0, None), (5.0, 3), (6.0, 2), (4.0 + EXPEDITE_HOLD_S, None)):
+        for e in (engine, rebuilt):
+            if finished is not None:
+                e.apply(Finish(finished))
+            _settle(e, now)
+        assert _placements(engine) == _placements(rebuilt), now
+        assert engine.expedite.next_times() == rebuilt.expedite.next_times()
+    assert healthy in _nodes_of(rebuilt, 1)
+
+
+def test_restored_hold_past_its_bound_frees_the_node_at_once() -> None:
+    engine, (healthy, lost) = _running_gang()
+    _fail(engine, lost, healthy)
+    rebuilt = _rebuilt(engine, lost)
+    rebuilt.apply(Expedite(1, (healthy,), 4.0 - EXPEDITE_HOLD_S))
+    out = [d for _ in range(3) for d in rebuilt.cycle(4.0)]
+    assert len(admitted_ids(out)) == 1 and 1 not in admitted_ids(out)
+    assert admits(out)[admitted_ids(out)[0]].pod_sets[0].nodes[0].node == healthy
+    # Still first in the order.
+    assert 1 in rebuilt.expedite.jobs and rebuilt.jobs[1].key[0] == float("-inf")
+    assert rebuilt.reserved.holds.owner == {}
+
+
+def test_expedite_event_ignores_admitted_and_unknown_jobs() -> None:
+    engine, _ = _running_gang()
+    before = json.dumps(export_state(engine))
+    engine.apply(Expedite(2, ("n1",), 3.0))
+    engine.apply(Expedite(999, ("n1",), 3.0))
+    assert engine.expedite.jobs == {}
+    assert json.dumps(export_state(engine)) == before
+
+
+def test_snapshot_carries_a_restored_hold() -> None:
+    engine, (healthy, lost) = _running_gang()
+    _fail(engine, lost, healthy)
+    rebuilt = _rebuilt(engine, lost)
+    rebuilt.apply(Expedite(1, (healthy,), 3.5))
+    data = json.loads(json.dumps(export_state(rebuilt)))
+    assert data["expedite"] == [[1, [healthy], 3.5 + EXPEDITE_HOLD_S, True]]
+    loaded = load_state(data)
+    for e in (rebuilt, loaded):
+        e.apply(Finish(3))
+    a, b = rebuilt.cycle(5.0), loaded.cycle(5.0)
+    assert decisions_json(a) == decisions_json(b)
+    assert admitted_ids(a)[0] == 1

@@ -58,6 +58,7 @@ from phalanx.engine.events import (
     Checkpoint,
     Delete,
     Event,
+    Expedite,
     Finish,
     PodsReady,
     Requeue,
@@ -65,7 +66,7 @@ from phalanx.engine.events import (
     TenantUsage,
     Upsert,
 )
-from phalanx.engine.expedite import Expedite
+from phalanx.engine.expedite import ExpeditedJobs
 from phalanx.engine.explain.reasons import Reason, ReasonCode
 from phalanx.engine.explain.waiting import (
     reason_for_failure,
@@ -188,7 +189,7 @@ class Engine:
         self.ends = RunningEnds(self)
         self.reserved = Reservations(self)
         self.backfill = Backfill(self)
-        self.expedite = Expedite(self)
+        self.expedite = ExpeditedJobs(self)
 
     # ------------------------------------------------------------------ events
 
@@ -212,6 +213,8 @@ class Engine:
                 self.expedite.requeue(event.job_id, event.nodes)
             else:
                 self.lifecycle.requeue(event.job_id)
+        elif isinstance(event, Expedite):
+            self.expedite.restore(event.job_id, event.nodes, event.since)
         elif isinstance(event, PodsReady):
             self.pods_ready.unready.pop(event.job_id, None)
         elif isinstance(event, Checkpoint):
