@@ -9,20 +9,20 @@ that is not the job's current one are only acknowledged.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from phalanx.control.charging import Charging
 from phalanx.control.metrics import Metrics
 from phalanx.control.slurmjobs import requeues, requeues_after_preemption
 from phalanx.control.state import LoopState
-from phalanx.engine import Checkpoint, Evict, Finish, PodsReady, Requeue
+from phalanx.engine import Checkpoint, Engine, Evict, Finish, PodsReady, Requeue
 from phalanx.model import JobState
 from phalanx.runtime.base import Runtime
 from phalanx.runtime.spec import Checkpointed, Exited, Started
 from phalanx.store import JobRow, Tx
 
-__all__ = ["MAX_LAUNCH_ATTEMPTS", "RuntimeEvents", "attempt_data"]
+__all__ = ["MAX_LAUNCH_ATTEMPTS", "RuntimeEvents", "attempt_data", "healthy_nodes"]
 
 MAX_LAUNCH_ATTEMPTS = 3
 """Launches of a job whose supervisor never started before it ends NODE_FAIL."""
@@ -129,7 +129,7 @@ class RuntimeEvents:
                 and row is not None
                 and bool(row.parsed_submission.requeue_expedite)
             )
-            healthy = self._healthy(nodes) if expedite else ()
+            healthy = healthy_nodes(self.state.engine, nodes) if expedite else ()
             self.state.engine.apply(
                 Requeue(event.job_id, evict_reason, expedite=expedite, nodes=healthy)
             )
@@ -183,11 +183,6 @@ class RuntimeEvents:
         )
         self.metrics.finished_total.labels(state=state.value).inc()
 
-    def _healthy(self, nodes: list[str]) -> tuple[str, ...]:
-        """The job's nodes that are still up: held for its expedited restart."""
-        slots = self.state.engine.cache.nodes
-        return tuple(n for n in dict.fromkeys(nodes) if n in slots and slots[n].schedulable)
-
     def _preempted(self, tx: Tx, row: JobRow, evict: Evict, event: Exited) -> bool:
         """Record a preempted attempt with its preemptor; whether the job is requeued
         (``REQUEUE`` mode and a job that may be requeued) rather than ending PREEMPTED."""
@@ -208,6 +203,12 @@ class RuntimeEvents:
             data=data,
         )
         return requeue
+
+
+def healthy_nodes(engine: Engine, nodes: Sequence[str]) -> tuple[str, ...]:
+    """A job's nodes that are still up: held for its expedited restart."""
+    slots = engine.cache.nodes
+    return tuple(n for n in dict.fromkeys(nodes) if n in slots and slots[n].schedulable)
 
 
 def attempt_data(event: Exited, row: JobRow | None) -> dict[str, Any]:
