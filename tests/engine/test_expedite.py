@@ -24,6 +24,7 @@ from phalanx.engine import (
     load_state,
 )
 from phalanx.engine.expedite import EXPEDITE_HOLD_S
+from phalanx.model import Job, Node, PodSet, ResourceFlavor, Topology, TopologyRequest
 from tests.engine.helpers import (
     admits,
     admitted_ids,
@@ -352,3 +353,96 @@ def test_snapshot_carries_a_restored_hold() -> None:
     a, b = rebuilt.cycle(5.0), loaded.cycle(5.0)
     assert decisions_json(a) == decisions_json(b)
     assert admitted_ids(a)[0] == 1
+
+
+# --------------------------------------------------------------------------- topology
+
+BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
+RACKS = {"r0": ("r0n0", "r0n1", "r0n2", "r0n3"), "r1": ("r1n0", "r1n1", "r1n2")}
+"""One block; rack r0 of four nodes, rack r1 of three."""
+
+
+def _rack_node(name: str, state: str = "up") -> Node:
+    return make_node(name, labels={"pool": "gpu", BLOCK: "b0", RACK: name[:2]}, state=state)
+
+
+def _gang_job(request: TopologyRequest | None) -> Job:
+    pod_set = PodSet(count=2, tasks_per_node=1, requests={"nvidia.com/gpu": 8}, topology=request)
+    return Job(id=1, cluster_queue="cq0", pod_sets=[pod_set])
+
+
+def _requeued_in_rack_r0(
+    levels: tuple[str, ...],
+    request: TopologyRequest | None,
+    expedite: bool = True,
+    r0_full: bool = False,
+) -> Engine:
+    """The gang on r0n0 and r0n1 (jobs 2, 3 and 4 on r0n2, r0n3 and r1n0), r0n0 lost,
+    r0n1 held for it if ``expedite``; then jobs 2 and 3 end, unless ``r0_full`` (r0n1
+    is r0's one free node). Rack r1 (r1n1, r1n2) holds the gang alone, tightly."""
+    engine = Engine(_config)
+    topology = {"name": "fabric", "levels": [{"nodeLabel": label} for label in levels]}
+    engine.apply(Upsert(Topology.model_validate(topology)))
+    engine.apply(
+        Upsert(ResourceFlavor(name="f", node_labels={"pool": "gpu"}, topology_name="fabric"))
+    )
+    for names in RACKS.values():
+        for name in names:
+            engine.apply(Upsert(_rack_node(name)))
+    engine.apply(Upsert(cluster_queue("cq0", {"f": 1000})))
+    engine.apply(Submit(job("cq0", gpus=8, id=2, node_names=["r0n2"])))
+    engine.apply(Submit(job("cq0", gpus=8, id=3, node_names=["r0n3"])))
+    engine.apply(Submit(job("cq0", gpus=8, id=4, node_names=["r1n0"])))
+    assert sorted(_settle(engine, 0.0)) == [2, 3, 4]
+    engine.apply(Submit(_gang_job(request)))
+    assert _settle(engine, 1.0) == [1]
+    assert _nodes_of(engine, 1) == ["r0n0", "r0n1"]
+    engine.apply(Upsert(_rack_node("r0n0", state="down")))
+    engine.apply(Requeue(1, "NodeFail", expedite=expedite, nodes=("r0n1",) if expedite else ()))
+    if not r0_full:
+        engine.apply(Finish(2))
+        engine.apply(Finish(3))
+    return engine
+
+
+@pytest.mark.parametrize("request_", [None, TopologyRequest(preferred=RACK)], ids=["none", "rack"])
+def test_topology_rack_holding_the_held_node_wins_among_those_that_fit(
+    request_: TopologyRequest | None,
+) -> None:
+    # Racks r0 (r0n1 held, r0n2, r0n3) and r1 (r1n1, r1n2) both hold the gang.
+    engine = _requeued_in_rack_r0((BLOCK, RACK, HOST), request_)
+    assert _settle(engine, 2.0) == [1]
+    assert _nodes_of(engine, 1) == ["r0n1", "r0n2"]
+    # Without expedite the tightest rack, r1.
+    plain = _requeued_in_rack_r0((BLOCK, RACK, HOST), request_, expedite=False)
+    assert _settle(plain, 2.0) == [1]
+    assert _nodes_of(plain, 1) == ["r1n1", "r1n2"]
+
+
+def test_topology_required_block_places_on_the_held_node_first() -> None:
+    request = TopologyRequest(required=BLOCK)
+    engine = _requeued_in_rack_r0((BLOCK, RACK, HOST), request, r0_full=True)
+    assert _settle(engine, 2.0) == [1]
+    # The held node, plus a replacement from the other rack of the block.
+    assert _nodes_of(engine, 1) == ["r0n1", "r1n1"]
+    plain = _requeued_in_rack_r0((BLOCK, RACK, HOST), request, expedite=False, r0_full=True)
+    assert _settle(plain, 2.0) == [1]
+    assert _nodes_of(plain, 1) == ["r1n1", "r1n2"]
+
+
+def test_topology_level_stands_over_the_held_node() -> None:
+    # r0 has only the held node free: a rack that holds the gang (r1) comes first.
+    engine = _requeued_in_rack_r0((BLOCK, RACK, HOST), None, r0_full=True)
+    assert _settle(engine, 2.0) == [1]
+    assert _nodes_of(engine, 1) == ["r1n1", "r1n2"]
+
+
+def test_topology_unconstrained_takes_the_held_nodes_domain_first() -> None:
+    request = TopologyRequest(unconstrained=True)
+    engine = _requeued_in_rack_r0((RACK, HOST), request)
+    assert _settle(engine, 2.0) == [1]
+    assert _nodes_of(engine, 1) == ["r0n1", "r0n2"]
+    # Without expedite the least free rack first, r1.
+    plain = _requeued_in_rack_r0((RACK, HOST), request, expedite=False)
+    assert _settle(plain, 2.0) == [1]
+    assert _nodes_of(plain, 1) == ["r1n1", "r1n2"]

@@ -15,7 +15,10 @@ A job requeued with ``Requeue(expedite=True, nodes=...)`` (its node failed) is:
 * **placed there first**: when it is nominated its held nodes are opened for
   its own attempt only, and the assigner moves its units onto them
   (:meth:`~phalanx.engine.placement.assigner.FlavorAssigner.assign` with
-  ``prefer``); replacements come from the rest of the cluster.
+  ``prefer``); replacements come from the rest of the cluster. In a flavor with
+  a Topology, the domain holding them wins among those of the level the request
+  picks, and the descent takes them first
+  (:func:`~phalanx.engine.placement.topology.place_in_topology`).
 
 A hold ends when the job is admitted, cancelled or finishes, or
 :data:`EXPEDITE_HOLD_S` seconds after the first cycle that saw it (its ``until``
