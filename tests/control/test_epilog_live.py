@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from phalanx.client import Client
+from phalanx.control.spawn import spawn_server
 from phalanx.server import RunningServer, start_server
 from tests.control.test_expedite_live import CLUSTER, _job, _sbatch, _wait
 
@@ -147,3 +148,58 @@ def test_a_failed_epilog_of_an_ordinary_job_only_drains(server: RunningServer, o
             "Epilog error"
         )
         assert [e["kind"] for e in client.events(job)].count("Requeued") == 0
+
+
+def test_an_end_held_for_its_epilogs_survives_a_kill_9(tmp_path: Path, out: Path) -> None:
+    """The server dies while an expedite gang's epilogs run: started again, it runs them
+    again (the runtime reports the end again) and requeues the gang as before."""
+    config = tmp_path / "cluster.yaml"
+    config.write_text(CLUSTER)
+    epilog = tmp_path / "epilog.sh"
+    epilog.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$SLURMD_NODENAME" = "$(cat {out}/fail-node 2>/dev/null)" ]; then\n'
+        f'  touch "{out}/started-$SLURM_JOB_ID"\n'
+        "  sleep 2\n"
+        '  echo "GPU memory not cleared"\n'
+        "  exit 1\n"
+        "fi\n"
+    )
+    epilog.chmod(epilog.stat().st_mode | stat.S_IXUSR)
+    state = tmp_path / "state"
+    args = ["--port", "0", "--single-user", "--epilog", str(epilog)]
+    server = spawn_server(state, [*args, "--config", str(config)])
+    try:
+        with Client(server.url, server.token) as client:
+            gang = _sbatch(
+                server.url,
+                server.token,
+                "--requeue=expedite", "-A", "t", "-p", "cq", "-N", "2",
+                "--ntasks-per-node", "1", "--gpus-per-node", "8", "--wrap", "sleep 2",
+            )  # fmt: skip
+            bad, healthy = sorted(_wait(client, gang, {"RUNNING"})["nodes"])
+            (out / "fail-node").write_text(bad)
+            deadline = time.monotonic() + 30
+            while not (out / f"started-{gang}").exists():
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            # Its end waits for the epilogs: the store still says RUNNING.
+            assert client.get(gang)["state"] == "RUNNING"
+        server.proc.kill()
+        server.proc.wait(timeout=30)
+        server = spawn_server(state, args)
+        with Client(server.url, server.token) as client:
+            _wait(client, gang, {"PENDING", "RUNNING"}, timeout=30)
+            deadline = time.monotonic() + 30
+            while not [e for e in client.events(gang) if e["kind"] == "Requeued"]:
+                assert time.monotonic() < deadline, client.events(gang)
+                time.sleep(0.1)
+            [requeued] = [e for e in client.events(gang) if e["kind"] == "Requeued"]
+            assert requeued["reason"] == "EpilogError"
+            assert requeued["data"]["expedite"] == {"held": [healthy]}
+            node = _node(client, bad)
+            assert node["status"]["state"] == "drain", node
+            view = _wait(client, gang, {"COMPLETED"}, timeout=30)
+            assert healthy in view["nodes"] and bad not in view["nodes"], view
+    finally:
+        server.stop()
