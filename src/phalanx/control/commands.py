@@ -332,6 +332,8 @@ class CommandApplier:
                 self.state.gate.add(waiting)
             if waiting is not None:
                 waiting.hold = cmd.hold
+                if cmd.hold:
+                    waiting.expedite = None  # as a hold withdraws it from the engine
                 waiting.held_by_admin = cmd.principal.admin and cmd.hold
             tx.update_job(row.id, hold=cmd.hold)
             data: dict[str, Any] = {"by": cmd.principal.user}

@@ -5,7 +5,8 @@ objects (:func:`phalanx.dialects.slurm.read_slurm_conf`) and its scheduling keys
 engine settings (:func:`phalanx.dialects.slurm.scheduling.read_scheduling`);
 anything else is Kubernetes/Kueue manifests (a file or a directory). A slurm.conf's
 ``HealthCheckProgram`` and ``HealthCheckInterval`` set the node health check
-(:func:`read_health_check`, :mod:`phalanx.control.health`).
+(:func:`read_health_check`, :mod:`phalanx.control.health`), and ``Epilog`` the
+node epilog (:mod:`phalanx.control.epilog`).
 """
 
 from __future__ import annotations
@@ -85,8 +86,8 @@ def keep_node_state(
 
 
 def read_health_check(paths: Sequence[Path | str]) -> dict[str, object]:
-    """The health check the slurm.conf files set: ``program`` and ``interval_s`` (a
-    later file's keys win)."""
+    """The node programs the slurm.conf files set: the health check's ``program`` and
+    ``interval_s``, and the ``epilog`` (a later file's keys win)."""
     from phalanx.dialects.slurm.scheduling import is_slurm_conf
     from phalanx.dialects.slurm.scheduling import read_health_check as read_conf
 

@@ -108,13 +108,17 @@ def check_result(returncode: int | None, output: bytes, timeout_s: float) -> Che
 
 
 def run_program(
-    program: Sequence[str], node: Node, timeout_s: float = DEFAULT_TIMEOUT_S
+    program: Sequence[str],
+    node: Node,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    env: dict[str, str] | None = None,
 ) -> CheckResult:
-    """Run the health program for ``node`` on this machine (a timeout is a failure)."""
+    """Run the health program for ``node`` on this machine (a timeout is a failure);
+    ``env``: what to set instead of :func:`node_environment` (a node epilog's)."""
     try:
         done = subprocess.run(
             list(program),
-            env=health_environment(node),
+            env=health_environment(node) if env is None else {**os.environ, **env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -5,6 +5,10 @@ the job back to the queue (an eviction, a preemption in ``REQUEUE`` mode, a
 lost node, a launch that never started) or ends it in its final state; either
 way its GPUs are released and its last stretch is charged. Events of an attempt
 that is not the job's current one are only acknowledged.
+
+With node epilogs (:mod:`phalanx.control.epilog`) an attempt's end starts them;
+an expedite job's end is recorded when they return (:class:`EpilogDone`), and
+requeued expedited if one failed. A failed epilog drains its node.
 """
 
 from __future__ import annotations
@@ -12,18 +16,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from phalanx.auth import ADMIN
 from phalanx.control.charging import Charging
+from phalanx.control.epilog import EPILOG_REASON, EpilogDone, Epilogs
 from phalanx.control.health import node_side_failure
 from phalanx.control.metrics import Metrics
 from phalanx.control.slurmjobs import requeues, requeues_after_preemption
 from phalanx.control.state import LoopState
-from phalanx.engine import Checkpoint, Evict, Finish, PodsReady, ReplaceNodes, Requeue
+from phalanx.engine import Checkpoint, Engine, Evict, Finish, PodsReady, ReplaceNodes, Requeue
 from phalanx.model import AdminState, JobState
 from phalanx.runtime.base import Runtime
 from phalanx.runtime.spec import Checkpointed, Exited, Started
 from phalanx.store import JobRow, Tx
 
-__all__ = ["MAX_LAUNCH_ATTEMPTS", "RuntimeEvents", "attempt_data"]
+__all__ = ["MAX_LAUNCH_ATTEMPTS", "RuntimeEvents", "attempt_data", "healthy_nodes"]
 
 MAX_LAUNCH_ATTEMPTS = 3
 """Launches of a job whose supervisor never started before it ends NODE_FAIL."""
@@ -42,10 +48,17 @@ class RuntimeEvents:
         self.on_exit: Callable[[Exited, list[str]], None] | None = None
         """Told of every current attempt that ended, with the job's nodes (in the loop:
         it must neither block nor raise; ``--drain-after-failures`` counts them)."""
+        self.epilogs: Epilogs | None = None
+        """Runs the node epilog after each attempt (``--epilog``), if there is one."""
 
-    def handle(self, tx: Tx, event: Started | Exited | Checkpointed, now: float) -> None:
+    def handle(
+        self, tx: Tx, event: Started | Exited | Checkpointed | EpilogDone, now: float
+    ) -> None:
         """Record a job's start, a checkpoint, or its stop: requeued, or ended in its
-        final state."""
+        final state; or the epilogs of an attempt that returned."""
+        if isinstance(event, EpilogDone):
+            self._epilog_done(tx, event, now)
+            return
         attempt = self.state.attempts.active.get(event.job_id)
         if attempt is None or attempt != event.attempt:
             if not isinstance(event, Checkpointed):
@@ -71,6 +84,65 @@ class RuntimeEvents:
             self.state.engine.apply(PodsReady(event.job_id, event.time))
             self.state.dirty = True
             return
+        if self.epilogs is not None and self._held_for_epilogs(tx, event):
+            return
+        self._ended(tx, event, now)
+
+    def _held_for_epilogs(self, tx: Tx, event: Exited) -> bool:
+        """Start the epilogs of an ended attempt on the job's nodes that are not down;
+        whether its end waits for them (an expedite job)."""
+        assert self.epilogs is not None
+        row = tx.get_job(event.job_id)
+        if row is None:
+            return False
+        nodes = [
+            node
+            for name in dict.fromkeys(row.nodes)
+            if (node := self.state.registry.get("Node", name)) is not None
+            and node.state is not AdminState.DOWN
+        ]
+        if not nodes:
+            return False
+        wait = bool(row.parsed_submission.requeue_expedite)
+        # Reported again while they run (a rebuild): the first run decides.
+        self.epilogs.begin(event, row, nodes, wait)
+        return wait
+
+    def _epilog_done(self, tx: Tx, done: EpilogDone, now: float) -> None:
+        """Drain the nodes whose epilog failed; then record the end held back for them:
+        requeued expedited if one failed."""
+        drained: list[str] = []
+        for name, _ in done.failed:
+            node = self.state.registry.get("Node", name)
+            if node is None or node.state is not AdminState.UP:
+                continue
+            drained.append(name)
+            new = node.model_copy(
+                update={
+                    "state": AdminState.DRAIN,
+                    "reason": EPILOG_REASON,
+                    "reason_user": ADMIN.user,
+                    "reason_time": float(int(now)),
+                }
+            )
+            tx.put_object("Node", name, new.to_dict())
+            self.state.put_object("Node", name, new)
+            self.state.dirty = True
+        if done.failed:
+            tx.add_event(
+                done.job_id,
+                "EpilogFailed",
+                now,
+                reason=EPILOG_REASON,
+                data={"attempt": done.attempt, "nodes": dict(done.failed), "drained": drained},
+            )
+        if done.exited is not None:
+            attempt = self.state.attempts.active.get(done.job_id)
+            if attempt == done.attempt:
+                self._ended(tx, done.exited, now, epilog_failed=bool(done.failed))
+
+    def _ended(self, tx: Tx, event: Exited, now: float, epilog_failed: bool = False) -> None:
+        """The current attempt ended: requeue the job or record its end."""
         if (
             event.job_id not in self.state.attempts.running
             and event.start_time is not None
@@ -121,6 +193,15 @@ class RuntimeEvents:
         if requeue and evict_reason is None:
             evict_reason = "NodeFail"
         if (
+            epilog_failed
+            and evict_reason is None
+            and not ends_preempted
+            and deactivated is None
+            and not (row is not None and row.cancel_requested)
+        ):
+            # An expedite job whose epilog failed: requeued rather than ended.
+            evict_reason = "EpilogError"
+        if (
             evict_reason is None
             and event.state == JobState.NODE_FAIL.value
             and event.start_time is None
@@ -151,11 +232,11 @@ class RuntimeEvents:
             and not (row is not None and row.cancel_requested)
         ):
             expedite = (
-                evict_reason in ("NodeFail", "NodeDown", "NodeFailures")
+                evict_reason in ("NodeFail", "NodeDown", "NodeFailures", "EpilogError")
                 and row is not None
                 and bool(row.parsed_submission.requeue_expedite)
             )
-            healthy = self._healthy(nodes) if expedite else ()
+            healthy = healthy_nodes(self.state.engine, nodes) if expedite else ()
             self.state.engine.apply(
                 Requeue(event.job_id, evict_reason, expedite=expedite, nodes=healthy)
             )
@@ -269,11 +350,6 @@ class RuntimeEvents:
             },
         )
 
-    def _healthy(self, nodes: list[str]) -> tuple[str, ...]:
-        """The job's nodes that are still up: held for its expedited restart."""
-        slots = self.state.engine.cache.nodes
-        return tuple(n for n in dict.fromkeys(nodes) if n in slots and slots[n].schedulable)
-
     def _preempted(self, tx: Tx, row: JobRow, evict: Evict, event: Exited) -> bool:
         """Record a preempted attempt with its preemptor; whether the job is requeued
         (``REQUEUE`` mode and a job that may be requeued) rather than ending PREEMPTED."""
@@ -294,6 +370,12 @@ class RuntimeEvents:
             data=data,
         )
         return requeue
+
+
+def healthy_nodes(engine: Engine, nodes: Sequence[str]) -> tuple[str, ...]:
+    """A job's nodes that are still up: held for its expedited restart."""
+    slots = engine.cache.nodes
+    return tuple(n for n in dict.fromkeys(nodes) if n in slots and slots[n].schedulable)
 
 
 def attempt_data(event: Exited, row: JobRow | None, nodes: Sequence[str] = ()) -> dict[str, Any]:

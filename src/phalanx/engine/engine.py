@@ -58,6 +58,7 @@ from phalanx.engine.events import (
     Checkpoint,
     Delete,
     Event,
+    Expedite,
     Finish,
     PodsReady,
     ReplaceNodes,
@@ -66,7 +67,7 @@ from phalanx.engine.events import (
     TenantUsage,
     Upsert,
 )
-from phalanx.engine.expedite import Expedite
+from phalanx.engine.expedite import ExpeditedJobs
 from phalanx.engine.explain.reasons import Reason, ReasonCode
 from phalanx.engine.explain.waiting import (
     reason_for_failure,
@@ -190,7 +191,7 @@ class Engine:
         self.ends = RunningEnds(self)
         self.reserved = Reservations(self)
         self.backfill = Backfill(self)
-        self.expedite = Expedite(self)
+        self.expedite = ExpeditedJobs(self)
         self.hot_swap = HotSwap(self)
 
     # ------------------------------------------------------------------ events
@@ -217,6 +218,8 @@ class Engine:
                 self.lifecycle.requeue(event.job_id)
         elif isinstance(event, ReplaceNodes):
             self.hot_swap.replace(event.job_id, event.replaced)
+        elif isinstance(event, Expedite):
+            self.expedite.restore(event.job_id, event.nodes, event.since)
         elif isinstance(event, PodsReady):
             self.pods_ready.unready.pop(event.job_id, None)
         elif isinstance(event, Checkpoint):

@@ -31,6 +31,7 @@ __all__ = [
     "Checkpoint",
     "Delete",
     "Event",
+    "Expedite",
     "Finish",
     "ObjectKind",
     "PodsReady",
@@ -117,6 +118,20 @@ class ReplaceNodes:
 
 
 @dataclass(frozen=True, slots=True)
+class Expedite:
+    """A pending job is expedited again: the state an expedited :class:`Requeue` gave it,
+    for an engine rebuilt after it (recovery after a restart).
+
+    First in the order, and ``nodes`` (its previous nodes that are still up) held for
+    it until ``since`` (the requeue's time, the caller's clock) plus the hold's bound.
+    Ignored for a job that is not pending."""
+
+    job_id: int
+    nodes: tuple[str, ...]
+    since: float
+
+
+@dataclass(frozen=True, slots=True)
 class PodsReady:
     """Every pod of an admitted job is running (Kueue's ``PodsReady=True``), at ``time``."""
 
@@ -169,6 +184,7 @@ Event = (
     | Cancel
     | Finish
     | Requeue
+    | Expedite
     | TenantUsage
     | Adopt
     | PodsReady

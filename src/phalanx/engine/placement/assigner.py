@@ -561,9 +561,12 @@ class FlavorAssigner:
             or self.topology_single_nodes
             or domains.spans_nodes(pod_set, index.primary)
         ):
-            # A request, or a gang over several nodes: within the topology. A pod set
-            # that one node holds goes to the tightest node, wherever it is.
-            placed = place_in_topology(pod_set, index, domains, node_filter, overlay, memo_key)
+            # A request, or a gang over several nodes: within the topology (the held
+            # nodes' domain first). A pod set that one node holds goes to the tightest
+            # node, wherever it is.
+            placed = place_in_topology(
+                pod_set, index, domains, node_filter, overlay, memo_key, self.prefer
+            )
         elif (
             domains is None
             and pod_set.topology is not None
