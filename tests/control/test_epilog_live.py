@@ -76,8 +76,10 @@ def test_a_failed_epilog_drains_its_node_and_requeues_an_expedite_gang_first(
     server: RunningServer, out: Path
 ) -> None:
     with Client(server.url, server.admin_token) as client:
-        # Ends by itself after 3 s, once, then again at once (its second attempt).
-        gang = _gang(server, "--requeue=expedite", "--wrap", "sleep 3")
+        # Fails by itself after 3 s, once; its second attempt succeeds.
+        marker = out / "failed-once"
+        script = f"sleep 3; test -e {marker} || {{ touch {marker}; exit 3; }}"
+        gang = _gang(server, "--requeue=expedite", "--wrap", script)
         bad, healthy = sorted(_wait(client, gang, {"RUNNING"})["nodes"])
         fillers = [client.submit(_job(f"filler{i}")) for i in range(2)]
         for job_id in fillers:
@@ -106,7 +108,7 @@ def test_a_failed_epilog_drains_its_node_and_requeues_an_expedite_gang_first(
             assert env["SLURM_JOB_USER"] == client.get(gang)["user"]
             assert env["SLURM_JOB_ACCOUNT"] == "t"
             assert env["SLURM_SCRIPT_CONTEXT"] == "epilog_slurmd"
-            assert env["SLURM_JOB_EXIT_CODE2"] == "0:0"
+            assert env["SLURM_JOB_EXIT_CODE2"] == "3:0"
             assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
         # The healthy node is held for the gang: none of the 10 starts there.
         time.sleep(1.5)
@@ -119,6 +121,22 @@ def test_a_failed_epilog_drains_its_node_and_requeues_an_expedite_gang_first(
         assert _wait(client, gang, {"COMPLETED"}, timeout=30)["state"] == "COMPLETED"
         for job_id in [fillers[1], *waiting]:
             client.cancel(job_id)
+
+
+def test_a_failed_epilog_after_an_expedite_job_succeeded_only_drains(
+    server: RunningServer, out: Path
+) -> None:
+    with Client(server.url, server.admin_token) as client:
+        gang = _gang(server, "--requeue=expedite", "--wrap", "sleep 1")
+        bad = sorted(_wait(client, gang, {"RUNNING"})["nodes"])[0]
+        (out / "fail-node").write_text(bad)
+        assert _wait(client, gang, {"COMPLETED"}, timeout=30)["state"] == "COMPLETED"
+        deadline = time.monotonic() + 10
+        while _node(client, bad)["status"]["state"] != "drain":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        kinds = [e["kind"] for e in client.events(gang)]
+        assert "EpilogFailed" in kinds and "Requeued" not in kinds
 
 
 def test_a_passing_epilog_changes_nothing(server: RunningServer, out: Path) -> None:
@@ -175,7 +193,8 @@ def test_an_end_held_for_its_epilogs_survives_a_kill_9(tmp_path: Path, out: Path
                 server.url,
                 server.token,
                 "--requeue=expedite", "-A", "t", "-p", "cq", "-N", "2",
-                "--ntasks-per-node", "1", "--gpus-per-node", "8", "--wrap", "sleep 2",
+                "--ntasks-per-node", "1", "--gpus-per-node", "8", "--wrap",
+                f"sleep 2; test -e {out}/failed-once || {{ touch {out}/failed-once; exit 3; }}",
             )  # fmt: skip
             bad, healthy = sorted(_wait(client, gang, {"RUNNING"})["nodes"])
             (out / "fail-node").write_text(bad)

@@ -194,12 +194,14 @@ class RuntimeEvents:
             evict_reason = "NodeFail"
         if (
             epilog_failed
+            and event.state != JobState.COMPLETED.value
             and evict_reason is None
             and not ends_preempted
             and deactivated is None
             and not (row is not None and row.cancel_requested)
         ):
-            # An expedite job whose epilog failed: requeued rather than ended.
+            # An expedite job whose epilog failed, its script having failed too (Slurm
+            # 25.11): requeued rather than ended. One that succeeded just completes.
             evict_reason = "EpilogError"
         if (
             evict_reason is None
