@@ -145,6 +145,7 @@ def start_server(
     health_check: str | None = None,
     health_check_interval_s: float | None = None,
     drain_after_failures: str | None = None,
+    epilog: str | None = None,
 ) -> RunningServer:
     """Start phalanx in this process (``port=0`` picks a free port).
 
@@ -170,7 +171,10 @@ def start_server(
     and resuming them when it passes again; ``drain_after_failures`` (``N/WINDOW``)
     drains a node on which N job attempts failed for a node-side cause within WINDOW
     (:mod:`phalanx.control.health`). A slurm.conf's ``HealthCheckProgram`` and
-    ``HealthCheckInterval`` set the first two when they are not given.
+    ``HealthCheckInterval`` set the first two when they are not given. ``epilog`` (a
+    program and its arguments; else slurm.conf's ``Epilog``) runs on every node of a
+    job after each attempt, draining the nodes it fails on
+    (:mod:`phalanx.control.epilog`).
     """
     from phalanx.control.configs import keep_drains, read_configs, read_health_check
     from phalanx.runtime.accounts import Accounts, multi_user, single_user_requested
@@ -191,7 +195,11 @@ def start_server(
 
     limit = RateLimit.parse(rate_limit) if rate_limit else None
     manifests, settings = read_configs(configs)
-    health = _health_settings(read_health_check(configs), health_check, health_check_interval_s)
+    node_programs = read_health_check(configs)
+    health = _health_settings(node_programs, health_check, health_check_interval_s)
+    epilog_argv = _program(
+        "--epilog", epilog if epilog is not None else node_programs.get("epilog")
+    )
     failure_policy = None
     if drain_after_failures:
         from phalanx.control.health import FailurePolicy
@@ -254,6 +262,8 @@ def start_server(
         plane = ControlPlane(
             store, backend, state_dir=state, config=config, poll_interval_s=poll_interval_s
         )
+        if epilog_argv:
+            stoppers.append(_wire_epilog(plane, epilog_argv, ray_backend))
         plane.accounts = accounts
         plane.url = url
         plane.container_runtime = container_runtime
@@ -278,7 +288,7 @@ def start_server(
             )
         if ray_backend is not None:
             _follow_ray(plane, ray_backend, elector)
-        stoppers = _watch_health(
+        stoppers += _watch_health(
             plane,
             health,
             failure_policy,
@@ -321,7 +331,7 @@ def start_server(
         jobs_run_as=jobs_run_as,
         elector=elector,
         _stoppers=stoppers,
-        node_health=_node_health_said(health, failure_policy, bool(detected)),
+        node_health=_node_health_said(health, failure_policy, bool(detected), epilog_argv),
     )
 
 
@@ -379,6 +389,7 @@ def run_server(
     health_check: str | None = None,
     health_check_interval_s: float | None = None,
     drain_after_failures: str | None = None,
+    epilog: str | None = None,
 ) -> None:
     """Run phalanx in the foreground until SIGINT or SIGTERM."""
     running = start_server(
@@ -406,6 +417,7 @@ def run_server(
         health_check=health_check,
         health_check_interval_s=health_check_interval_s,
         drain_after_failures=drain_after_failures,
+        epilog=epilog,
     )
     # A long-lived process with a large, stable heap: keep the start-up objects out
     # of the collector's way. Young collections every 10,000 allocations keep each
@@ -464,18 +476,28 @@ def _follow_ray(plane: ControlPlane, runtime: RayRuntime, elector: Elector | Non
     """The Ray cluster's nodes become phalanx's, now and as they come and go (a standby
     leaves that to the leader, and catches up when it starts to lead)."""
 
+    from phalanx.control.configs import keep_node_state
+    from phalanx.runtime.ray.inventory import died
+
+    stored = _stored_node(plane)
+
+    def kept(nodes: list[Node]) -> list[Node]:
+        # A node an operator (or the health check) drained or took down stays so when
+        # Ray reports it again; a node the inventory found dead comes back up.
+        return [keep_node_state(node, stored(node.name), died) for node in nodes]
+
     def apply(changed: list[Node]) -> None:
         if not changed or not plane.leading:
             return
         try:
-            plane.apply(ADMIN, changed)
+            plane.apply(ADMIN, kept(changed))
         except PhalanxError as exc:
             log.warning("applying the Ray cluster's nodes failed: %s", exc.detail)
 
     if plane.leading:
         nodes = runtime.nodes()
         if nodes:
-            plane.apply(ADMIN, nodes)
+            plane.apply(ADMIN, kept(nodes))
     if elector is not None:
         elector.on_lead = lambda: apply(runtime.nodes())
 
@@ -524,18 +546,57 @@ def _health_settings(
     return _Health(argv, float(interval))
 
 
-def _node_health_said(health: _Health | None, failures: Any, nvml: bool) -> str:
+def _node_health_said(
+    health: _Health | None, failures: Any, nvml: bool, epilog: list[str] | None = None
+) -> str:
     import shlex
 
     said = []
     if health is not None:
         when = f"every {health.interval_s:g} s" if health.interval_s else "at start"
         said.append(f"{shlex.join(health.program)} {when}")
+    if epilog:
+        said.append(f"epilog {shlex.join(epilog)} after each job on its nodes")
     if nvml:
         said.append("NVML (XID, ECC, lost GPUs) on this machine's node")
     if failures is not None:
         said.append(f"drain after {failures.count} job failures in {failures.window}")
     return "; ".join(said)
+
+
+def _program(flag: str, text: object) -> list[str] | None:
+    """A program and its arguments, as a flag or a slurm.conf key gives them."""
+    import shlex
+
+    if not text:
+        return None
+    assert isinstance(text, str)
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:
+        raise Invalid(f"{flag}: {text!r}: {exc}") from None
+    return argv or None
+
+
+def _wire_epilog(
+    plane: ControlPlane, program: list[str], ray: RayRuntime | None
+) -> Callable[[], None]:
+    """Run ``program`` on each node of a job after each attempt (on the node's machine
+    with Ray, else here); what stops it."""
+    from phalanx.control.epilog import EPILOG_TIMEOUT_S, Epilogs
+    from phalanx.control.health import CheckResult, check_result, run_program
+
+    def on_ray(node: Node, env: dict[str, str]) -> CheckResult | None:
+        assert ray is not None
+        ran = ray.run_on_node(node.name, program, env, EPILOG_TIMEOUT_S)
+        return None if ran is None else check_result(*ran, EPILOG_TIMEOUT_S)
+
+    def here(node: Node, env: dict[str, str]) -> CheckResult:
+        return run_program(program, node, EPILOG_TIMEOUT_S, env=env)
+
+    epilogs = Epilogs(program, on_ray if ray is not None else here)
+    plane.runtime_events.epilogs = epilogs
+    return epilogs.stop
 
 
 def _watch_health(
@@ -594,7 +655,13 @@ def _watch_health(
         ).start()
         stoppers.append(checker.stop)
     if failures is not None:
-        counter = NodeFailures(failures).start(drain_if_up(plane.nodes, apply))
+        counter = NodeFailures(failures)
+        # The counts of the window so far, from the jobs' history (a restart keeps them).
+        now = plane.clock()
+        counter.recover(
+            plane.store.recent_events(("Requeued", "Finished"), now - failures.window_s), now
+        )
+        counter.start(drain_if_up(plane.nodes, apply))
         plane.runtime_events.on_exit = counter.observe
         stoppers.append(counter.stop)
     return stoppers

@@ -84,6 +84,7 @@ def test_job_view_contract() -> None:
             "count": 2,
             "tasks_per_node": 1,
             "requests": {"nvidia.com/gpu": "8"},
+            "node_names": [],
             "flavors": {"nvidia.com/gpu": "h100"},
             "nodes": [{"node": "gpu-0", "count": 1}, {"node": "gpu-1", "count": 1}],
         }

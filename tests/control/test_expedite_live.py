@@ -8,6 +8,10 @@ update State=DOWN``, as the admin API does it): the gang is killed and requeued
 expedited. Its healthy node is then free, but held for it: none of the 50 may
 start there. A filler is cancelled: the gang, not one of the 50, gets that node
 as its replacement and restarts within seconds on its healthy node plus it.
+
+The same holds across a crash: the server is killed (SIGKILL) between the
+requeue and the restart and started again on its store; the healthy node is
+still held for the gang, which restarts there when the replacement comes free.
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ from typing import Any
 import pytest
 
 from phalanx.client import Client
+from phalanx.control.recovery import expedited_requeue
 from phalanx.server import RunningServer, start_server
+from phalanx.store import JobEventRow
+from tests.reliability.server import Server, start
 
 
 def _node(name: str) -> str:
@@ -113,8 +120,8 @@ def _wait(client: Client, job_id: int, states: set[str], timeout: float = 30.0) 
         time.sleep(0.05)
 
 
-def _sbatch(server: RunningServer, *args: str) -> int:
-    env = {**os.environ, "PHALANX_URL": server.url, "PHALANX_TOKEN": server.admin_token}
+def _sbatch(url: str, token: str, *args: str) -> int:
+    env = {**os.environ, "PHALANX_URL": url, "PHALANX_TOKEN": token}
     done = subprocess.run(
         [sys.executable, "-m", "phalanx.cli.main", "sbatch", *args],
         env=env,
@@ -134,7 +141,8 @@ def test_an_expedited_gang_restarts_on_its_healthy_node_plus_a_replacement_first
 ) -> None:
     with Client(server.url, server.admin_token) as client:
         gang = _sbatch(
-            server,
+            server.url,
+            server.admin_token,
             "--requeue=expedite", "-A", "t", "-p", "cq", "-N", "2", "--ntasks-per-node", "1",
             "--gpus-per-node", "8", "--wrap", "sleep 600",
         )  # fmt: skip
@@ -168,3 +176,65 @@ def test_an_expedited_gang_restarts_on_its_healthy_node_plus_a_replacement_first
         assert requeued["data"]["expedite"] == {"held": [healthy]}
         for job_id in [gang, fillers[1], *waiting]:
             client.cancel(job_id)
+
+
+def test_the_hold_survives_a_kill_9_of_the_server(tmp_path: Path) -> None:
+    config = tmp_path / "cluster.yaml"
+    config.write_text(CLUSTER)
+    state = tmp_path / "state"
+    server: Server = start(state, config)
+    try:
+        with Client(server.url, server.token) as client:
+            gang = _sbatch(
+                server.url,
+                server.token,
+                "--requeue=expedite", "-A", "t", "-p", "cq", "-N", "2",
+                "--ntasks-per-node", "1", "--gpus-per-node", "8", "--wrap", "sleep 600",
+            )  # fmt: skip
+            nodes = sorted(_wait(client, gang, {"RUNNING"})["nodes"])
+            fillers = [client.submit(_job(f"filler{i}")) for i in range(2)]
+            for job_id in fillers:
+                _wait(client, job_id, {"RUNNING"})
+            waiting = client.submit_many([_job(f"w{i}", "high") for i in range(10)])
+            lost, healthy = nodes
+            client.update_nodes([lost], "down", "lost in the test")
+            _wait(client, gang, {"PENDING"})
+            [requeued] = [e for e in client.events(gang) if e["kind"] == "Requeued"]
+            assert requeued["data"]["expedite"] == {"held": [healthy]}
+        server.kill()
+        # Started again on its store alone (the file would set the lost node up again).
+        server = start(state)
+        with Client(server.url, server.token) as client:
+            # The healthy node is free and still held: none of the 10 starts there.
+            time.sleep(1.5)
+            assert [j for j in waiting if client.get(j)["state"] != "PENDING"] == []
+            assert client.get(gang)["state"] == "PENDING"
+            replacement = client.get(fillers[0])["nodes"][0]
+            client.cancel(fillers[0])
+            view = _wait(client, gang, {"RUNNING"}, timeout=10)
+            assert sorted(view["nodes"]) == sorted([healthy, replacement]), view["nodes"]
+            assert all(client.get(j)["state"] == "PENDING" for j in waiting)
+            for job_id in [gang, fillers[1], *waiting]:
+                client.cancel(job_id)
+            for job_id in [gang, fillers[1]]:
+                _wait(client, job_id, {"CANCELLED"})
+    finally:
+        server.stop()
+
+
+def _event(kind: str, time: float, **data: Any) -> JobEventRow:
+    return JobEventRow(id=int(time), job_id=1, time=time, kind=kind, data=data)
+
+
+def test_which_requeue_a_restart_expedites_again() -> None:
+    expedited = _event("Requeued", 5.0, attempt=1, expedite={"held": ["n1"]})
+    plain = _event("Requeued", 9.0, attempt=2)
+    admitted = _event("Admitted", 7.0, attempt=2)
+    held = _event("Held", 6.0)
+    assert expedited_requeue([_event("Admitted", 1.0), expedited]) == (("n1",), 5.0)
+    assert expedited_requeue([expedited, _event("Released", 6.0)]) == (("n1",), 5.0)
+    # Admitted since, requeued since without it, or held since (out of the engine).
+    assert expedited_requeue([expedited, admitted]) is None
+    assert expedited_requeue([expedited, admitted, plain]) is None
+    assert expedited_requeue([expedited, held]) is None
+    assert expedited_requeue([]) is None

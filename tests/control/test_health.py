@@ -23,6 +23,7 @@ from phalanx.control.health import (
 from phalanx.errors import Invalid
 from phalanx.model import AdminState, Node
 from phalanx.runtime.spec import Exited
+from phalanx.store.records import JobEventRow
 
 
 def _node(name: str = "n0", gpus: int = 2, **fields: object) -> Node:
@@ -230,6 +231,12 @@ def test_exits_are_blamed_on_the_nodes_they_name() -> None:
     assert blamed_nodes(lost, ["gpu-1", "gpu-2"]) == ["gpu-2"]
     assert blamed_nodes(_exit(7, "NODE_FAIL", None), ["gpu-1", "gpu-2"]) == ["gpu-1", "gpu-2"]
     assert counter.record_exit(lost, ["gpu-1", "gpu-2"]) == [("gpu-2", "1 job failure in 1h: 7")]
+    # So are the counts rebuilt after a restart: the event keeps the lost nodes.
+    counter = NodeFailures(FailurePolicy.parse("2/1h"))
+    history = [_ended(1, 7, 100.0, ["gpu-1", "gpu-2"], exit_lost=["gpu-2"])]
+    assert counter.recover(history, now=200.0) == 1
+    assert counter.record("gpu-1", 8, 300.0) is None
+    assert counter.record("gpu-2", 9, 300.0) == "2 job failures in 1h: 7,9"
     assert counter.record_exit(_exit(8, "FAILED", 2), ["gpu-1"]) == []
 
 
@@ -239,6 +246,40 @@ def test_exits_are_blamed_on_the_lost_nodes_the_runtime_names() -> None:
     assert blamed_nodes(lost, ["gpu-1", "gpu-2", "gpu-3"]) == ["gpu-2"]
     counter = NodeFailures(FailurePolicy.parse("1/1h"))
     assert counter.record_exit(lost, ["gpu-1", "gpu-2"]) == [("gpu-2", "1 job failure in 1h: 7")]
+
+
+def _ended(
+    event_id: int, job_id: int, at: float, nodes: list[str], **exit_fields: object
+) -> JobEventRow:
+    """A Requeued/Finished event as the control plane writes it for a node-side failure."""
+    data: dict[str, object] = {"attempt": 1, "end_time": at, "exit_code": None}
+    data.update(failed_on=nodes, exit_state="NODE_FAIL", exit_message="")
+    data.update(exit_fields)
+    return JobEventRow(event_id, job_id, at, "Requeued", "NodeFail", "", data)
+
+
+def test_counts_are_rebuilt_from_the_window_of_history() -> None:
+    counter = NodeFailures(FailurePolicy.parse("3/1h"))
+    history = [
+        _ended(1, 10, 100.0, ["n0"]),  # out of the window at 4000
+        _ended(2, 11, 1000.0, ["n0", "n1"], exit_message="node n1 lost"),
+        _ended(3, 12, 2000.0, ["n0"]),
+        _ended(4, 13, 2500.0, ["n0"], exit_state="FAILED", exit_code=1),  # the user's exit
+        JobEventRow(5, 14, 2600.0, "Finished", "COMPLETED", "", {"exit_code": 0}),
+    ]
+    assert counter.recover(history, now=4000.0) == 2
+    # n1 has 1 (the message named it), n0 has 1: the next two failures on n0 drain it.
+    assert counter.record("n0", 20, 4100.0) is None
+    assert counter.record("n0", 21, 4200.0) == "3 job failures in 1h: 12,20,21"
+    assert counter.record("n1", 22, 4300.0) is None
+
+
+def test_a_count_that_reached_the_limit_before_the_restart_starts_again() -> None:
+    counter = NodeFailures(FailurePolicy.parse("2/1h"))
+    history = [_ended(i, 10 + i, 100.0 * i, ["n0"]) for i in range(1, 4)]
+    # The first two drained n0 then (not again now); the third counts.
+    assert counter.recover(history, now=500.0) == 3
+    assert counter.record("n0", 30, 600.0) == "2 job failures in 1h: 13,30"
 
 
 def test_drains_are_applied_outside_the_caller() -> None:

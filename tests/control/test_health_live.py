@@ -175,6 +175,42 @@ def test_jobs_whose_supervisor_dies_drain_their_node(tmp_path: Path) -> None:
         server.stop()
 
 
+def test_failure_counts_survive_a_restart(tmp_path: Path) -> None:
+    """``--drain-after-failures 2/1h`` counts the failures of the window from before a
+    restart: one lost attempt, a restart, then another drains the node."""
+    import os
+    import signal
+
+    from phalanx.server import start_server
+
+    state = tmp_path / "state"
+    node = "gpu-h100-2"
+    killed = []
+    for round_ in range(2):
+        server = start_server(
+            state, port=0, configs=[CLUSTER], single_user=True, drain_after_failures="2/1h"
+        )
+        try:
+            with Client(server.url, server.admin_token, state_dir=state) as client:
+                job = client.submit(_pinned(f"lost-{round_}", node))
+                assert _until(lambda job=job: client.get(job)["state"] == "RUNNING")
+                pid_file = state / "runtime" / "jobs" / str(job) / "1" / "supervisor.pid"
+                os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+                assert _until(lambda job=job: client.get(job)["state"] == "FAILED")
+                killed.append(job)
+                if round_ == 0:
+                    time.sleep(0.5)
+                    assert _node(client, node)["status"].get("state") != "drain"
+                    continue
+                drained = _until(lambda: _node(client, node)["status"].get("state") == "drain")
+                info = _node(client, node)
+                assert drained, info
+                reason = info["metadata"]["annotations"]["phalanx.io/reason"]
+                assert reason == f"2 job failures in 1h: {killed[0]},{killed[1]}"
+        finally:
+            server.stop()
+
+
 def test_detect_checks_the_gpus_through_nvml(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -72,6 +72,22 @@ def test_within_cluster_queue_lower_priority_evicts_and_admits_later() -> None:
     assert 2 in admits(engine.cycle(5.0))
 
 
+def test_a_new_higher_priority_job_of_a_parked_shape_preempts_at_once() -> None:
+    engine = _engine(
+        node("n0", gpus=8), flavor("f"), _cq("cq", 8, withinClusterQueue="LowerPriority")
+    )
+    engine.apply(Submit(job("cq", gpus=8, id=1, priority=0)))
+    assert 1 in admits(engine.cycle(1.0))
+    # Same shape, same priority: it cannot preempt, and its shape is parked.
+    engine.apply(Submit(job("cq", gpus=8, id=2, priority=0, submit=2.0)))
+    assert not _evicts(engine.cycle(2.0))
+    assert engine.jobs[2].queue is not None and engine.jobs[2].queue.parked
+    # A job of the same shape and a higher priority is tried at the next cycle.
+    engine.apply(Submit(job("cq", gpus=8, id=3, priority=10, submit=3.0)))
+    evict = _evicts(engine.cycle(3.0))
+    assert list(evict) == [1] and evict[1].preemptor == 3
+
+
 def test_equal_priority_is_not_preempted_under_lower_priority() -> None:
     engine = _engine(node("n0"), flavor("f"), _cq("cq", 8, withinClusterQueue="LowerPriority"))
     engine.apply(Submit(job("cq", gpus=8, id=1, priority=5)))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from phalanx.engine import (
     Admit,
@@ -333,3 +335,79 @@ def test_reclaim_in_a_cohort_settles_after_one_preemption() -> None:
     evicts = _settle(engine, 2.0, 20)
     assert [(e.job_id, e.preemptor) for e in evicts] == [(1, 2)]
     assert engine.jobs[2].admission is not None
+
+
+# --------------------------------------------------------------- minimum runtime, every path
+
+_PATHS = ("within", "reclaim", "fair")
+
+
+def _protected_cluster(path: str, min_runtime: float) -> tuple[Engine, str, str]:
+    """A cluster of 16 GPUs for one preemption path; the victims' ClusterQueue and the
+    preemptor's. The victims' queue protects its jobs for ``min_runtime`` seconds."""
+    protect = {"phalanx.io/min-runtime": str(min_runtime)}
+    fair = FairSharingConfig() if path == "fair" else None
+    config = EngineConfig.for_preset(
+        "kueue", preemption=PreemptionConfig(), wait_for_pods_ready=None, fair_sharing=fair
+    )
+    engine = Engine(config)
+    objects: list[Any] = [node("n0"), node("n1"), flavor("f")]
+    if path == "within":
+        objects.append(_cq("cq", 16, annotations=protect, withinClusterQueue="LowerPriority"))
+        victims = preemptor = "cq"
+    else:
+        policy = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
+        objects += [
+            cohort("co"),
+            _cq("prod", 12, "co", **policy),
+            _cq("spot", 4, "co", annotations=protect, **policy),
+        ]
+        victims, preemptor = "spot", "prod"
+    for obj in objects:
+        engine.apply(Upsert(obj))
+    return engine, victims, preemptor
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    path=st.sampled_from(_PATHS),
+    min_runtime=st.integers(min_value=0, max_value=300),
+    running=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=200), st.sampled_from([2, 4, 8])),
+        min_size=1,
+        max_size=6,
+    ),
+    arrives=st.integers(min_value=0, max_value=300),
+    need=st.sampled_from([4, 8, 16]),
+)
+def test_property_no_job_within_its_min_runtime_is_a_victim(
+    path: str, min_runtime: int, running: list[tuple[int, int]], arrives: int, need: int
+) -> None:
+    """Whichever path preempts (within the ClusterQueue, reclaim in the cohort, fair
+    sharing), no job is evicted before it has run its minimum runtime; once every
+    protection has ended, the preemptor is not kept waiting by them."""
+    engine, victims, preemptor = _protected_cluster(path, float(min_runtime))
+    for i, (at, gpus) in enumerate(sorted(running), start=1):
+        engine.apply(Submit(job(victims, gpus=gpus, id=i, priority=0, submit=float(at))))
+        engine.cycle(float(at))
+    start = float(max(arrives, max(at for at, _ in running)))
+    gang = job(preemptor, gpus=min(need, 8), count=max(1, need // 8), id=99, priority=100)
+    engine.apply(Submit(gang.model_copy(update={"submit_time": start})))
+    evicted: set[int] = set()
+    now = start
+    while now <= start + min_runtime + 40:
+        for d in engine.cycle(now):
+            if isinstance(d, Evict):
+                assert d.reason == "Preempted"
+                adm = engine.jobs[d.job_id].admission
+                assert adm is not None
+                assert now >= adm.admitted_at + min_runtime, (d.job_id, adm.admitted_at, now)
+                evicted.add(d.job_id)
+        for j in sorted(evicted):
+            if engine.jobs[j].admission is not None:
+                engine.apply(Requeue(j))
+        wakeup = engine.next_wakeup()
+        now = now + 10.0 if wakeup is None or wakeup <= now else min(wakeup, now + 10.0)
+    if path == "within" or need <= 12:
+        # Within its nominal quota (or its own queue's lower priorities): room is made.
+        assert engine.jobs[99].admission is not None

@@ -22,6 +22,7 @@ from phalanx.engine import (
     Engine,
     EngineConfig,
     Event,
+    Expedite,
     FairShareWeights,
     Finish,
     Requeue,
@@ -136,7 +137,7 @@ Driver = Callable[[Engine, float], list[Decision]]
 def _driver(seed: int, first_id: int) -> Driver:
     """A deterministic workload: each call applies random events to ``engine`` and cycles it.
 
-    Which jobs finish or are requeued is picked from the engine's own admitted
+    Which jobs finish, are requeued or expedited is picked from the engine's own admitted
     jobs, so two engines driven alike diverge at once if they ever disagree.
     """
     rng = random.Random(seed)
@@ -161,6 +162,11 @@ def _driver(seed: int, first_id: int) -> Driver:
             events.append(Upsert(local_queue("missing", "ml", namespace="ml")))
         elif roll < 0.26:
             events.append(Delete("LocalQueue", "ml/missing"))
+        pending = sorted(j for j, r in engine.jobs.items() if r.admission is None)
+        if pending and rng.random() < 0.05:
+            # Expedited again (as after a restart), holding a node or two from ``now - 5``.
+            nodes = tuple(rng.sample([f"a{i}" for i in range(6)], k=rng.randint(0, 2)))
+            events.append(Expedite(rng.choice(pending), nodes, now - 5.0))
         known = sorted(engine.jobs)
         if known and rng.random() < 0.1:
             events.append(Cancel(rng.choice(known)))  # ignored for admitted jobs

@@ -341,3 +341,53 @@ def test_slices_are_never_split(used: list[int], size: int, slices: int, whole: 
     assert all(n % size == 0 for n in counts.values()), counts
     if counts and whole == "required":
         assert len({rack[:2] for rack in counts}) == 1
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.sampled_from((0, 0, 2, 4, 8)), min_size=16, max_size=16),
+    st.integers(1, 9),
+    st.sampled_from((None, "required-rack", "required-block", "preferred-rack", "preferred-block")),
+    st.integers(0, 15),
+)
+def test_held_nodes_are_taken_first_within_the_level_the_request_picks(
+    used: list[int], nodes: int, request: str | None, pick: int
+) -> None:
+    """An expedited job's held node (placement's ``prefer``): the same jobs fit, the
+    request's level is kept, and the held node is placed on whenever a domain of that
+    level holds both the gang and it."""
+    engine, where = _cluster()
+    names = sorted(where)
+    _occupy(engine, dict(zip(names, used, strict=True)))
+    free = {n: 8 - u for n, u in zip(names, used, strict=True)}
+    held = names[pick]
+    topo = None
+    if request is not None:
+        kind, level = request.split("-")
+        topo = TopologyRequest(**{kind: RACK if level == "rack" else BLOCK})
+    job = _gang(nodes, topo)
+    shape, info = engine.shapes.job(job), engine.cache.cluster_queues["cq"]
+    plain = engine.assigner.assign(shape, info)
+    a = engine.assigner.assign(shape, info, prefer=frozenset({engine.cache.nodes[held]}))
+    assert a.ok == plain.ok
+    if not a.ok:
+        return
+    placed = sorted(slot.name for p in a.pod_sets for slot, _ in p.nodes)
+
+    def fitting(level: int) -> set[str]:
+        domains: dict[str, int] = {}
+        for n, f in free.items():
+            domains[where[n][level]] = domains.get(where[n][level], 0) + (f == 8)
+        return {d for d, count in domains.items() if count >= nodes}
+
+    if request is not None and request.startswith("required"):
+        level: int | None = 1 if request.endswith("rack") else 0
+    else:
+        start = 0 if request == "preferred-block" else 1
+        level = next((lv for lv in range(start, -1, -1) if fitting(lv)), None)
+    if level is not None:
+        assert len({where[n][level] for n in placed}) == 1
+        if free[held] == 8 and where[held][level] in fitting(level):
+            assert held in placed, (placed, held)
+    elif free[held] == 8:
+        assert held in placed, (placed, held)

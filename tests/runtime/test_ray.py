@@ -378,6 +378,52 @@ def test_the_health_check_runs_on_each_ray_node(cluster: Any, tmp_path: Path) ->
         p.stop()
 
 
+def test_the_epilog_runs_on_each_ray_node_of_the_job(cluster: Any, tmp_path: Path) -> None:
+    """``--epilog`` on the Ray runtime: after a gang ends, the program runs on each of
+    its nodes' machines with the epilog's environment; it fails, and those nodes
+    drain with ``Epilog error`` while the job's end stands."""
+    work = tmp_path / "work"
+    work.mkdir()
+    seen, script = work / "seen", work / "epilog.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$SLURMD_NODENAME $SLURM_JOB_ID $SLURM_JOB_PARTITION [$CUDA_VISIBLE_DEVICES] '
+        f'$(tr "\\\\0" "\\\\n" < /proc/$PPID/environ | grep ^RAY_RAYLET_PID=)" >> {seen}\n'
+        "exit 1\n"
+    )
+    script.chmod(0o755)
+    p = Phalanx(cluster, tmp_path / "state", work, ["--epilog", str(script)])
+    try:
+        job_id = p.submit(gang(work, "true"))
+        job = p.finished(job_id)
+        assert job["state"] == "COMPLETED", job
+        names = sorted(job["nodes"])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(
+            p.nodes()[n]["status"]["state"] != "drain" for n in names
+        ):
+            time.sleep(0.25)
+        nodes = p.nodes()
+        for name in names:
+            assert nodes[name]["status"]["state"] == "drain", nodes[name]
+            assert nodes[name]["metadata"]["annotations"]["phalanx.io/reason"] == "Epilog error"
+        [other] = [n for n in ("gpu1", "gpu2", "gpu3") if n not in names]
+        assert nodes[other]["status"]["state"] != "drain", nodes[other]
+        raylets = {
+            name: node.all_processes["raylet"][0].process.pid
+            for name, node in cluster.gpu_nodes.items()
+        }
+        lines = set(seen.read_text().splitlines())
+        for name in names:
+            line = (
+                f"{name} {job_id} gpu-h100-dedicated [0,1,2,3,4,5,6,7] "
+                f"RAY_RAYLET_PID={raylets[name]}"
+            )
+            assert line in lines, (line, lines)
+    finally:
+        p.stop()
+
+
 def test_a_ray_node_that_joins_is_picked_up_live(phalanx: Phalanx) -> None:
     assert "gpu4" not in phalanx.nodes()
     phalanx.cluster.gpu_nodes["gpu4"] = phalanx.cluster.add_node(

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
+from phalanx.control.configs import keep_node_state
 from phalanx.errors import Invalid
 from phalanx.model.node import AdminState
 from phalanx.runtime.ray.connect import connect, is_loopback
-from phalanx.runtime.ray.inventory import Inventory
+from phalanx.runtime.ray.inventory import Inventory, died
 from phalanx.runtime.ray.runtime import bundle_resources
 from phalanx.server import start_server
 
@@ -83,6 +84,24 @@ def test_only_changes_are_reported_and_a_dead_node_turns_down_then_up_again() ->
     [up] = inv.update([{**first, "Alive": False}, again])
     assert (up.name, up.state) == ("gpu1", AdminState.UP)
     assert inv.node_id("gpu1") == "2" * 8
+
+
+def test_an_operators_drain_outlives_the_inventory_but_its_own_down_does_not() -> None:
+    inv = Inventory()
+    first = entry("1" * 8, **{"phalanx.io/node": "gpu1"})
+    [up] = inv.update([first])
+    drained = {"state": "drain", "reason": "bad fan", "reasonUser": "root", "reasonTime": 5.0}
+    kept = keep_node_state(up, drained, died)
+    assert (kept.state, kept.reason, kept.reason_user) == (AdminState.DRAIN, "bad fan", "root")
+    assert kept.capacity == up.capacity
+    # A health check's down is kept too; the inventory's own (the Ray node died) is not.
+    health = {"state": "down", "reason": "gpu lost", "healthCheckReason": "gpu lost"}
+    assert keep_node_state(up, health, died).state is AdminState.DOWN
+    [dead] = inv.update([{**first, "Alive": False}])
+    spec = dead.to_dict()
+    assert died(spec) and not died(drained) and not died(health)
+    assert keep_node_state(up, spec, died) is up
+    assert keep_node_state(up, None, died) is up
 
 
 def test_bundles_ask_ray_for_what_the_tasks_request() -> None:

@@ -216,8 +216,8 @@ def test_a_preempted_ray_job_gets_its_notice_before_sigterm(driver: Driver) -> N
         lines = [line.split() for line in (work / f"signals-{rank}").read_text().splitlines()]
         assert [name for name, _ in lines] == ["USR1", "TERM"], (rank, lines)
         usr1, term = (float(at) for _, at in lines)
-        assert 0.5 < usr1 - preempted < 2.5, (rank, usr1 - preempted)
-        assert 1.5 < term - usr1 < 3.0, (rank, term - usr1)
+        assert 0.5 < usr1 - preempted < 4.0, (rank, usr1 - preempted)
+        assert 1.5 < term - usr1 < 3.5, (rank, term - usr1)
 
 
 def sbatch(p: Phalanx, *args: str) -> int:
@@ -338,8 +338,8 @@ def test_a_preempted_two_node_batch_job_on_ray_gets_its_notice_on_both_nodes_fir
             lines = [line.split() for line in (work / f"sig-{node}").read_text().splitlines()]
             assert [name for name, _ in lines] == ["USR1", "TERM"], (node, lines)
             usr1, term = (float(at) for _, at in lines)
-            assert 0.5 < usr1 - preempted < 4.0, (node, usr1 - preempted)
-            assert 1.5 < term - usr1 < 3.0, (node, term - usr1)
+            assert 1.5 < usr1 - preempted < 6.0, (node, usr1 - preempted)
+            assert 1.5 < term - usr1 < 3.5, (node, term - usr1)
         p.wait(high, lambda j: j["state"] == "RUNNING")
         p.http.delete(f"/api/v1/jobs/{high}")
     finally:

@@ -13,7 +13,11 @@ the ``phalanx shims`` wrappers of the same names for phalanx. Compared:
   deterministic ones (:data:`COMPARED_VALUES`);
 * array throttling (``%2``: at most two tasks at once, from sacct Start/End);
 * pending reasons (``squeue -h -j E -o %r`` = ``DependencyNeverSatisfied``);
-* ``srun`` ranks over 2 nodes x 2 tasks.
+* ``srun`` ranks over 2 nodes x 2 tasks;
+* node administration: ``scontrol update NodeName=`` refusals (exit status and
+  words), abbreviated keys and states, ``sinfo -R``, ``ReqNodeNotAvail`` for a job
+  that names a drained node and for one in a partition all drained, ``State=DOWN``
+  with and without ``--no-requeue``.
 
 The timeout job (``--time=1``, ``sleep 300``) is submitted on both at the start of
 the module and checked last: Slurm enforces a 1-minute limit only after 60-90 s
@@ -49,7 +53,7 @@ RealMemory=512000 Gres=gpu:h100:8 State=UNKNOWN
 PartitionName=gpu Nodes=gpu[1-4] Default=YES DefaultTime=01:00:00 MaxTime=INFINITE State=UP
 """
 
-TOOLS = ("sbatch", "squeue", "sacct", "scancel")
+TOOLS = ("sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo")
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
 ENV_DUMP = "env | grep -E '^(SLURM_|CUDA_VISIBLE_DEVICES=)' | sort"
 
@@ -476,3 +480,80 @@ def test_multi_node_jobs_count_their_nodes(sides: tuple[Side, Side]) -> None:
         seen[side.name] = (*queued, nnodes)
     assert seen["slurm"] == ("PENDING 2", "RUNNING 2", "2")
     assert seen["phalanx"] == seen["slurm"]
+
+
+def _answer(side: Side, *args: str) -> tuple[int, str, str]:
+    """``scontrol`` on one side, refusals included: (exit status, stdout, stderr)."""
+    done = subprocess.run(
+        [side.tools["scontrol"], *args],
+        cwd=side.root,
+        env=side.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_node_administration(sides: tuple[Side, Side]) -> None:
+    """``scontrol update NodeName=`` as Slurm parses it (refusals and their words, keys
+    and states abbreviated), ``sinfo -R``, ``ReqNodeNotAvail`` for a job that names a
+    drained node, and ``State=DOWN`` ending a ``--no-requeue`` job NODE_FAIL while a
+    job without the flag is requeued."""
+    refusals = [
+        ("NodeName=gpu3", "State=DRAIN"),
+        ("NodeName=gpu3", "State=DOWN", "Reason="),
+        ("no=gpu3", "State=DRAIN", "Reason=x"),
+        ("NodeName=gpu3", "State=dr", "Reason=x"),
+        ("NodeName=gpu3", "State=RESUME"),
+    ]
+    for args in refusals:
+        answers = {side.name: _answer(side, "update", *args) for side in sides}
+        assert answers["phalanx"] == answers["slurm"], args
+        assert answers["slurm"][0] == 1, answers
+    pinned = {}
+    for side, cwd in _both(sides, "drained"):
+        assert _answer(side, "update", "nod=gpu3", "s=dra", "r=side by side") == (0, "", "")
+        assert side.run("sinfo", "-R", "-h", "-o", "%E|%N") == "side by side|gpu3\n"
+        pinned[side.name] = side.sbatch(cwd, "#!/bin/bash\n#SBATCH -w gpu3 --gpus=1\ntrue\n")
+    for side in sides:
+        side.wait_squeue(pinned[side.name], "%r", "ReqNodeNotAvail, UnavailableNodes:gpu3")
+        side.run("scancel", pinned[side.name])
+        assert _answer(side, "update", "nodename=gpu3", "state=resume")[0] == 0
+    # Every node of the partition drained: slurmctld's description of ReqNodeNotAvail.
+    anywhere = {}
+    for side, cwd in _both(sides, "all-drained"):
+        assert _answer(side, "update", "NodeName=gpu[1-4]", "State=DRAIN", "Reason=all")[0] == 0
+        anywhere[side.name] = side.sbatch(cwd, "#!/bin/bash\n#SBATCH --gpus=1\ntrue\n")
+    for side in sides:
+        side.wait_squeue(
+            anywhere[side.name],
+            "%r",
+            "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority "
+            "partitions",
+        )
+        side.run("scancel", anywhere[side.name])
+        assert _answer(side, "update", "NodeName=gpu[1-4]", "State=RESUME")[0] == 0
+    jobs: dict[str, dict[str, str]] = {}
+    for side, cwd in _both(sides, "down"):
+        script = "#!/bin/bash\n#SBATCH -w gpu3 --gpus=1\nsleep 120\n"
+        jobs[side.name] = {
+            "kept": side.sbatch(cwd, script, "--no-requeue", name="kept.sh"),
+            "requeued": side.sbatch(cwd, script, name="requeued.sh"),
+        }
+    for side in sides:
+        for job in jobs[side.name].values():
+            side.wait_squeue(job, "%T", "RUNNING")
+        assert _answer(side, "update", "NodeName=gpu3", "State=DOWN", "Reason=gone")[0] == 0
+    try:
+        for side in sides:
+            kept, requeued = jobs[side.name]["kept"], jobs[side.name]["requeued"]
+            assert side.wait_final([kept], 1)[0][1] == "NODE_FAIL", side.name
+            side.wait_squeue(requeued, "%T", "PENDING")
+            shown = side.run("scontrol", "show", "job", kept)
+            assert "JobState=NODE_FAIL Reason=NodeDown" in shown, (side.name, shown)
+    finally:
+        for side in sides:
+            side.run("scancel", jobs[side.name]["requeued"])
+            _answer(side, "update", "NodeName=gpu3", "State=RESUME")

@@ -207,6 +207,21 @@ def test_insert_jobs_adds_submitted_events(store: Store, new_job: MakeJob) -> No
         assert event.data == {}
 
 
+def test_recent_events_reads_back_only_the_window(store: Store, new_job: MakeJob) -> None:
+    (job_id,) = _insert(store, [new_job()])
+    with store.begin() as tx:
+        # More than one batch of old events, then a few recent ones of mixed kinds.
+        tx.add_events([(job_id, "Requeued", 10.0 + i, "", "", {}) for i in range(2500)])
+        tx.add_event(job_id, "Finished", 5000.0, "NODE_FAIL", data={"attempt": 3})
+        tx.add_event(job_id, "Started", 5001.0)
+        tx.add_event(job_id, "Requeued", 5002.0, "NodeFail")
+    recent = store.recent_events(("Requeued", "Finished"), 4000.0)
+    assert [(e.kind, e.time) for e in recent] == [("Finished", 5000.0), ("Requeued", 5002.0)]
+    assert recent[0].data == {"attempt": 3}
+    assert len(store.recent_events(("Requeued",), 0.0)) == 2501
+    assert store.recent_events(("Requeued",), 6000.0) == []
+
+
 def test_insert_10k_jobs_in_one_transaction(store: Store, new_job: MakeJob) -> None:
     # How fast is measured in bench/; here: the bulk path keeps ids and order.
     jobs = [new_job(i) for i in range(10_000)]

@@ -23,7 +23,7 @@ from phalanx.api.deps import Caller, Plane
 from phalanx.api.views import rfc3339
 from phalanx.auth import Principal
 from phalanx.errors import NotFound
-from phalanx.model import JobState
+from phalanx.model import HOSTNAME_LABEL, JobState
 from phalanx.model.resources import format_resources, parse_resources
 from phalanx.store import JobEventRow, JobRow
 
@@ -264,9 +264,30 @@ def _templates(kube: dict[str, Any]) -> dict[str, Any]:
     return {p.get("name") or "main": p.get("template") for p in spec.get("podSets") or []}
 
 
+def _topology_assignment(nodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Kueue v1beta2's ``topologyAssignment`` of a pod set: its pods per node, by the
+    nodes' hostnames (one slice)."""
+    counts = [int(n["count"]) for n in nodes]
+    pods: dict[str, Any] = (
+        {"universal": counts[0]} if len(set(counts)) == 1 else {"individual": counts}
+    )
+    return {
+        "levels": [HOSTNAME_LABEL],
+        "slices": [
+            {
+                "domainCount": len(nodes),
+                "valuesPerLevel": [{"individual": {"roots": [str(n["node"]) for n in nodes]}}],
+                "podCounts": pods,
+            }
+        ],
+    }
+
+
 def _admission(row: JobRow) -> dict[str, Any] | None:
     if row.assignment is None or JobState(row.state) is JobState.PENDING:
         return None
+    # Where a TAS workload's pods go: for a job placed in a flavor with a Topology.
+    topology = _topology_placed(row)
     admit = row.assignment.get("admit") or {}
     requests = {
         str(p.get("name") or "main"): parse_resources(p.get("requests") or {})
@@ -277,18 +298,23 @@ def _admission(row: JobRow) -> dict[str, Any] | None:
         name = str(pod_set.get("name"))
         count = int(pod_set.get("count", sum(n["count"] for n in pod_set.get("nodes") or [])))
         usage = {r: q * count for r, q in requests.get(name, {}).items()}
-        assignments.append(
-            {
-                "name": name,
-                "flavors": dict(pod_set.get("flavors") or {}),
-                "resourceUsage": format_resources(usage),
-                "count": count,
-            }
-        )
+        assignment: dict[str, Any] = {
+            "name": name,
+            "flavors": dict(pod_set.get("flavors") or {}),
+            "resourceUsage": format_resources(usage),
+            "count": count,
+        }
+        if topology:
+            assignment["topologyAssignment"] = _topology_assignment(pod_set.get("nodes") or [])
+        assignments.append(assignment)
     return {
         "clusterQueue": admit.get("cluster_queue") or row.cluster_queue,
         "podSetAssignments": assignments,
     }
+
+
+def _topology_placed(row: JobRow) -> bool:
+    return bool(row.assignment is not None and row.assignment.get("topology"))
 
 
 def workload(row: JobRow, events: Sequence[JobEventRow]) -> dict[str, Any]:

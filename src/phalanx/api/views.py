@@ -47,6 +47,8 @@ class PodSetView(BaseModel):
     count: int
     tasks_per_node: int | None = None
     requests: dict[str, Any] = Field(default_factory=dict)
+    node_names: list[str] = Field(default_factory=list)
+    """The nodes it must run on (Slurm's ``--nodelist``); empty: any."""
     flavors: dict[str, str] = Field(default_factory=dict)
     """Resource -> flavor, once admitted."""
     nodes: list[dict[str, Any]] = Field(default_factory=list)
@@ -157,6 +159,7 @@ def _pod_sets(row: JobRow) -> list[dict[str, Any]]:
                 "count": p.get("count", 1),
                 "tasks_per_node": p.get("tasksPerNode"),
                 "requests": p.get("requests", {}),
+                "node_names": list(p.get("nodeNames") or []),
                 "flavors": flavors,
                 "nodes": list(assigned.get("nodes") or []),
             }

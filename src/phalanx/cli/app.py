@@ -215,6 +215,14 @@ def presets() -> None:
     "tasks killed for a lost node) within WINDOW, e.g. 3/1h (default: off)",
 )
 @click.option(
+    "--epilog",
+    metavar="PROGRAM",
+    default=None,
+    help="run PROGRAM (with arguments) on every node of a job after each attempt, with "
+    "Slurm's epilog environment; a non-zero exit drains the node ('Epilog error') and "
+    "requeues a --requeue=expedite job expedited (default: slurm.conf's Epilog)",
+)
+@click.option(
     "--detach",
     "-d",
     is_flag=True,
@@ -245,6 +253,7 @@ def up(
     health_check: str | None,
     health_check_interval: float | None,
     drain_after_failures: str | None,
+    epilog: str | None,
     detach: bool,
 ) -> None:
     """Run the control plane, the API, the dashboard and the local runtime (in the
@@ -293,6 +302,7 @@ def up(
             health_check=health_check,
             health_check_interval_s=health_check_interval,
             drain_after_failures=drain_after_failures,
+            epilog=epilog,
         )
 
     from phalanx.statedir import default_state_dir

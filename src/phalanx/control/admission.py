@@ -16,7 +16,7 @@ from phalanx.control.kubejobs import image_events
 from phalanx.control.launch import Launcher
 from phalanx.control.metrics import Metrics
 from phalanx.control.state import LoopState
-from phalanx.engine import Admit, Deactivate, Decision, Evict, Pending
+from phalanx.engine import Admit, Deactivate, Decision, Evict, NodesReplaced, Pending
 from phalanx.model import GPU, GPU_MILLI, JobState
 from phalanx.runtime.spec import LaunchSpec, TaskSpec
 from phalanx.store import Tx
@@ -41,6 +41,11 @@ class Admission:
         for decision in decisions:
             if isinstance(decision, Admit):
                 spec = self._admit(tx, decision, now)
+                if spec is not None:
+                    effects.launches.append(spec)
+            elif isinstance(decision, NodesReplaced):
+                # Hot swap: restarted at once on its healthy nodes and the replacements.
+                spec = self._admit(tx, decision.admit, now, dict(decision.replaced))
                 if spec is not None:
                     effects.launches.append(spec)
             elif isinstance(decision, Pending):
@@ -106,7 +111,11 @@ class Admission:
         self.metrics.finished_total.labels(state=JobState.FAILED.value).inc()
         self.state.dirty = True
 
-    def _admit(self, tx: Tx, decision: Admit, now: float) -> LaunchSpec | None:
+    def _admit(
+        self, tx: Tx, decision: Admit, now: float, replaced: dict[str, str] | None = None
+    ) -> LaunchSpec | None:
+        """Record an admission (or, with ``replaced``, the new placement of a job whose
+        failed nodes were replaced) and build its launch."""
         row = tx.get_job(decision.job_id)
         if row is None:  # pragma: no cover - the engine only knows stored jobs
             return None
@@ -156,6 +165,8 @@ class Admission:
             ],
             "attempt": attempt,
         }
+        if self._in_topology(decision):
+            assignment["topology"] = True
         tx.update_job(
             decision.job_id,
             state=JobState.ADMITTED.value,
@@ -167,27 +178,35 @@ class Admission:
             reason="",
             message="",
         )
-        tx.add_event(
-            decision.job_id,
-            "Admitted",
-            now,
-            data={
-                "cluster_queue": decision.cluster_queue,
-                "flavor": decision.flavor,
-                "nodes": decision.nodes,
-                "borrowing": decision.borrowing,
-                "attempt": attempt,
-            },
-        )
-        self.metrics.admitted_total.labels(cluster_queue=decision.cluster_queue).inc()
-        self.metrics.admission_wait.labels(cluster_queue=decision.cluster_queue).observe(
-            max(0.0, now - row.submit_time)
-        )
+        data: dict[str, Any] = {
+            "cluster_queue": decision.cluster_queue,
+            "flavor": decision.flavor,
+            "nodes": decision.nodes,
+            "borrowing": decision.borrowing,
+            "attempt": attempt,
+        }
+        if replaced:
+            data["replaced"] = replaced
+        tx.add_event(decision.job_id, "Admitted", now, data=data)
+        if not replaced:
+            self.metrics.admitted_total.labels(cluster_queue=decision.cluster_queue).inc()
+            self.metrics.admission_wait.labels(cluster_queue=decision.cluster_queue).observe(
+                max(0.0, now - row.submit_time)
+            )
         self.state.attempts.active[decision.job_id] = attempt
         if submission.run.kube is not None:
             for message in image_events(submission.run.kube):
                 tx.add_event(decision.job_id, "ImageNotPulled", now, message=message)
         return self.launcher.launch_spec(row, submission, tasks, attempt, self.state.registry)
+
+    def _in_topology(self, decision: Admit) -> bool:
+        """Whether a pod set of the admission is in a flavor with a Topology."""
+        for pod_set in decision.pod_sets:
+            for _, name in pod_set.flavors:
+                flavor = self.state.registry.get("ResourceFlavor", name)
+                if flavor is not None and getattr(flavor, "topology_name", None):
+                    return True
+        return False
 
 
 def _gpus_per_task(requests: dict[str, int]) -> int:

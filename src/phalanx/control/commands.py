@@ -183,7 +183,8 @@ class CommandApplier:
         self, tx: Tx, cmd: NodeStateCmd, now: float, effects: Effects
     ) -> list[tuple[str, str, str]]:
         """Apply the nodes with their new state and reason, stamped with who and when;
-        a node taken DOWN has its jobs requeued (as Slurm does)."""
+        a node taken DOWN has its jobs requeued (as Slurm does), but for those submitted
+        with ``--no-requeue``, which end NODE_FAIL."""
 
         nodes: list[Node] = []
         for name in cmd.names:
@@ -216,9 +217,12 @@ class CommandApplier:
                     if job_id in self.state.attempts.evicting:
                         continue
                     self.state.attempts.evicting[job_id] = "NodeDown"
+                    row = tx.get_job(job_id)
+                    no_requeue = row is not None and bool(row.parsed_submission.no_requeue)
                     tx.add_event(
                         job_id,
-                        "RequeueRequested",
+                        # --no-requeue: it ends NODE_FAIL (see RuntimeEvents).
+                        "Evicting" if no_requeue else "RequeueRequested",
                         now,
                         reason="NodeDown",
                         data={"by": cmd.principal.user, "node": new.name},
@@ -328,6 +332,8 @@ class CommandApplier:
                 self.state.gate.add(waiting)
             if waiting is not None:
                 waiting.hold = cmd.hold
+                if cmd.hold:
+                    waiting.expedite = None  # as a hold withdraws it from the engine
                 waiting.held_by_admin = cmd.principal.admin and cmd.hold
             tx.update_job(row.id, hold=cmd.hold)
             data: dict[str, Any] = {"by": cmd.principal.user}

@@ -5,12 +5,13 @@ objects (:func:`phalanx.dialects.slurm.read_slurm_conf`) and its scheduling keys
 engine settings (:func:`phalanx.dialects.slurm.scheduling.read_scheduling`);
 anything else is Kubernetes/Kueue manifests (a file or a directory). A slurm.conf's
 ``HealthCheckProgram`` and ``HealthCheckInterval`` set the node health check
-(:func:`read_health_check`, :mod:`phalanx.control.health`).
+(:func:`read_health_check`, :mod:`phalanx.control.health`), and ``Epilog`` the
+node epilog (:mod:`phalanx.control.epilog`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,9 @@ def read_configs(paths: Sequence[Path | str]) -> tuple[list[Any], dict[str, obje
     return manifests, settings
 
 
+_KEPT_KEYS = ("state", "reason", "reasonUser", "reasonTime", "healthCheckReason")
+
+
 def keep_drains(manifests: Sequence[Any], stored: Any) -> list[Any]:
     """The configuration applied at start, with each node an operator drained or took
     down (``scontrol update``) kept so, as slurmctld keeps its nodes' states across a
@@ -49,34 +53,41 @@ def keep_drains(manifests: Sequence[Any], stored: Any) -> list[Any]:
     ``stored(name)`` is the stored Node's fields, or None."""
     from dataclasses import replace
 
-    from phalanx.model import AdminState, Node
+    from phalanx.model import Node
 
     out = []
     for manifest in manifests:
         obj = getattr(manifest, "obj", None)
-        if isinstance(obj, Node) and obj.state is AdminState.UP:
-            spec = stored(obj.name)
-            if spec is not None and spec.get("state", "up") != AdminState.UP.value:
-                keep = {
-                    key: spec[key]
-                    for key in (
-                        "state",
-                        "reason",
-                        "reasonUser",
-                        "reasonTime",
-                        "healthCheckReason",
-                    )
-                    if key in spec
-                }
-                kept = Node.model_validate({**obj.to_dict(), **keep})
+        if isinstance(obj, Node):
+            kept = keep_node_state(obj, stored(obj.name))
+            if kept is not obj:
                 manifest = replace(manifest, obj=kept)
         out.append(manifest)
     return out
 
 
+def keep_node_state(
+    node: Any, spec: dict[str, Any] | None, released: Callable[[dict[str, Any]], bool] | None = None
+) -> Any:
+    """``node`` (a :class:`~phalanx.model.Node` that says it is up), with the state,
+    reason, user and time of its stored fields ``spec`` when those drain or down it,
+    unless ``released(spec)`` says that state was the sender's own (a Ray node that died
+    and is back); any other ``node`` unchanged."""
+    from phalanx.model import AdminState, Node
+
+    if node.state is not AdminState.UP or spec is None:
+        return node
+    if spec.get("state", "up") == AdminState.UP.value:
+        return node
+    if released is not None and released(spec):
+        return node
+    keep = {key: spec[key] for key in _KEPT_KEYS if key in spec}
+    return Node.model_validate({**node.to_dict(), **keep})
+
+
 def read_health_check(paths: Sequence[Path | str]) -> dict[str, object]:
-    """The health check the slurm.conf files set: ``program`` and ``interval_s`` (a
-    later file's keys win)."""
+    """The node programs the slurm.conf files set: the health check's ``program`` and
+    ``interval_s``, and the ``epilog`` (a later file's keys win)."""
     from phalanx.dialects.slurm.scheduling import is_slurm_conf
     from phalanx.dialects.slurm.scheduling import read_health_check as read_conf
 

@@ -34,6 +34,9 @@ class GatedJob:
     kill_on_invalid_dependency: bool = False
     reason: str = ""
     message: str = ""
+    expedite: tuple[tuple[str, ...], float] | None = None
+    """Requeued expedited before a restart, not admitted since: ``(nodes held, requeue
+    time)``, for the engine's :class:`~phalanx.engine.Expedite` once it is eligible."""
 
 
 class Gate:

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from phalanx.errors import Invalid, PhalanxError
 from phalanx.model import AdminState, JobState, Node
 from phalanx.runtime.spec import Exited
+from phalanx.store.records import JobEventRow
 
 __all__ = [
     "DEFAULT_INTERVAL_S",
@@ -107,13 +108,17 @@ def check_result(returncode: int | None, output: bytes, timeout_s: float) -> Che
 
 
 def run_program(
-    program: Sequence[str], node: Node, timeout_s: float = DEFAULT_TIMEOUT_S
+    program: Sequence[str],
+    node: Node,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    env: dict[str, str] | None = None,
 ) -> CheckResult:
-    """Run the health program for ``node`` on this machine (a timeout is a failure)."""
+    """Run the health program for ``node`` on this machine (a timeout is a failure);
+    ``env``: what to set instead of :func:`node_environment` (a node epilog's)."""
     try:
         done = subprocess.run(
             list(program),
-            env=health_environment(node),
+            env=health_environment(node) if env is None else {**os.environ, **env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -346,6 +351,37 @@ class NodeFailures:
         del self._failures[node]
         failures = "failure" if len(window) == 1 else "failures"
         return f"{len(window)} job {failures} in {self.policy.window}: {jobs}"
+
+    def recover(self, events: Iterable[JobEventRow], now: float) -> int:
+        """Count again, after a restart, the failures of the last window from the jobs'
+        history (the ``Requeued`` and ``Finished`` events of attempts that a node-side
+        failure ended keep where: ``failed_on``, and the lost nodes: ``exit_lost``).
+        Replayed in time order as they were counted, so a count that reached the limit
+        starts again where it did; the drains those reached were applied when they
+        happened and are not applied again. The number of failures counted."""
+        counted = 0
+        since = now - self.policy.window_s
+        for row in sorted(events, key=lambda e: (float(e.data.get("end_time") or e.time), e.id)):
+            data = row.data
+            nodes = data.get("failed_on")
+            when = float(data.get("end_time") or row.time)
+            if not nodes or when <= since or when > now:
+                continue
+            event = Exited(
+                job_id=row.job_id,
+                attempt=int(data.get("attempt") or 1),
+                state=str(data.get("exit_state") or ""),
+                exit_code=data.get("exit_code"),
+                signal=data.get("signal"),
+                start_time=data.get("start_time"),
+                end_time=when,
+                message=str(data.get("exit_message") or ""),
+                lost_nodes=tuple(str(n) for n in data.get("exit_lost") or ()),
+            )
+            if node_side_failure(event):
+                self.record_exit(event, [str(n) for n in nodes])
+                counted += 1
+        return counted
 
     def record_exit(self, event: Exited, nodes: Iterable[str]) -> list[tuple[str, str]]:
         """The drains an ended attempt brings: ``[(node, reason)]``."""

@@ -65,6 +65,7 @@ _HISTORY = frozenset(
         "Started",
         "Checkpointed",
         "Evicting",
+        "NodeReplaced",
         "Preempted",
         "Requeued",
         "RequeueRequested",

@@ -52,6 +52,7 @@ from phalanx.control.commands import (
     SubmitCmd,
     UpdateCmd,
 )
+from phalanx.control.epilog import EpilogDone
 from phalanx.control.gate_release import release_gate
 from phalanx.control.kubejobs import split_kube
 from phalanx.control.kueueconfig import is_configuration
@@ -122,7 +123,7 @@ class ControlPlane:
         """Held while the loop changes the engine; status readers take it too."""
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._replay: list[Started | Exited | Checkpointed] = []
+        self._replay: list[Started | Exited | Checkpointed | EpilogDone] = []
         """The runtime's events of the last iteration, until it commits."""
         self.state = LoopState(self.base_config)
         """The loop's memory, shared by the parts below; rebuilt from the store on start."""
@@ -561,7 +562,14 @@ class ControlPlane:
         """One iteration; each numbered step is one part's work, all in one transaction."""
         # 1. Take the runtime's events. Events taken by an iteration that did not commit
         #    are handled again (after the rebuild); the runtime reports each one once.
-        events = [*self._replay, *self.runtime.poll()]
+        #    With them, the attempts whose node epilogs returned.
+        events: list[Started | Exited | Checkpointed | EpilogDone] = [
+            *self._replay,
+            *self.runtime.poll(),
+        ]
+        epilogs = self.runtime_events.epilogs
+        if epilogs is not None:
+            events.extend(epilogs.poll())
         self._replay = events
         now = self.clock()
         # A waitForPodsReady deadline, a requeue backoff's end, or Kueue's next head.

@@ -5,7 +5,9 @@ Configuration objects go back into the engine and the registry first (in
 order: a pending one waits at the gate again; an admitted or running one is
 adopted with the admission the store recorded and re-attached to its
 supervisor, launched if it never was, or marked ``NODE_FAIL`` if its supervisor
-is gone. Evictions under way before the restart carry on.
+is gone. Evictions under way before the restart carry on, and a job requeued
+expedited (``--requeue=expedite``) and not admitted since is expedited again,
+holding its healthy nodes until the bound counted from its requeue.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class Recovery:
                 self.state.put_object(kind, object_key(obj)[1], obj)
         launches: list[LaunchSpec] = []
         lost: list[JobRow] = []
+        expedited: list[int] = []
         now = self.clock()
         self.charging.load(now)
         for row in self.store.unfinished_jobs():
@@ -90,6 +93,8 @@ class Recovery:
                 waiting.hold = row.hold
                 waiting.held_by_admin = row.hold and held_by_admin(self.store.job_events(row.id))
                 self.state.gate.add(waiting)
+                if submission.requeue_expedite and row.attempt > 0:
+                    expedited.append(row.id)
                 continue
             self.state.gate.entered_engine(row.id, row.array_job_id)
             admission = decision_from_dict(row.assignment["admit"])
@@ -130,6 +135,7 @@ class Recovery:
                 )
             else:
                 lost.append(row)
+        self._resume_expedited(expedited)
         self._resume_evictions(list(self.state.attempts.active))
         if lost:
             with self.store.begin() as tx:
@@ -151,6 +157,15 @@ class Recovery:
                 self.charging.charge(tx, now)
         self.state.dirty = True
         return launches
+
+    def _resume_expedited(self, job_ids: list[int]) -> None:
+        """Jobs requeued expedited before the restart and not admitted since: expedited
+        again as they enter the engine, their hold bounded from the requeue."""
+        for job_id, events in self.store.events_of(job_ids).items():
+            held = expedited_requeue(events)
+            waiting = self.state.gate.jobs.get(job_id)
+            if held is not None and waiting is not None:
+                waiting.expedite = held
 
     def _resume_evictions(self, job_ids: list[int]) -> None:
         """Evictions under way before a restart (an ``Evicting`` event after the last
@@ -176,6 +191,22 @@ class Recovery:
                     str(last.data.get("mode", "REQUEUE")),
                     float(last.data.get("grace_period_s", 0.0)),
                 )
+
+
+def expedited_requeue(events: Sequence[JobEventRow]) -> tuple[tuple[str, ...], float] | None:
+    """``(nodes held, time)`` of the job's last requeue if it was expedited and the job
+    was neither admitted nor held since (a hold withdraws it from the engine, and with
+    it the expedite), else None."""
+    last: JobEventRow | None = None
+    for event in events:
+        if event.kind == "Requeued":
+            last = event if isinstance(event.data.get("expedite"), dict) else None
+        elif event.kind in ("Admitted", "Held"):
+            last = None
+    if last is None:
+        return None
+    held = last.data["expedite"].get("held") or []
+    return tuple(str(n) for n in held), last.time
 
 
 def held_by_admin(events: Sequence[JobEventRow]) -> bool:

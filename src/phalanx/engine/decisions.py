@@ -13,6 +13,7 @@ __all__ = [
     "Decision",
     "Evict",
     "NodeAssignment",
+    "NodesReplaced",
     "Pending",
     "PodSetAssignment",
     "decision_from_dict",
@@ -205,7 +206,27 @@ class Deactivate:
         }
 
 
-Decision = Admit | Pending | Evict | Deactivate
+@dataclass(frozen=True, slots=True)
+class NodesReplaced:
+    """Failed nodes of an admitted job replaced by healthy ones in their topology domains
+    (:mod:`phalanx.engine.hotswap`): the job keeps its admission; ``admit`` is its new
+    placement, where it restarts."""
+
+    job_id: int
+    replaced: tuple[tuple[str, str], ...]
+    """``(failed node, replacement)``."""
+    admit: Admit
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "type": "NodesReplaced",
+            "job_id": self.job_id,
+            "replaced": [list(r) for r in self.replaced],
+            "admit": self.admit.to_dict(),
+        }
+
+
+Decision = Admit | Pending | Evict | Deactivate | NodesReplaced
 
 
 def decision_from_dict(data: dict[str, Any]) -> Decision:
@@ -249,4 +270,10 @@ def decision_from_dict(data: dict[str, Any]) -> Decision:
         )
     if kind == "Deactivate":
         return Deactivate(int(data["job_id"]), str(data["reason"]), str(data.get("message", "")))
+    if kind == "NodesReplaced":
+        admit = decision_from_dict(data["admit"])
+        assert isinstance(admit, Admit)
+        return NodesReplaced(
+            int(data["job_id"]), tuple((str(a), str(b)) for a, b in data["replaced"]), admit
+        )
     raise ValueError(f"unknown decision type {kind!r}")

@@ -58,14 +58,16 @@ from phalanx.engine.events import (
     Checkpoint,
     Delete,
     Event,
+    Expedite,
     Finish,
     PodsReady,
+    ReplaceNodes,
     Requeue,
     Submit,
     TenantUsage,
     Upsert,
 )
-from phalanx.engine.expedite import Expedite
+from phalanx.engine.expedite import ExpeditedJobs
 from phalanx.engine.explain.reasons import Reason, ReasonCode
 from phalanx.engine.explain.waiting import (
     reason_for_failure,
@@ -74,6 +76,7 @@ from phalanx.engine.explain.waiting import (
     wake_conditions,
 )
 from phalanx.engine.fairsharing.fairsharing import FairSharing
+from phalanx.engine.hotswap import HotSwap, SwapPlan
 from phalanx.engine.lifecycle import JobLifecycle
 from phalanx.engine.objects import Objects
 from phalanx.engine.placement import WorkloadProfile, plan_devices, unit_amounts
@@ -188,7 +191,8 @@ class Engine:
         self.ends = RunningEnds(self)
         self.reserved = Reservations(self)
         self.backfill = Backfill(self)
-        self.expedite = Expedite(self)
+        self.expedite = ExpeditedJobs(self)
+        self.hot_swap = HotSwap(self)
 
     # ------------------------------------------------------------------ events
 
@@ -212,6 +216,10 @@ class Engine:
                 self.expedite.requeue(event.job_id, event.nodes)
             else:
                 self.lifecycle.requeue(event.job_id)
+        elif isinstance(event, ReplaceNodes):
+            self.hot_swap.replace(event.job_id, event.replaced)
+        elif isinstance(event, Expedite):
+            self.expedite.restore(event.job_id, event.nodes, event.since)
         elif isinstance(event, PodsReady):
             self.pods_ready.unready.pop(event.job_id, None)
         elif isinstance(event, Checkpoint):
@@ -667,6 +675,12 @@ class Engine:
             f"waiting for higher-priority jobs in ClusterQueue {cq_queue.name}",
             {"clusterQueue": cq_queue.name},
         )
+
+    def node_replacement(self, job_id: int, failed: tuple[str, ...]) -> SwapPlan | None:
+        """How an admitted job's ``failed`` nodes would be replaced in their topology
+        domains (:meth:`HotSwap.plan <phalanx.engine.hotswap.HotSwap.plan>`); None when
+        the job is not topology-placed there."""
+        return self.hot_swap.plan(job_id, failed)
 
     def node_state(self, name: str) -> NodeState | None:
         slot = self.cache.nodes.get(name)

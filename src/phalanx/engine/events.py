@@ -31,9 +31,11 @@ __all__ = [
     "Checkpoint",
     "Delete",
     "Event",
+    "Expedite",
     "Finish",
     "ObjectKind",
     "PodsReady",
+    "ReplaceNodes",
     "Requeue",
     "Submit",
     "TenantUsage",
@@ -105,6 +107,31 @@ class Requeue:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplaceNodes:
+    """Failed nodes of an admitted, topology-placed job are replaced as ``replaced``
+    (``(failed, replacement)`` pairs, a plan of :meth:`Engine.node_replacement
+    <phalanx.engine.engine.Engine.node_replacement>`); the job keeps its admission and
+    restarts on its new nodes (:mod:`phalanx.engine.hotswap`)."""
+
+    job_id: int
+    replaced: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Expedite:
+    """A pending job is expedited again: the state an expedited :class:`Requeue` gave it,
+    for an engine rebuilt after it (recovery after a restart).
+
+    First in the order, and ``nodes`` (its previous nodes that are still up) held for
+    it until ``since`` (the requeue's time, the caller's clock) plus the hold's bound.
+    Ignored for a job that is not pending."""
+
+    job_id: int
+    nodes: tuple[str, ...]
+    since: float
+
+
+@dataclass(frozen=True, slots=True)
 class PodsReady:
     """Every pod of an admitted job is running (Kueue's ``PodsReady=True``), at ``time``."""
 
@@ -157,8 +184,10 @@ Event = (
     | Cancel
     | Finish
     | Requeue
+    | Expedite
     | TenantUsage
     | Adopt
     | PodsReady
     | Checkpoint
+    | ReplaceNodes
 )

@@ -15,12 +15,19 @@ A job requeued with ``Requeue(expedite=True, nodes=...)`` (its node failed) is:
 * **placed there first**: when it is nominated its held nodes are opened for
   its own attempt only, and the assigner moves its units onto them
   (:meth:`~phalanx.engine.placement.assigner.FlavorAssigner.assign` with
-  ``prefer``); replacements come from the rest of the cluster.
+  ``prefer``); replacements come from the rest of the cluster. In a flavor with
+  a Topology, the domain holding them wins among those of the level the request
+  picks, and the descent takes them first
+  (:func:`~phalanx.engine.placement.topology.place_in_topology`).
 
 A hold ends when the job is admitted, cancelled or finishes, or
 :data:`EXPEDITE_HOLD_S` seconds after the first cycle that saw it (its ``until``
 is set then; :meth:`Engine.next_wakeup` reports it). From then on the job keeps
 its place first in the order but the nodes are free for anyone.
+
+An engine rebuilt after the requeue (a restarted control plane) gets the same
+state back with the :class:`~phalanx.engine.events.Expedite` event, applied to
+the job once it is pending again: its hold is bounded from the requeue's time.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from phalanx.engine.state import JobRecord
 if TYPE_CHECKING:
     from phalanx.engine.engine import Engine
 
-__all__ = ["EXPEDITE_HOLD_S", "Expedite", "ExpediteHold", "expedited_key"]
+__all__ = ["EXPEDITE_HOLD_S", "ExpediteHold", "ExpeditedJobs", "expedited_key"]
 
 EXPEDITE_HOLD_S = 300.0
 """How long an expedited job's healthy nodes stay held for it, at most."""
@@ -64,7 +71,7 @@ class ExpediteHold:
     """Whether its nodes are held now (False while opened for its own attempt)."""
 
 
-class Expedite:
+class ExpeditedJobs:
     """The expedited jobs waiting to restart, and the nodes held for them."""
 
     def __init__(self, engine: Engine) -> None:
@@ -115,6 +122,26 @@ class Expedite:
             del self.jobs[job_id]
             return
         self._hold(job_id, hold)
+
+    def restore(self, job_id: int, nodes: tuple[str, ...], since: float) -> None:
+        """A pending job expedited by a requeue at ``since`` that this engine did not see:
+        first in the order, ``nodes`` held for it until ``since`` plus the bound."""
+        engine = self._engine
+        rec = engine.jobs.get(job_id)
+        if rec is None or rec.admission is not None:
+            return
+        self.forget(job_id)
+        self.jobs[job_id] = hold = ExpediteHold(
+            tuple(dict.fromkeys(nodes)), until=since + EXPEDITE_HOLD_S
+        )
+        engine.priorities.reprioritize([rec])
+        if engine.lifecycle.backoff.pop(job_id, None) is not None:
+            # No backoff for an expedited requeue.
+            rec.requeue_at = None
+            rec.waiting = None
+            engine.lifecycle.enqueue(rec)
+        if hold.nodes:
+            self._hold(job_id, hold)
 
     def forget(self, job_id: int) -> None:
         """It was admitted, cancelled or finished: its nodes are free again."""

@@ -34,6 +34,7 @@ from phalanx.engine.queueing.shapes import PodSetShape
 from phalanx.engine.state import Admission, Allocation, JobRecord
 from phalanx.model import (
     GPU_MILLI,
+    ClusterQueue,
     Job,
     QueueingStrategy,
 )
@@ -184,7 +185,19 @@ class JobLifecycle:
             cq_name, info.model.queueing_strategy is QueueingStrategy.STRICT_FIFO
         )
         cq_queue.stopped = self._engine.cache.stop_reason(info)
-        self._engine.queues.push(rec, cq_queue)
+        before = self._engine.queues.push(rec, cq_queue)
+        sq = rec.queue
+        if (
+            sq is not None
+            and sq.parked
+            and before is not None
+            and rec.priority > before.priority
+            and sq.peek() is rec
+            and _may_preempt(info.model)
+        ):
+            # The parked head could not preempt; this one of a higher priority has not
+            # been tried and may (Kueue tries every new workload).
+            self._engine.queues.wake([sq])
         if cq_queue.stopped is not None:
             self._engine.emit_reason(rec, cq_queue.stopped, self._engine.outbox)
 
@@ -358,3 +371,9 @@ class JobLifecycle:
                 cq_queue = self._engine.queues.queues.get(name)
                 if cq_queue is not None and cq_queue.parked and holds[0][0].root_key == root:
                     self._engine.queues.wake([cq_queue])
+
+
+def _may_preempt(cq: ClusterQueue) -> bool:
+    """Whether a job of ``cq`` may preempt others at all (by its priority)."""
+    policy = cq.preemption
+    return policy.within_cluster_queue != "Never" or policy.reclaim_within_cohort != "Never"

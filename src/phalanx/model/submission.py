@@ -221,6 +221,10 @@ class JobSubmission(PhalanxModel):
     other pending job, and restarts on its healthy nodes (held for it) plus
     replacements for the lost ones. Implies ``requeue``. (None, not False, when unset:
     stored submissions keep their form.)"""
+    no_requeue: bool | None = None
+    """True for Slurm's ``--no-requeue``: never requeued, not even when an administrator
+    takes its node DOWN (it ends ``NODE_FAIL``, where a job without either flag is
+    requeued, as Slurm's ``JobRequeue=1`` does). None when unset."""
     nice: int = Field(default=0, ge=-(2**31) + 1, le=2**31 - 1)
     comment: str = Field(default="", max_length=4096)
     mail: dict[str, str] = Field(default_factory=dict)

@@ -964,6 +964,31 @@ class Store:
                     out.setdefault(event.job_id, []).append(event)
         return out
 
+    def recent_events(self, kinds: Sequence[str], since: float) -> list[JobEventRow]:
+        """The events of ``kinds`` at ``since`` or later, oldest first. Read back from the
+        newest, a batch at a time, until a batch holds no event that recent (an event's
+        time follows its id closely: it is written when it happens)."""
+        wanted = set(kinds)
+        out: list[JobEventRow] = []
+        cursor: int | None = None
+        with self._read() as conn:
+            while True:
+                stmt = _SELECT_EVENTS
+                if cursor is not None:
+                    stmt = stmt.where(job_events.c.id < cursor)
+                batch = [
+                    _event(r)
+                    for r in conn.execute(stmt.order_by(job_events.c.id.desc()).limit(1000))
+                ]
+                if not batch:
+                    break
+                out.extend(e for e in batch if e.kind in wanted and e.time >= since)
+                if max(e.time for e in batch) < since:
+                    break
+                cursor = batch[-1].id
+        out.sort(key=lambda e: (e.time, e.id))
+        return out
+
     # -- configuration objects ----------------------------------------------------
 
     def objects(self, kind: str | None = None) -> list[ObjectRow]:

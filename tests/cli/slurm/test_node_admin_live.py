@@ -40,7 +40,12 @@ class Live:
         if token is not None:
             env["PHALANX_URL"], env["PHALANX_TOKEN"] = self.url, token
         done = subprocess.run(
-            [*PHALANX, *args], capture_output=True, text=True, timeout=60, env=env, cwd="/tmp"
+            [*PHALANX, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd=self.state.parent,
         )
         assert "Traceback" not in done.stderr, done.stderr
         return done.returncode, done.stdout, done.stderr
@@ -154,6 +159,14 @@ def test_drain_shows_in_sinfo_keeps_new_jobs_off_and_resume_brings_the_node_back
     second = live.sbatch("--gpus=8", "--wrap", "sleep 30")
     time.sleep(1.5)
     assert live.job_state(second)["state"] == "PENDING"
+    # As slurmctld describes it (squeue %R; scontrol with underscores).
+    out = live.ok("squeue", "-h", "-j", str(second), "-o", "%R")
+    assert out == (
+        "(Nodes required for job are DOWN, DRAINED or reserved for jobs in higher "
+        "priority partitions)\n"
+    ), out
+    shown = live.ok("scontrol", "show", "job", str(second))
+    assert "Reason=Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in" in shown
 
     # RESUME returns a node to service: the waiting job starts there.
     code, out, err = live.run("scontrol", "update", "NodeName=gpu-h100-1", "State=RESUME")
@@ -185,6 +198,83 @@ def test_down_requeues_the_jobs_of_the_node(resumed: Live) -> None:
     # Back in service, the job runs again.
     live.ok("scontrol", "update", "NodeName=gpu-l40s-1", "State=RESUME")
     assert live.wait(job_id, "RUNNING")["nodes"] == ["gpu-l40s-1"]
+
+
+def test_down_ends_a_no_requeue_job_node_fail(resumed: Live) -> None:
+    """Slurm requeues only the jobs that may be requeued: one submitted with
+    ``--no-requeue`` ends NODE_FAIL (Reason=NodeDown) when its node is taken DOWN; its
+    neighbour without the flag is requeued."""
+    live = resumed
+    kept = live.sbatch("-w", "gpu-l40s-1", "--gpus=1", "--no-requeue", "--wrap", "sleep 60")
+    other = live.sbatch("-w", "gpu-l40s-1", "--gpus=1", "--wrap", "sleep 60")
+    assert live.wait(kept, "RUNNING")["nodes"] == ["gpu-l40s-1"]
+    assert live.wait(other, "RUNNING")["nodes"] == ["gpu-l40s-1"]
+    live.ok("scontrol", "update", "NodeName=gpu-l40s-1", "State=DOWN", "Reason=dead gpu")
+    job = live.wait(kept, "NODE_FAIL")
+    assert job["state"] == "NODE_FAIL", job
+    assert live.wait(other, "PENDING")["state"] == "PENDING"
+    shown = live.ok("scontrol", "show", "job", str(kept))
+    assert "JobState=NODE_FAIL Reason=NodeDown" in shown, shown
+    # Back in service: only the requeued one runs again.
+    live.ok("scontrol", "update", "NodeName=gpu-l40s-1", "State=RESUME")
+    assert live.wait(other, "RUNNING")["state"] == "RUNNING"
+    assert live.job_state(kept)["state"] == "NODE_FAIL"
+
+
+def test_a_job_that_names_a_drained_node_waits_with_req_node_not_avail(resumed: Live) -> None:
+    """As slurmctld: a pending job whose ``--nodelist`` names a drained or down node is
+    ``ReqNodeNotAvail, UnavailableNodes:...`` (squeue %R, and scontrol with underscores);
+    one that names none is not."""
+    live = resumed
+    live.ok("scontrol", "update", "NodeName=gpu-h100-[0-1]", "State=DRAIN", "Reason=fan")
+    pinned = live.sbatch("-w", "gpu-h100-[1-2]", "-N", "2", "--gpus-per-node=1", "--wrap", "true")
+    free = live.sbatch("-w", "gpu-h100-3", "--gpus=1", "--hold", "--wrap", "true")
+    time.sleep(1.0)
+    assert live.job_state(pinned)["state"] == "PENDING"
+    out = live.ok("squeue", "-h", "-o", "%i %R")
+    assert f"{pinned} (ReqNodeNotAvail, UnavailableNodes:gpu-h100-1)\n" in out, out
+    assert f"{free} (JobHeldUser)\n" in out, out
+    shown = live.ok("scontrol", "show", "job", str(pinned))
+    assert "Reason=ReqNodeNotAvail,_UnavailableNodes:gpu-h100-1 " in shown, shown
+    # Back in service: it runs.
+    live.ok("scontrol", "update", "NodeName=gpu-h100-1", "State=RESUME")
+    assert live.wait(pinned, "COMPLETED")["state"] == "COMPLETED"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["nodename=gpu-h100-0", "state=drain", "reason=fan"],
+        ["NODENAME=gpu-h100-0", "STATE=DRAIN", "REASON=fan"],
+        ["nod=gpu-h100-0", "s=dra", "r=fan"],
+        ["Node=gpu-h100-0", "St=Drain", "Rea=fan"],
+    ],
+    ids=["lower", "upper", "shortest", "mixed"],
+)
+def test_keys_and_states_in_any_case_and_abbreviated(resumed: Live, args: list[str]) -> None:
+    """As Slurm 22.05 parses them: NodeName from 3 letters, State and Reason from 1, a
+    state from 3 (``State=dra``), all in any case."""
+    live = resumed
+    code, out, err = live.run("scontrol", "update", *args)
+    assert (code, out, err) == (0, "", "")
+    lines = live.ok("sinfo", "-R", "-h").splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fan ") and lines[0].endswith(" gpu-h100-0")
+    live.ok("scontrol", "update", "nodename=gpu-h100-0", "state=res")
+    assert live.ok("sinfo", "-R", "-h") == ""
+
+
+def test_the_reason_user_is_the_requesting_user(resumed: Live) -> None:
+    live = resumed
+    with live.client() as admin:
+        ops = admin.create_token("ops", [], admin=True, name="ops-nodes")["token"]
+    code, _, err = live.run(
+        "scontrol", "update", "NodeName=gpu-h100-2", "State=DRAIN", "Reason=psu", token=ops
+    )
+    assert code == 0, err
+    lines = live.ok("sinfo", "-R").splitlines()
+    assert re.fullmatch(rf"psu {{18}}ops {{7}}{STAMP} gpu-h100-2", lines[1]), lines
+    node = live.ok("scontrol", "show", "node", "gpu-h100-2")
+    assert re.search(rf"^   Reason=psu \[ops@{STAMP}\]$", node, re.M), node
 
 
 @pytest.mark.parametrize(
@@ -228,6 +318,20 @@ def test_down_requeues_the_jobs_of_the_node(resumed: Live) -> None:
             'Input line must include "NodeName", "PartitionName", "Reservation", "JobId", '
             'or "SlurmctldDebug"\n',
             id="no-entity",
+        ),
+        pytest.param(
+            ["no=gpu-h100-0", "State=DRAIN", "Reason=x"],
+            "No valid entity in update command\n"
+            'Input line must include "NodeName", "PartitionName", "Reservation", "JobId", '
+            'or "SlurmctldDebug"\n',
+            id="node-name-too-short",
+        ),
+        pytest.param(
+            ["NodeName=gpu-h100-0", "State=dr", "Reason=x"],
+            "Invalid input: State=dr\nRequest aborted\n"
+            "Valid states are: NoResp DRAIN FAIL FUTURE RESUME POWER_DOWN POWER_UP UNDRAIN\n"
+            "Not all states are valid given a node's prior state\n",
+            id="state-too-short",
         ),
         pytest.param(
             ["NodeName=gpu-h100-0", "State=RESUME"],

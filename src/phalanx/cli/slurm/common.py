@@ -34,6 +34,7 @@ __all__ = [
     "expand_ranges",
     "fit",
     "job_display_id",
+    "mark_unavailable_nodes",
     "parse_job_ref",
     "reason_of",
     "secs2time",
@@ -127,6 +128,56 @@ def reason_of(job: dict[str, Any]) -> str:
         return "JobHeldUser"
     raw = str(job.get("reason") or "")
     return raw if raw and " " not in raw else "None"
+
+
+_NODE_REASONS = frozenset({"Resources", "Priority", "None"})
+"""The reasons Slurm's ReqNodeNotAvail replaces: where it would have looked at nodes."""
+
+NODES_NOT_AVAILABLE = (
+    "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
+)
+"""slurmctld's description of ReqNodeNotAvail for a job that names no nodes."""
+
+
+def mark_unavailable_nodes(client: Any, jobs: list[dict[str, Any]]) -> None:
+    """Slurm's ``ReqNodeNotAvail`` as the ``slurm_reason`` of the pending jobs it applies
+    to, as slurmctld describes it: ``ReqNodeNotAvail, UnavailableNodes:HOSTLIST`` for a
+    job whose ``--nodelist`` names a drained or down node (checked before anything else
+    about nodes), and :data:`NODES_NOT_AVAILABLE` for a job waiting on ``Resources``
+    in a partition whose every node is drained or down. Asks for the nodes only when
+    such a job is listed, and for the partitions only when a node is out of service."""
+    from phalanx.cli.slurm.sinfo import partition_nodes
+
+    pending = [j for j in jobs if slurm_state(j) == "PENDING" and reason_of(j) in _NODE_REASONS]
+    if not pending:
+        return
+    named = [j for j in pending if any(p.get("node_names") for p in j.get("pod_sets") or [])]
+    anywhere = [j for j in pending if j not in named and reason_of(j) == "Resources"]
+    if not named and not anywhere:
+        return
+    nodes = list(client.nodes())
+    down = {
+        n["metadata"]["name"]
+        for n in nodes
+        if str((n.get("status") or {}).get("state") or "") in ("draining", "drain", "down")
+    }
+    if not down:
+        return
+    for job in named:
+        wanted = {name for p in job.get("pod_sets") or [] for name in p.get("node_names") or []}
+        if missing := sorted(wanted & down):
+            job["slurm_reason"] = f"ReqNodeNotAvail, UnavailableNodes:{compress_hostlist(missing)}"
+    if not anywhere:
+        return
+    flavors = {f["metadata"]["name"]: f for f in client.resource_flavors()}
+    out_of_service: set[str] = set()
+    for cq in client.cluster_queues():
+        members = partition_nodes(cq, flavors, nodes)
+        if members and all(n["metadata"]["name"] in down for n in members):
+            out_of_service.add(cq["metadata"]["name"])
+    for job in anywhere:
+        if (job.get("partition") or job.get("cluster_queue")) in out_of_service:
+            job["slurm_reason"] = NODES_NOT_AVAILABLE
 
 
 def reason_list(job: dict[str, Any]) -> str:

@@ -131,7 +131,12 @@ def _gpu_hours(job: dict[str, Any]) -> str:
     return f"{float(charge.get('gpu_seconds') or 0) / 3600:.2f}" if charge else "0.00"
 
 
-_REQUEUED_AS = {"Preempted": "PREEMPTED", "NodeFail": "NODE_FAIL"}
+_REQUEUED_AS = {
+    "Preempted": "PREEMPTED",
+    "NodeFail": "NODE_FAIL",
+    "NodeDown": "NODE_FAIL",
+    "NodeFailures": "NODE_FAIL",
+}
 """The state of an earlier run, by the reason it was requeued for (else REQUEUED)."""
 
 
@@ -142,14 +147,19 @@ def _rfc3339(t: Any) -> str | None:
 
 
 def earlier_runs(job: dict[str, Any], events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The job's runs before its current one, oldest first, from its ``Requeued`` events
-    (each keeps the attempt that ended: its start, end and exit status)."""
+    """The job's runs before its current one, oldest first, from its ``Requeued`` and
+    ``NodeReplaced`` events (each keeps the attempt that ended: its start, end and exit
+    status; a run whose node was replaced ended NODE_FAIL)."""
     runs: list[dict[str, Any]] = []
     for event in events:
         data = event.get("data") or {}
-        if event.get("kind") != "Requeued" or "attempt" not in data:
+        kind = event.get("kind")
+        if kind not in ("Requeued", "NodeReplaced") or "attempt" not in data:
             continue
-        state = _REQUEUED_AS.get(str(event.get("reason")), "REQUEUED")
+        if kind == "NodeReplaced":
+            state = "NODE_FAIL"
+        else:
+            state = _REQUEUED_AS.get(str(event.get("reason")), "REQUEUED")
         code, sig = data.get("exit_code"), data.get("signal")
         if job.get("batch") and state != "NODE_FAIL":
             # As for a cancelled batch job, Slurm records the kill on the batch step.

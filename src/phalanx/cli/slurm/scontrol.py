@@ -18,6 +18,7 @@ from phalanx.cli.slurm.common import (
     compress_hostlist,
     elapsed,
     expand_hostlist,
+    mark_unavailable_nodes,
     reason_of,
     secs2time,
     slurm_state,
@@ -80,7 +81,8 @@ def job_record(job: dict[str, Any], now: float | None = None) -> Record:
         ],
         [
             f"JobState={state}",
-            f"Reason={reason_of(job)}",
+            # A description's spaces are underscores there (Reason=ReqNodeNotAvail,_...).
+            f"Reason={reason_of(job).replace(' ', '_')}",
             f"Dependency={_null(job.get('dependency'))}",
         ],
         [
@@ -301,6 +303,7 @@ def _show(client: Any, rest: list[str], *, oneliner: bool) -> int:
                 sys.stderr.write("slurm_load_jobs error: Invalid job id specified\n")
                 return 1
             jobs = [client.get(i) for i in ids]
+        mark_unavailable_nodes(client, jobs)
         if not jobs:
             sys.stdout.write("No jobs in the system\n")
         for job in jobs:
@@ -349,11 +352,9 @@ def _update(client: Any, rest: list[str]) -> int:
             sys.stderr.write(f"Invalid input: {item}\nRequest aborted\n")
             return 1
         pairs[key.lower()] = value
-    nodes = pairs.pop("nodename", None)
-    if nodes is None:
-        nodes = pairs.pop("node", None)
-    if nodes is not None:
-        return _update_nodes(client, nodes, pairs)
+    node_key = next((k for k in pairs if _abbreviates(k, "nodename", 3)), None)
+    if node_key is not None:
+        return _update_nodes(client, pairs.pop(node_key), pairs)
     target = pairs.pop("jobid", None) or pairs.pop("job", None)
     if target is None:
         sys.stderr.write(
@@ -394,8 +395,18 @@ def _update(client: Any, rest: list[str]) -> int:
     return status
 
 
-_NODE_STATES = {"drain": "drain", "down": "down", "resume": "resume", "undrain": "undrain"}
-_NODE_STATES["idle"] = "idle"
+_NODE_STATES = ("drain", "resume", "undrain", "down", "idle")
+"""The states phalanx sets, in the order Slurm matches them (any prefix of 3 letters or
+more, in any case: ``State=dra``)."""
+
+
+def _abbreviates(text: str, word: str, least: int) -> bool:
+    """Whether ``text`` names ``word`` as Slurm's parsers accept it: case aside, a prefix
+    of at least ``least`` letters (``xstrncasecmp(text, word, MAX(len, least))``)."""
+    text = text.lower()
+    return len(text) >= least and word.startswith(text)
+
+
 _BAD_STATE = (
     "Invalid input: State={state}\n"
     "Request aborted\n"
@@ -409,15 +420,18 @@ def _update_nodes(client: Any, hostlist: str, pairs: dict[str, str]) -> int:
     and exit status 1 for each refusal; every node changes, or none."""
     from phalanx import errors
 
-    state_text = pairs.pop("state", None)
-    reason = pairs.pop("reason", "")
+    # Slurm's update_node.c: any prefix names State and Reason ("s=", "rea=").
+    state_key = next((k for k in pairs if _abbreviates(k, "state", 1)), None)
+    state_text = pairs.pop(state_key) if state_key is not None else None
+    reason_key = next((k for k in pairs if _abbreviates(k, "reason", 1)), None)
+    reason = pairs.pop(reason_key) if reason_key is not None else ""
     if pairs:
         key = next(iter(pairs))
         sys.stderr.write(f"Update of this parameter is not supported: {key}=\nRequest aborted\n")
         return 1
     state = ""
     if state_text is not None:
-        found = _NODE_STATES.get(state_text.lower())
+        found = next((n for n in _NODE_STATES if _abbreviates(state_text, n, 3)), None)
         if found is None:
             sys.stderr.write(_BAD_STATE.format(state=state_text))
             return 1

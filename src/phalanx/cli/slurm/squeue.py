@@ -20,6 +20,7 @@ from phalanx.cli.slurm.common import (
     expand_ranges,
     fit,
     job_display_id,
+    mark_unavailable_nodes,
     reason_list,
     reason_of,
     short_secs,
@@ -421,6 +422,7 @@ def run(
                     and (not refs or _matches_refs(j, refs))
                 ]
                 shown = sort_jobs(shown)
+                mark_unavailable_nodes(client, shown)
                 shown = expand_arrays(shown) if array else collapse_arrays(shown)
                 if as_json:
                     import json

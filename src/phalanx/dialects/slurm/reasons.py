@@ -37,6 +37,9 @@ _FROM_ENGINE = {
 
 def slurm_reason(state: str, reason: str) -> str:
     """The reason squeue would show for a job in ``state`` with phalanx ``reason``."""
+    if state == "NODE_FAIL":
+        # Slurm's FAIL_DOWN_NODE: the job was killed with its node.
+        return "NodeDown"
     if state != "PENDING":
         return "None"
     if not reason:

@@ -256,7 +256,8 @@ def read_scheduling(text: str, source: str = "slurm.conf") -> dict[str, object]:
 
 def read_health_check(text: str, source: str = "slurm.conf") -> dict[str, object]:
     """``HealthCheckProgram`` (``program``) and ``HealthCheckInterval`` (``interval_s``,
-    seconds; 0, Slurm's default: only when the node starts) of a slurm.conf."""
+    seconds; 0, Slurm's default: only when the node starts) of a slurm.conf, and its
+    node ``Epilog`` (``epilog``), the other program run on the nodes."""
     out: dict[str, object] = {}
     for number, line in _logical_lines(text):
         pairs = _pairs(source, number, line)
@@ -268,4 +269,6 @@ def read_health_check(text: str, source: str = "slurm.conf") -> dict[str, object
             out["program"] = value.strip()
         elif key == "healthcheckinterval":
             out["interval_s"] = float(_whole(source, number, name, value))
+        elif key == "epilog" and value.strip():
+            out["epilog"] = value.strip()
     return out

@@ -555,15 +555,18 @@ class FlavorAssigner:
             if failed is not None:
                 return failed
         node_filter = _node_filter(pod_set, flavor, index.tainted > 0, tuple(chosen))
-        domains = self._domain_index(flavor, index)
+        domains = self.domain_index(flavor, index)
         if domains is not None and (
             pod_set.topology is not None
             or self.topology_single_nodes
             or domains.spans_nodes(pod_set, index.primary)
         ):
-            # A request, or a gang over several nodes: within the topology. A pod set
-            # that one node holds goes to the tightest node, wherever it is.
-            placed = place_in_topology(pod_set, index, domains, node_filter, overlay, memo_key)
+            # A request, or a gang over several nodes: within the topology (the held
+            # nodes' domain first). A pod set that one node holds goes to the tightest
+            # node, wherever it is.
+            placed = place_in_topology(
+                pod_set, index, domains, node_filter, overlay, memo_key, self.prefer
+            )
         elif (
             domains is None
             and pod_set.topology is not None
@@ -589,7 +592,7 @@ class FlavorAssigner:
         index = self.cache.flavor_nodes.get(flavor.name)
         if index is None:
             return None
-        domains = self._domain_index(flavor, index)
+        domains = self.domain_index(flavor, index)
         if domains is None:
             return None
         mode, label = pod_set.topology or ("", "")
@@ -604,7 +607,9 @@ class FlavorAssigner:
             return (domains, lowest, False)
         return None
 
-    def _domain_index(self, flavor: ResourceFlavor, index: FlavorNodes) -> DomainIndex | None:
+    def domain_index(self, flavor: ResourceFlavor, index: FlavorNodes) -> DomainIndex | None:
+        """The domain index of ``flavor`` (None without a Topology), rebuilt when its
+        nodes or Topology changed."""
         topology = self.cache.topologies.get(flavor.topology_name or "")
         if topology is None:
             return None

@@ -20,6 +20,13 @@ Kueue's Topology Aware Scheduling does (reference: kueue.md §2.11):
    domain must take (the roomiest first, the last one the tightest that holds the
    rest), down to nodes chosen the same way.
 
+With ``prefer`` (the nodes an expedited job holds, opened for its own attempt)
+the level stays the one the request picks, but among the domains of that level
+that hold the pod set, those with the most room on the held nodes win, and the
+descent takes the domains and nodes holding them first (``unconstrained``: the
+held nodes' domains and the held nodes first). Slices and ``switches`` keep
+their choice: the held nodes could cost them a domain.
+
 The domain index of a flavor is rebuilt only when its nodes or the Topology
 change.
 """
@@ -178,6 +185,19 @@ def _pick(children: list[tuple[int, Path]], need: int) -> list[tuple[Path, int]]
     return chosen
 
 
+class Held:
+    """The room on the nodes an expedited job holds: per node, and summed per domain
+    and level as :class:`Room` sums it."""
+
+    def __init__(self, prefer: frozenset[NodeSlot], room: dict[NodeSlot, int], index: DomainIndex):
+        self.nodes = {s: room[s] for s in prefer if s in room and s in index.paths}
+        self.sums: list[dict[Path, int]] = [{} for _ in index.levels]
+        for slot, n in self.nodes.items():
+            path = index.paths[slot]
+            for k in range(len(index.levels)):
+                self.sums[k][path[: k + 1]] = self.sums[k].get(path[: k + 1], 0) + n
+
+
 def place_in_topology(
     pod_set: PodSetShape,
     nodes: FlavorNodes,
@@ -185,15 +205,19 @@ def place_in_topology(
     node_filter: NodeFilter | None,
     overlay: Overlay,
     memo: object | None = None,
+    prefer: frozenset[NodeSlot] = frozenset(),
 ) -> PlacementResult:
     """Nodes for every unit of ``pod_set`` within the domain its request allows, or
     None with the most units one such domain could take. ``memo``: a key for the pod
     set and filter under which what fits where is kept and updated from the flavor's
-    capacity changes (without an overlay)."""
+    capacity changes (without an overlay). ``prefer``: held nodes to place on first."""
     need = pod_set.units
     depth = len(index.levels)
     found = _room(pod_set, nodes, index, node_filter, overlay, memo)
     room, sums = found.room, found.sums  # sums[k][path[: k + 1]]: per domain and level
+    held = Held(prefer, room, index) if prefer else None
+    if held is not None and not held.nodes:
+        held = None
     total = sum(sums[0].values())
     mode, label = pod_set.topology or ("preferred", "")
     lowest = depth - 2 if index.levels[-1] == HOSTNAME_LABEL and depth > 1 else depth - 1
@@ -204,7 +228,7 @@ def place_in_topology(
     if mode == "unconstrained":
         if total < need:
             return PlacementResult(None, total)
-        return _result(_least_free(lowest, need, sums, room, index), need)
+        return _result(_least_free(lowest, need, sums, room, index, held), need)
     if label:
         start = index.level_of(label)
         if start is None:
@@ -214,13 +238,17 @@ def place_in_topology(
     for k in range(start, -1, -1):
         fitting = [(s, p) for p, s in sums[k].items() if s >= need]
         if fitting:
-            _, domain = min(fitting)
-            return _result(_descend(domain, k, need, sums, room, index), need)
+            if held is not None:
+                # The held nodes' domain first, then the tightest.
+                _, _, domain = min((-held.sums[k].get(p, 0), s, p) for s, p in fitting)
+            else:
+                _, domain = min(fitting)
+            return _result(_descend(domain, k, need, sums, room, index, held), need)
         if mode == "required":
             return PlacementResult(None, max(sums[k].values(), default=0))
     if total < need:
         return PlacementResult(None, total)
-    return _result(_descend((), -1, need, sums, room, index), need)
+    return _result(_descend((), -1, need, sums, room, index, held), need)
 
 
 def _least_free(
@@ -229,10 +257,24 @@ def _least_free(
     sums: list[dict[Path, int]],
     room: dict[NodeSlot, int],
     index: DomainIndex,
+    held: Held | None = None,
 ) -> list[tuple[NodeSlot, int]]:
     """Kueue's LeastFreeCapacity (``unconstrained``): the domains of ``level`` with
-    the least room first, and in each the nodes with the least room first."""
+    the least room first, and in each the nodes with the least room first (with
+    ``held``: the held nodes' domains first, and in each the held nodes first)."""
     out: list[tuple[NodeSlot, int]] = []
+    if held is not None:
+        ordered = [
+            (p, n)
+            for _, n, p in sorted(
+                (-held.sums[level].get(p, 0), n, p) for p, n in sums[level].items() if n > 0
+            )
+        ]
+        for domain, _ in ordered:
+            need -= _least_free_nodes(domain, level, need, room, index, out, held)
+            if not need:
+                return out
+        return out
     for _, domain in sorted((n, p) for p, n in sums[level].items() if n > 0):
         need -= _least_free_nodes(domain, level, need, room, index, out)
         if not need:
@@ -247,10 +289,14 @@ def _least_free_nodes(
     room: dict[NodeSlot, int],
     index: DomainIndex,
     out: list[tuple[NodeSlot, int]],
+    held: Held | None = None,
 ) -> int:
-    """Up to ``need`` units on the nodes of ``domain``, least room first; how many."""
+    """Up to ``need`` units on the nodes of ``domain``, least room first (the held
+    nodes before all); how many."""
     placed = 0
     nodes = sorted((room[s], s.name, s) for s in room if index.paths[s][: level + 1] == domain)
+    if held is not None:
+        nodes.sort(key=lambda t: t[2] not in held.nodes)  # stable: least room first still
     for n, _, slot in nodes:
         take = min(n, need - placed)
         out.append((slot, take))
@@ -371,23 +417,46 @@ def _descend(
     sums: list[dict[Path, int]],
     room: dict[NodeSlot, int],
     index: DomainIndex,
+    held: Held | None = None,
 ) -> list[tuple[NodeSlot, int]]:
     depth = len(index.levels)
     if k == depth - 1:
-        return _nodes([s for s in index.leaves.get(domain, ()) if s in room], need, room)
+        return _nodes([s for s in index.leaves.get(domain, ()) if s in room], need, room, held)
     children = [(s, p) for p, s in sums[k + 1].items() if p[: k + 1] == domain]
     out: list[tuple[NodeSlot, int]] = []
+    if held is not None:
+        # The children holding held nodes first (the most held room first), filled.
+        first = sorted(
+            ((held.sums[k + 1][p], s, p) for s, p in children if p in held.sums[k + 1]),
+            key=lambda c: (-c[0], c[2]),
+        )
+        for _, s, p in first:
+            take = min(s, need)
+            out.extend(_descend(p, k + 1, take, sums, room, index, held))
+            need -= take
+            if not need:
+                return out
+        children = [c for c in children if c[1] not in held.sums[k + 1]]
     for child, take in _pick(children, need):
         out.extend(_descend(child, k + 1, take, sums, room, index))
     return out
 
 
 def _nodes(
-    slots: list[NodeSlot], need: int, room: dict[NodeSlot, int]
+    slots: list[NodeSlot], need: int, room: dict[NodeSlot, int], held: Held | None = None
 ) -> list[tuple[NodeSlot, int]]:
+    out: list[tuple[NodeSlot, int]] = []
+    if held is not None:
+        for slot in sorted((s for s in slots if s in held.nodes), key=lambda s: s.name):
+            take = min(room[slot], need)
+            out.append((slot, take))
+            need -= take
+            if not need:
+                return out
+        slots = [s for s in slots if s not in held.nodes]
     by_name: dict[Path, NodeSlot] = {(s.name,): s for s in slots}
     picked = _pick([(room[s], (s.name,)) for s in slots], need)
-    return [(by_name[key], take) for key, take in picked]
+    return out + [(by_name[key], take) for key, take in picked]
 
 
 def _result(chosen: list[tuple[NodeSlot, int]], need: int) -> PlacementResult:

@@ -34,7 +34,12 @@ assigner finds both for it.
 4. **Minimal set**: remove candidates in that order until the job fits, then
    walk the removed ones back in reverse (skipping the last) and keep each one
    whose return still leaves the job fitting. Kueue's two passes (borrowing
-   allowed or not) are tried in Kueue's order.
+   allowed or not) are tried in Kueue's order. Where the tie group that made the
+   job fit is ordered by lost work, the greedy choice within it is replaced by
+   the subset of the group that fits and loses least in all (a bounded exact
+   search, :data:`LEAST_LOST_TRIALS` fit trials; the greedy choice where the
+   bound is reached first): two small victims may together lose more than one
+   larger one.
 
 The search removes candidates from the live quota tree and nodes and puts them
 back before it returns: nothing it does is visible afterwards.
@@ -71,6 +76,9 @@ IN_COHORT_RECLAMATION = "InCohortReclamation"
 IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
 IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
 
+LEAST_LOST_TRIALS = 256
+"""At most this many fit trials per search for the victim set that loses least work."""
+
 T = TypeVar("T")
 
 _WITHOUT_BORROWING = "WithoutBorrowing"
@@ -89,6 +97,8 @@ class Candidate:
     """GPU-seconds preempting it loses (since its last checkpoint or its admission)."""
     lost_key: float = 0.0
     """``lost`` where its tie group (see :meth:`group`) has a checkpoint, else 0."""
+    by_lost: bool = False
+    """Whether its tie group is ordered by lost work (a member reported a checkpoint)."""
 
     def group(self) -> tuple[bool, bool, int]:
         """The part of the order the policy fixes; lost work only breaks ties within it."""
@@ -121,7 +131,8 @@ def weigh_lost_work(cands: list[Candidate], now: float) -> None:
         if adm.checkpoint_at is not None:
             checkpointed.add(c.group())
     for c in cands:
-        c.lost_key = c.lost if c.group() in checkpointed else 0.0
+        c.by_lost = c.group() in checkpointed
+        c.lost_key = c.lost if c.by_lost else 0.0
 
 
 def may_preempt(info: ClusterQueueInfo) -> bool:
@@ -452,10 +463,75 @@ class Preemptor(Generic[T]):
                     break
             if fit is None:
                 return None
+            if removed[-1].by_lost:
+                self._least_lost(cands, removed, allow_borrowing, frs)
             return self._fill_back(removed, allow_borrowing)
         finally:
             for cand in reversed(removed):
                 self.restore(cand.rec)
+
+    def _least_lost(
+        self,
+        cands: Iterable[Candidate],
+        removed: list[Candidate],
+        allow_borrowing: bool,
+        frs: dict[FlavorResource, int],
+    ) -> None:
+        """Within the tie group that made the job fit, replace the greedy choice (the
+        least lost work first, until it fits) by the subset of the group that fits
+        with the least lost work in all, if one is found within :data:`LEAST_LOST_TRIALS`
+        fit trials. The earlier groups' victims stay removed; ``removed`` is updated
+        in place, and holds what is removed when it returns.
+
+        Depth-first over the group in its order (including a member before skipping
+        it), so the first subsets tried are the greedy one's neighbours; a branch stops
+        where it fits (more victims only lose more) or already loses as much as the
+        best found. Deterministic: the order and the bound fix which subsets are tried.
+        """
+        group = removed[-1].group()
+        chosen = [c for c in removed if c.group() == group]
+        if len(chosen) < 2:
+            # The first member alone fits: it loses least of all.
+            return
+        members = [c for c in cands if c.group() == group]
+        prefix = removed[: len(removed) - len(chosen)]
+        best = sum(c.lost for c in chosen)
+        best_set: list[Candidate] | None = None
+        trials = LEAST_LOST_TRIALS
+        for cand in reversed(chosen):
+            self.restore(cand.rec)
+        del removed[len(prefix) :]
+
+        def search(start: int, lost: float) -> None:
+            nonlocal best, best_set, trials
+            for i in range(start, len(members)):
+                if trials <= 0:
+                    return
+                cand = members[i]
+                if lost + cand.lost >= best:
+                    # The members are in lost-work order: the rest lose as much or more.
+                    return
+                q = cand.queue
+                if q is not None and not any(
+                    q.usage.get(fr, 0) > q.nominal.get(fr, 0) for fr in frs
+                ):
+                    continue
+                self.remove(cand.rec)
+                removed.append(cand)
+                trials -= 1
+                try:
+                    if self._fits(allow_borrowing) is not None:
+                        best, best_set = lost + cand.lost, list(removed[len(prefix) :])
+                    else:
+                        search(i + 1, lost + cand.lost)
+                finally:
+                    removed.pop()
+                    self.restore(cand.rec)
+
+        search(0, 0.0)
+        for cand in best_set if best_set is not None else chosen:
+            self.remove(cand.rec)
+            removed.append(cand)
 
     def _fill_back(
         self, removed: list[Candidate], allow_borrowing: bool

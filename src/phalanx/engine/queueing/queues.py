@@ -294,7 +294,8 @@ class QueueManager:
             self.wake([cqq, *cqq.shapes.values()])
         return cqq
 
-    def push(self, rec: JobRecord, cqq: ClusterQueueQueue) -> None:
+    def push(self, rec: JobRecord, cqq: ClusterQueueQueue) -> JobRecord | None:
+        """Queue ``rec``; returns its shape queue's head before it came."""
         sq = cqq.shapes.get(rec.shape)
         if sq is None:
             sq = cqq.shapes[rec.shape] = ShapeQueue(cqq, rec.shape, self._token())
@@ -312,6 +313,7 @@ class QueueManager:
         ):
             self.wake([cqq])
         self._candidates[cqq.name] = cqq
+        return before
 
     def remove(self, rec: JobRecord) -> None:
         sq = rec.queue

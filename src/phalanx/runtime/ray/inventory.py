@@ -141,7 +141,7 @@ class Inventory:
             if name in live or old.state == AdminState.DOWN:
                 continue
             gone = [n.node_id for n in nodes if self.names.get(n.node_id) == name]
-            reason = f"Ray node {gone[-1][:8] if gone else '?'} died"
+            reason = f"{_DIED_PREFIX}{gone[-1][:8] if gone else '?'}{_DIED_SUFFIX}"
             down = old.model_copy(update={"state": AdminState.DOWN, "reason": reason})
             changed.append(down)
             self.nodes[name] = down
@@ -157,3 +157,17 @@ class Inventory:
         """The Ray node id of the live node named ``name``."""
         ray = self.live.get(name)
         return ray.node_id if ray is not None else None
+
+
+_DIED_PREFIX, _DIED_SUFFIX = "Ray node ", " died"
+
+
+def died(spec: Mapping[str, Any]) -> bool:
+    """Whether a stored Node's fields are the inventory's own ``down``: its Ray node
+    died (an operator's drain or down, or a health check's, is not)."""
+    reason = str(spec.get("reason") or "")
+    return (
+        spec.get("state") == AdminState.DOWN.value
+        and reason.startswith(_DIED_PREFIX)
+        and reason.endswith(_DIED_SUFFIX)
+    )
