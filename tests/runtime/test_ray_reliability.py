@@ -11,6 +11,8 @@ last one, which removes one of the gang's nodes and adds its replacement.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import signal
 import subprocess
@@ -106,6 +108,10 @@ def driver(cluster: Any, tmp_path: Path) -> Iterator[Driver]:
     for job_id, attempt in list(runtime._attempts):
         runtime.forget(job_id, attempt)
     runtime.poll()
+    deadline = time.monotonic() + 30
+    while runtime._releasing and time.monotonic() < deadline:
+        time.sleep(0.1)
+        runtime.poll()
 
 
 def add_gpu_node(cluster: Any, name: str) -> Any:
@@ -133,13 +139,27 @@ def test_a_removed_ray_node_ends_its_job_node_fail_naming_that_node(
 ) -> None:
     add_gpu_node(cluster, "lost1")
     wait_live(driver.runtime, "lost1")
-    job_id = driver.launch("exec sleep 600", ["gpu1", "lost1"])
+    pids = driver.work / "pids"
+    pids.mkdir()
+    command = f"echo $$ > {pids}/$PHALANX_NODE_NAME; exec sleep 600"
+    job_id = driver.launch(command, ["gpu1", "lost1"])
     driver.started(job_id)
     cluster.remove_node(cluster.gpu_nodes.pop("lost1"), allow_graceful=False)
     event = driver.exited(job_id)
     assert event.state == "NODE_FAIL", event
     assert event.lost_nodes == ("lost1",), event
     assert "lost1" in event.message
+    # The healthy node's task ends with the attempt (as the lost node's would with it).
+    healthy = int((pids / "gpu1").read_text())
+    driver.runtime.forget(job_id, 1)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{healthy}").exists() and time.monotonic() < deadline:
+        driver.runtime.poll()
+        time.sleep(0.1)
+    assert not Path(f"/proc/{healthy}").exists(), "the task on gpu1 outlived its attempt"
+    # The lost node's task outlives its "machine" here, which is this one.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(int((pids / "lost1").read_text()), signal.SIGKILL)
     # A launch onto a node the Ray cluster no longer has names it too.
     deadline = time.monotonic() + 60
     while "lost1" in driver.runtime.inventory.live and time.monotonic() < deadline:
@@ -360,7 +380,7 @@ def test_an_expedited_gang_whose_ray_node_is_removed_restarts_first_on_its_healt
         gpu_nodes = sorted(n for n in p.nodes() if n in cluster.gpu_nodes)
         job_id = sbatch(
             p, "--requeue=expedite", "-N", "2", "--ntasks-per-node", "1", "--gpus-per-node", "8",
-            "-o", "gang-%j.out", "--wrap", "exec sleep 600",
+            "-o", "gang-%j.out", "--wrap", f"echo $$ >> {work}/pids; exec sleep 600",
         )  # fmt: skip
         nodes = p.wait(job_id, lambda j: j["state"] == "RUNNING")["nodes"]
         healthy, lost = sorted(nodes)
@@ -393,3 +413,7 @@ def test_an_expedited_gang_whose_ray_node_is_removed_restarts_first_on_its_healt
             p.http.delete(f"/api/v1/jobs/{other}")
     finally:
         p.stop()
+        # A batch shell on the removed node outlives its "machine" here, this one.
+        for pid in (work / "pids").read_text().split() if (work / "pids").exists() else ():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(pid), signal.SIGKILL)

@@ -273,17 +273,32 @@ class NodeAgent:
         os.replace(tmp, path)
 
     def shutdown(self, kill_wait_s: float = 0.0) -> None:
-        """End everything still running here (the attempt is over), then the agent."""
-        import ray
-
+        """End everything still running here (the attempt is over); the runtime removes
+        the agent once this returns. Ray kills an actor's child processes with it, and
+        the supervisor's tasks lead sessions of their own: killing the agent alone would
+        leave them running."""
         if self.supervisor is not None and self.supervisor.poll() is None:
             self.cancel()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.supervisor.wait(timeout=kill_wait_s + 5.0)
+            if self.supervisor.poll() is None:
+                self._kill_tasks()
+                with contextlib.suppress(ProcessLookupError):
+                    self.supervisor.kill()
         for task in self.steps.values():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(task.proc.pid, signal.SIGKILL)
-        ray.actor.exit_actor()  # type: ignore[no-untyped-call]
+
+    def _kill_tasks(self) -> None:
+        """SIGKILL the supervisor's tasks (each leads its own process group)."""
+        try:
+            status = json.loads((self.jobdir / "status.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        for pid in status.get("tasks") or ():
+            if isinstance(pid, int) and pid > 1:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
 
     # -- srun step tasks ------------------------------------------------------
 

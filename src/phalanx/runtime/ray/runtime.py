@@ -13,11 +13,13 @@ Per job attempt (see :mod:`phalanx.runtime.ray` for the whole picture):
 :meth:`RayRuntime.poll` turns the agents' ``status.json`` into Started (every
 node's tasks running), Checkpointed (a node's supervisor saw its tasks touch
 ``PHALANX_CHECKPOINT_FILE``, as on the local runtime) and Exited (every node's
-tasks done) events. A node that
-dies (its agent is gone, or Ray marks the node dead) ends the attempt
-``NODE_FAIL`` at once; the other nodes' tasks are killed with the placement
-group. After a restart of the control plane, :meth:`RayRuntime.adopt` finds the
-placement group and the agents by name.
+tasks done) events. A node that dies (its agent is gone, or Ray marks the node
+dead) ends the attempt ``NODE_FAIL``, naming it in ``Exited.lost_nodes``, once the
+control plane has been told the node is down (at most :data:`LOST_WAIT_S` later).
+An ended attempt's agents first end what still runs on their nodes (a NODE_FAIL's
+other nodes), then they and the placement group are removed. After a restart of
+the control plane, :meth:`RayRuntime.adopt` finds the placement group and the
+agents by name.
 
 Inventory: a watcher thread reads ``ray.nodes()`` every second
 (:class:`~phalanx.runtime.ray.inventory.Inventory`) and hands the Nodes that
@@ -62,6 +64,9 @@ STATUS_WAIT_S = 2.0
 PLACE_TIMEOUT_S = 120.0
 """How long a placement group may stay unplaced before the attempt fails NODE_FAIL."""
 INVENTORY_PERIOD_S = 1.0
+RELEASE_WAIT_S = 10.0
+"""How long an ended attempt's agents get to end what still runs on their nodes before
+they and the placement group are removed."""
 LOST_WAIT_S = 10.0
 """How long a NODE_FAIL waits for the control plane to be told its node is down (by
 :attr:`RayRuntime.on_nodes`), so that the requeued job is not placed there again."""
@@ -177,6 +182,8 @@ class RayRuntime:
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._backlog: list[RuntimeEvent] = []
         self._cleanup: list[_Attempt] = []
+        self._releasing: list[tuple[_Attempt, list[Any], float]] = []
+        """Ended attempts whose agents are ending their tasks: the calls, and until when."""
         self._lost_at: dict[str, float] = {}
         """Ray node id -> when an attempt found it lost."""
         self._told_down: set[str] = set()
@@ -477,11 +484,38 @@ class RayRuntime:
         """Stop watching and disconnect; jobs keep running in their agents."""
         self._stop.set()
         self._wake.set()
-        self._release(self._cleanup)
-        self._cleanup = []
+        self._release([*self._cleanup, *(record for record, _, _ in self._releasing)])
+        self._cleanup, self._releasing = [], []
         self._attempts.clear()
         with contextlib.suppress(Exception):
             self._ray.shutdown()
+
+    def _shut_down(self, records: Sequence[_Attempt]) -> None:
+        """Ask the agents of ended attempts to end their tasks (a NODE_FAIL leaves the
+        other nodes' running); they are removed when done (:meth:`_finish_release`)."""
+        deadline = time.monotonic() + RELEASE_WAIT_S
+        for record in records:
+            refs = []
+            for part in record.parts:
+                if part.actor is not None and part.lost is None:
+                    with contextlib.suppress(Exception):
+                        refs.append(part.actor.shutdown.remote())
+            self._releasing.append((record, refs, deadline))
+
+    def _finish_release(self) -> None:
+        now = time.monotonic()
+        done: list[_Attempt] = []
+        waiting: list[tuple[_Attempt, list[Any], float]] = []
+        for record, refs, deadline in self._releasing:
+            ready = refs
+            if refs and now < deadline:
+                ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0)
+            if len(ready) == len(refs):
+                done.append(record)
+            else:
+                waiting.append((record, refs, deadline))
+        self._releasing = waiting
+        self._release(done)
 
     def _release(self, records: Sequence[_Attempt]) -> None:
         from ray.util import remove_placement_group
@@ -500,8 +534,10 @@ class RayRuntime:
         """Events since the last call: Started once per attempt, Checkpointed once per
         newer checkpoint (the latest of its nodes'), then Exited once."""
         if self._cleanup:
-            self._release(self._cleanup)
+            self._shut_down(self._cleanup)
             self._cleanup = []
+        if self._releasing:
+            self._finish_release()
         self._collect()
         events, self._backlog = self._backlog, []
         return events
@@ -626,7 +662,7 @@ class RayRuntime:
                     ),
                 )
             )
-            # The other nodes' tasks die with the placement group (at the next poll).
+            # The other nodes' tasks end with the release (after forget()).
             return
         if not working or not all(p.status.get("state") == "exited" for p in working):
             return
