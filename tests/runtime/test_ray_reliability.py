@@ -417,3 +417,84 @@ def test_an_expedited_gang_whose_ray_node_is_removed_restarts_first_on_its_healt
         for pid in (work / "pids").read_text().split() if (work / "pids").exists() else ():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(int(pid), signal.SIGKILL)
+
+
+TAS = f"""\
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Topology
+metadata: {{name: ray-fabric}}
+spec:
+  levels:
+  - nodeLabel: {PARTITION}
+  - nodeLabel: kubernetes.io/hostname
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {{name: gpu-tas}}
+spec:
+  nodeLabels: {{{PARTITION}: "true"}}
+  topologyName: ray-fabric
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {{name: tas}}
+spec:
+  namespaceSelector: {{}}
+  resourceGroups:
+  - coveredResources: [cpu, memory, nvidia.com/gpu]
+    flavors:
+    - name: gpu-tas
+      resources:
+      - {{name: cpu, nominalQuota: 512}}
+      - {{name: memory, nominalQuota: 4400000Mi}}
+      - {{name: nvidia.com/gpu, nominalQuota: 32}}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {{name: tas, namespace: team-a}}
+spec: {{clusterQueue: tas}}
+"""
+
+
+def test_a_topology_placed_gang_whose_ray_node_is_removed_is_hot_swapped(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """A gang in a flavor with a Topology (every GPU node in one domain here) loses a
+    Ray node: it keeps its admission and restarts at once on its healthy node plus a
+    free node of the domain, and its record says which node replaced which."""
+    work = tmp_path / "work"
+    work.mkdir()
+    tas = work / "tas.yaml"
+    tas.write_text(TAS)
+    p = Phalanx(cluster, tmp_path / "state", work, ["--config", str(tas)])
+    try:
+        while len([n for n in p.nodes() if n in cluster.gpu_nodes]) < 3:
+            name = f"spare{len(cluster.gpu_nodes) + 10}"
+            add_gpu_node(cluster, name)
+            deadline = time.monotonic() + 60
+            while name not in p.nodes():
+                assert time.monotonic() < deadline, sorted(p.nodes())
+                time.sleep(0.5)
+        body = gang(work, f"echo $$ >> {work}/pids; exec sleep 600") | {
+            "queue": "tas",
+            "requeue": True,
+        }
+        job_id = p.submit(body)
+        nodes = p.wait(job_id, lambda j: j["state"] == "RUNNING")["nodes"]
+        healthy, lost = sorted(nodes)
+        cluster.remove_node(cluster.gpu_nodes.pop(lost), allow_graceful=False)
+        job = p.wait(job_id, lambda j: j["state"] == "RUNNING" and lost not in j["nodes"], 120)
+        assert healthy in job["nodes"] and job["attempt"] == 2, job
+        [new] = [n for n in job["nodes"] if n != healthy]
+        events = p.http.get(f"/api/v1/jobs/{job_id}/events").json()["items"]
+        [swap] = [e for e in events if e["kind"] == "NodeReplaced"]
+        assert swap["data"]["replaced"] == {lost: new}, swap
+        assert swap["reason"] == "NODE_FAIL", swap
+        assert not [e for e in events if e["kind"] == "Requeued"], events
+        p.http.delete(f"/api/v1/jobs/{job_id}")
+    finally:
+        p.stop()
+        # A task on the removed node outlives its "machine" here, this one.
+        for pid in (work / "pids").read_text().split() if (work / "pids").exists() else ():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(pid), signal.SIGKILL)
