@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from phalanx.engine import Admit, Adopt, Engine, EngineConfig, Finish, Submit
+from phalanx.engine import Admit, Adopt, Engine, EngineConfig, Expedite, Finish, Submit
+from phalanx.engine.expedite import EXPEDITE_HOLD_S
 from tests.engine.test_snapshot import _config_id, _configs, _driver, _fresh
 
 
@@ -32,6 +33,11 @@ def _rebuild(config: EngineConfig, original: Engine) -> Engine:
             engine.apply(Adopt(rec.job, rec.admission.decision))
         else:
             engine.apply(Submit(rec.job))
+    # Expedited jobs holding nodes are expedited again, as recovery does from their
+    # Requeued events (admissions alone do not carry their holds).
+    for job_id, hold in sorted(original.expedite.jobs.items()):
+        if hold.held and hold.until is not None:
+            engine.apply(Expedite(job_id, hold.nodes, hold.until - EXPEDITE_HOLD_S))
     return engine
 
 

@@ -53,6 +53,9 @@ class Objects:
             self._engine.ends.changed()
             if self._engine.reserved.by_job:
                 self._engine.reserved.drop_all()
+                # Planned again at once, not at the next pass: meanwhile nothing would
+                # keep lower-priority jobs off what the reserved jobs wait for.
+                self._engine.backfill.last_pass = None
         if isinstance(obj, Node):
             self.by_key[("Node", obj.name)] = obj
             expedite = self._engine.expedite
@@ -130,6 +133,9 @@ class Objects:
             self._engine.ends.changed()
             if self._engine.reserved.by_job:
                 self._engine.reserved.drop_all()
+                # Planned again at once, not at the next pass: meanwhile nothing would
+                # keep lower-priority jobs off what the reserved jobs wait for.
+                self._engine.backfill.last_pass = None
         self.by_key.pop((kind, name), None)
         if kind == "Node":
             expedite = self._engine.expedite
