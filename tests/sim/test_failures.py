@@ -171,3 +171,22 @@ def test_options_and_their_errors() -> None:
         FailureModel.from_options(checkpoint_h=1.0)
     with pytest.raises(Invalid, match="--node-repair"):
         FailureModel.from_options(rate=0.1, repair_h=-1.0)
+
+
+def test_failures_keep_the_steps_on_whole_seconds_and_bounded() -> None:
+    # A long queue behind FIFO's blocked head while other jobs run: the simulator wakes
+    # a priority period after every step. Failure times of a whole second keep those
+    # wakeups on at most a period's seconds of phases; with a failure's fraction of a
+    # second, every failure started new ones and the steps per hour grew without bound.
+    jobs = _trace(21, 200)
+    model = FailureModel(rate=1 / 6, repair_s=HOUR, seed=2)
+    result = _run("fifo", jobs, model)
+    assert len(result.node_failures) > 50
+    assert all(t == math.floor(t) for t, _ in result.node_failures)
+    steps = [t for t, _ in result.busy]
+    assert all(t == math.floor(t) for t in steps)
+    period = scenario(
+        Cluster.shared_pool(4, {"a": 1.0, "b": 1.0}), "fifo"
+    ).config.priority_calc_period_s
+    phases = {t % period for t in steps}
+    assert len(phases) <= period  # 804 with fractional failure times

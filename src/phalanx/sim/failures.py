@@ -8,6 +8,14 @@ back ``repair_s`` seconds later. A node's stream depends on the seed and its
 name alone (:meth:`FailureModel.stream`), never on what runs on it, so the same
 seed fails the same nodes at the same times under every policy.
 
+Failure times are rounded up to a whole second, and the repair time and the
+checkpoint interval to whole seconds: the resolution of the traces' times. So
+every event of a run stays on a whole second and the simulator's periodic
+wakeups (one a priority period after each step) fall on at most a period's
+seconds of distinct phases however many nodes fail. With a fraction of a second
+each failure started new phases, and under a long queue the steps per hour,
+and the records of each step, grew without bound.
+
 The jobs running on a node when it fails are lost and requeued; with a
 checkpoint interval, a job keeps the work done up to its last checkpoint
 (whole intervals of its run) and runs only the rest when it starts again.
@@ -15,6 +23,7 @@ checkpoint interval, a job keeps the work done up to its last checkpoint
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,6 +57,10 @@ class FailureModel:
             raise Invalid(
                 f"--checkpoint-interval: expected hours > 0, got {self.checkpoint_s / HOUR}"
             )
+        # Whole seconds, as the failure times (see the module docstring).
+        object.__setattr__(self, "repair_s", float(round(self.repair_s)))
+        if self.checkpoint_s is not None:
+            object.__setattr__(self, "checkpoint_s", float(max(1, round(self.checkpoint_s))))
 
     @classmethod
     def from_options(
@@ -80,12 +93,12 @@ class FailureModel:
 
     def stream(self, node: str, start: float) -> Iterator[float]:
         """The times ``node`` fails, from ``start`` on, forever (each one a repair
-        time after the last plus an exponential uptime)."""
+        time after the last plus an exponential uptime, rounded up to a whole second)."""
         rng = random.Random(f"{self.seed}/{node}")
         per_second = self.rate / HOUR
         at = start
         while True:
-            at += rng.expovariate(per_second)
+            at = float(math.ceil(at + rng.expovariate(per_second)))
             yield at
             at += self.repair_s
 

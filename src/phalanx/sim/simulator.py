@@ -24,7 +24,9 @@ is requeued (a ``Requeue`` with reason ``NodeFail``, as the live control plane
 does when a job ends NODE_FAIL) and later runs what its checkpoints did not
 keep (everything, without checkpoints); the node is back up (state ``up``)
 after the repair time. Failures are applied after the other events of their
-time, and only while anything else is left to happen.
+time, and only while anything else is left to happen. Failure times, like the
+traces' times, are whole seconds, so every step is on a whole second and the
+periodic wakeups below fall on at most a period's seconds of phases.
 
 Wakeups come from ``engine.next_wakeup()`` and, while jobs wait and others
 run, every backfill interval and priority period, the times the live system's
