@@ -517,21 +517,11 @@ def _health_settings(
     """The health check to run: ``--health-check`` or slurm.conf's ``HealthCheckProgram``
     (``conf``, from the slurm.conf files), every ``--health-check-interval`` or
     ``HealthCheckInterval`` seconds."""
-    import shlex
-
     from phalanx.control.health import DEFAULT_INTERVAL_S
 
-    conf_program = conf.get("program")
     conf_interval = conf.get("interval_s")
-    text = program if program is not None else conf_program
-    if not text:
-        return None
-    assert isinstance(text, str)
-    try:
-        argv = shlex.split(text)
-    except ValueError as exc:
-        raise Invalid(f"--health-check: {text!r}: {exc}") from None
-    if not argv:
+    argv = _program("--health-check", program if program is not None else conf.get("program"))
+    if argv is None:
         return None
     if interval_s is not None:
         interval: object = interval_s

@@ -14,10 +14,6 @@ requeued with reason ``NodeFailures`` and the reason names the failed node.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +23,8 @@ import pytest
 
 from phalanx.client import Client
 from phalanx.server import RunningServer, start_server
+from tests.control.test_expedite_live import _sbatch, _wait
+from tests.control.test_gang_reservation_live import _cli
 
 RACK = "example.com/rack"
 
@@ -131,30 +129,6 @@ def _filler(node: str) -> dict[str, Any]:
     }
 
 
-def _wait(client: Client, job_id: int, states: set[str], timeout: float = 30.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        job = client.get(job_id)
-        if job["state"] in states:
-            return job
-        assert time.monotonic() < deadline, f"job {job_id} is {job['state']}, not {states}"
-        time.sleep(0.05)
-
-
-def _cli(server: RunningServer, *args: str) -> str:
-    env = {**os.environ, "PHALANX_URL": server.url, "PHALANX_TOKEN": server.admin_token}
-    done = subprocess.run(
-        [sys.executable, "-m", "phalanx.cli.main", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-        cwd="/tmp",
-    )
-    return done.stdout
-
-
 def _rack(node: str) -> str:
     return node[:2]
 
@@ -212,14 +186,12 @@ def test_an_sbatch_gang_in_a_topology_is_swapped_and_sacct_shows_the_failed_run(
     server: RunningServer,
 ) -> None:
     with Client(server.url, server.admin_token) as client:
-        out = _cli(
-            server,
-            "sbatch", "--requeue", "-A", "t", "-p", "cq", "-N", "2", "--ntasks-per-node", "1",
+        job_id = _sbatch(
+            server.url,
+            server.admin_token,
+            "--requeue", "-A", "t", "-p", "cq", "-N", "2", "--ntasks-per-node", "1",
             "--gpus-per-node", "8", "--wrap", "sleep 600",
         )  # fmt: skip
-        match = re.fullmatch(r"Submitted batch job (\d+)\n", out)
-        assert match, out
-        job_id = int(match.group(1))
         nodes = _wait(client, job_id, {"RUNNING"})["nodes"]
         assert _rack(nodes[0]) == _rack(nodes[1])
         _swapped(client, job_id, nodes)
