@@ -450,10 +450,7 @@ class Preemptor(Generic[T]):
         fit: T | None = None
         try:
             for cand in cands:
-                q = cand.queue
-                if q is not None and not any(
-                    q.usage.get(fr, 0) > q.nominal.get(fr, 0) for fr in frs
-                ):
+                if _within_nominal(cand, frs):
                     # Earlier removals brought its queue back within nominal quota.
                     continue
                 self.remove(cand.rec)
@@ -511,10 +508,7 @@ class Preemptor(Generic[T]):
                 if lost + cand.lost >= best:
                     # The members are in lost-work order: the rest lose as much or more.
                     return
-                q = cand.queue
-                if q is not None and not any(
-                    q.usage.get(fr, 0) > q.nominal.get(fr, 0) for fr in frs
-                ):
+                if _within_nominal(cand, frs):
                     continue
                 self.remove(cand.rec)
                 removed.append(cand)
@@ -696,3 +690,10 @@ class _TargetOrdering:
         if best_cohort is not None and best_cohort_drs >= best_cq_drs:
             return self._next(best_cohort)
         return best_cq
+
+
+def _within_nominal(cand: Candidate, frs: dict[FlavorResource, int]) -> bool:
+    """Whether the candidate's queue (when it has one) uses no more than its nominal
+    quota of ``frs``: removing it would not help a job that needs what is borrowed."""
+    q = cand.queue
+    return q is not None and not any(q.usage.get(fr, 0) > q.nominal.get(fr, 0) for fr in frs)
