@@ -76,6 +76,11 @@ class RunningServer:
     """What stops the node health checks."""
     node_health: str = ""
     """What checks the nodes' health, in words (said at start-up; empty: nothing)."""
+    kube_url: str = ""
+    """Where the Kubernetes API is served (empty: it is off)."""
+    kube_note: str = ""
+    """Why the Kubernetes API is not where it was asked for, in words (empty: it is)."""
+    _kube: ApiServer | None = field(default=None, repr=False)
 
     @property
     def leading(self) -> bool:
@@ -90,6 +95,8 @@ class RunningServer:
         if self._stopped:
             return
         self._stopped = True
+        if self._kube is not None:
+            self._kube.stop(timeout=10)
         self._api.stop(timeout=30)
         for stop in self._stoppers:
             stop()
@@ -146,6 +153,8 @@ def start_server(
     health_check_interval_s: float | None = None,
     drain_after_failures: str | None = None,
     epilog: str | None = None,
+    kube_port: int | None = None,
+    kube_port_given: bool = True,
 ) -> RunningServer:
     """Start phalanx in this process (``port=0`` picks a free port).
 
@@ -174,7 +183,10 @@ def start_server(
     ``HealthCheckInterval`` set the first two when they are not given. ``epilog`` (a
     program and its arguments; else slurm.conf's ``Epilog``) runs on every node of a
     job after each attempt, draining the nodes it fails on
-    (:mod:`phalanx.control.epilog`).
+    (:mod:`phalanx.control.epilog`). ``kube_port`` serves the Kubernetes API
+    (:mod:`phalanx.kubeapi`) over HTTPS on that port (``0``: a free one; ``None``: off),
+    with ``tls_cert``/``tls_key`` or else a CA and certificate made in the state dir;
+    a port not ``kube_port_given`` (the default 6443) that is taken gives way to a free one.
     """
     from phalanx.control.configs import keep_drains, read_configs, read_health_check
     from phalanx.runtime.accounts import Accounts, multi_user, single_user_requested
@@ -240,11 +252,16 @@ def start_server(
     shared = database is not None and database.startswith("postgresql")
     lock = _lock_state_dir(state, shared=shared)
     sock: socket.socket | None = None
+    kube_sock: socket.socket | None = None
+    kube_api: ApiServer | None = None
+    kube_note = ""
     plane: ControlPlane | None = None
     elector: Elector | None = None
     stoppers: list[Callable[[], None]] = []
     try:
         sock = listen(host, port)
+        if kube_port is not None:
+            kube_sock, kube_note = _kube_socket(host, kube_port, kube_port_given)
         scheme = "https" if tls is not None else "http"
         url = f"{scheme}://{_url_host(host)}:{sock.getsockname()[1]}"
         store = Store.open(database, state_dir=state)
@@ -275,7 +292,12 @@ def start_server(
             elector = Elector(plane, Lease(store.engine, holder, url)).start()
         else:
             plane.start()
-        token = _admin_token(plane, state, url)
+        kube_url = ""
+        kube_files: tuple[str, str, str] | None = None
+        if kube_sock is not None:
+            kube_files = _kube_tls(state, host, tls)
+            kube_url = f"https://{_url_host(host)}:{kube_sock.getsockname()[1]}"
+        token = _admin_token(plane, state, url, kube_url, kube_files[2] if kube_files else "")
         if plane.leading:
             if manifests:
                 plane.apply(ADMIN, keep_drains(manifests, _stored_node(plane)))
@@ -299,16 +321,30 @@ def start_server(
         from phalanx.api.app import create_app
 
         reports = Path(reports_dir) if reports_dir is not None else state / "reports"
+        kube_app = None
+        if kube_sock is not None and kube_files is not None:
+            from phalanx.kubeapi.app import create_kube_app
+
+            kube_app = create_kube_app(plane, own_url=url)
         app = create_app(
             plane,
             reports_dir=reports,
             public_metrics=public_metrics,
             rate_limit=limit,
             own_url=url,
+            kube_app=kube_app,
         )
         cert, key = tls if tls is not None else (None, None)
         api = ApiServer(app, host, sock=sock, tls_cert=cert, tls_key=key).start()
+        if kube_app is not None and kube_sock is not None and kube_files is not None:
+            kube_api = ApiServer(
+                kube_app, host, sock=kube_sock, tls_cert=kube_files[0], tls_key=kube_files[1]
+            ).start()
     except BaseException:
+        if kube_api is not None:
+            kube_api.stop()
+        elif kube_sock is not None:
+            kube_sock.close()
         for stop in stoppers:
             stop()
         if elector is not None:
@@ -332,6 +368,9 @@ def start_server(
         elector=elector,
         _stoppers=stoppers,
         node_health=_node_health_said(health, failure_policy, bool(detected), epilog_argv),
+        kube_url=kube_url,
+        kube_note=kube_note,
+        _kube=kube_api,
     )
 
 
@@ -390,6 +429,8 @@ def run_server(
     health_check_interval_s: float | None = None,
     drain_after_failures: str | None = None,
     epilog: str | None = None,
+    kube_port: int | None = None,
+    kube_port_given: bool = True,
 ) -> None:
     """Run phalanx in the foreground until SIGINT or SIGTERM."""
     running = start_server(
@@ -418,6 +459,8 @@ def run_server(
         health_check_interval_s=health_check_interval_s,
         drain_after_failures=drain_after_failures,
         epilog=epilog,
+        kube_port=kube_port,
+        kube_port_given=kube_port_given,
     )
     # A long-lived process with a large, stable heap: keep the start-up objects out
     # of the collector's way. Young collections every 10,000 allocations keep each
@@ -445,6 +488,12 @@ def run_server(
             else ""
         )
         + (f"  node health: {running.node_health}\n" if running.node_health else "")
+        + (
+            f"  kubernetes API: {running.kube_url}{running.kube_note} (kubectl: "
+            "'phalanx kubeconfig > kc; KUBECONFIG=kc kubectl get clusterqueues')\n"
+            if running.kube_url
+            else ""
+        )
         + f"  admin token: in {running.state_dir / CLIENT_CONFIG} (the CLI finds it there)\n"
         + (
             "  https: clients check the certificate against PHALANX_CA (a CA or certificate "
@@ -708,14 +757,44 @@ def _tls_files(cert: Path | str | None, key: Path | str | None) -> tuple[str, st
     return str(cert), str(key)
 
 
+DEFAULT_KUBE_PORT = 6443
+"""The Kubernetes API's port, a real API server's."""
+
+
+def _kube_socket(host: str, port: int, given: bool) -> tuple[socket.socket, str]:
+    """The Kubernetes API's listening socket; the default port, when taken, gives way to
+    a free one (said at start-up), a port the user named does not."""
+    try:
+        return listen(host, port), ""
+    except Conflict as exc:
+        if given:
+            raise Conflict(exc.detail.replace("--port", "--kube-port (or --no-kube-api)")) from None
+        sock = listen(host, 0)
+        return sock, f" ({port} was taken)"
+
+
+def _kube_tls(state: Path, host: str, tls: tuple[str, str] | None) -> tuple[str, str, str]:
+    """Certificate, key and CA of the Kubernetes API: ``--tls-cert``/``--tls-key`` (the
+    certificate is its own CA for the kubeconfig) or the state dir's own CA."""
+    if tls is not None:
+        return tls[0], tls[1], tls[0]
+    from phalanx.kubeapi.certs import ensure_tls
+
+    made = ensure_tls(state, host)
+    return str(made.cert), str(made.key), str(made.ca)
+
+
 def _url_host(host: str) -> str:
     if host in ("0.0.0.0", "::", ""):
         return "127.0.0.1"
     return f"[{host}]" if ":" in host else host
 
 
-def _admin_token(plane: ControlPlane, state: Path, url: str) -> str:
-    """The admin token of ``client.json``; made (and written there, mode 0600) when missing."""
+def _admin_token(
+    plane: ControlPlane, state: Path, url: str, kube_url: str = "", kube_ca: str = ""
+) -> str:
+    """The admin token of ``client.json``; made (and written there, mode 0600) when missing.
+    ``client.json`` also says where the Kubernetes API is and its CA (``phalanx kubeconfig``)."""
     path = state / CLIENT_CONFIG
     token: str | None = None
     try:
@@ -738,7 +817,10 @@ def _admin_token(plane: ControlPlane, state: Path, url: str) -> str:
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
-        json.dump({"url": url, "token": token}, fh)
+        saved = {"url": url, "token": token}
+        if kube_url:
+            saved.update(kube_url=kube_url, kube_ca=kube_ca)
+        json.dump(saved, fh)
     os.replace(tmp, path)
     return token
 

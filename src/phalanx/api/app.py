@@ -34,12 +34,15 @@ def create_app(
     public_metrics: bool = False,
     rate_limit: RateLimit | None = None,
     own_url: str = "",
+    kube_app: Any = None,
 ) -> FastAPI:
     """The API of ``plane``, and the dashboard at ``/`` (``reports_dir``: where it finds
     ``phalanx sim`` results). ``public_metrics``: ``/metrics`` answers without a token.
     ``rate_limit``: each token's requests per second (:mod:`phalanx.api.ratelimit`).
     Request bodies are bounded, and a standby forwards to the leader what needs it
-    (:mod:`phalanx.api.forward`; ``own_url``: this server's URL, for the leader's log)."""
+    (:mod:`phalanx.api.forward`; ``own_url``: this server's URL, for the leader's log).
+    ``kube_app``: the Kubernetes API (:mod:`phalanx.kubeapi`), also served under
+    ``/kube``, where a standby's Kubernetes API forwards what needs the leader."""
     app = FastAPI(
         title="phalanx",
         version=__version__,
@@ -86,6 +89,8 @@ def create_app(
     # Before the objects' catch-all /{plural}: workloads and Kubernetes job kinds.
     app.include_router(kube.router)
     app.include_router(objects.router)
+    if kube_app is not None:
+        app.mount("/kube", kube_app)
     from phalanx import web
 
     web.install(app, reports_dir)

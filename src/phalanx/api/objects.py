@@ -21,7 +21,7 @@ from phalanx.auth import Principal
 from phalanx.errors import Forbidden, Invalid, NotFound
 from phalanx.store.records import ObjectRow
 
-__all__ = ["router"]
+__all__ = ["live_status", "router"]
 
 router = APIRouter(prefix="/api/v1")
 
@@ -69,7 +69,7 @@ def _manifest(plane: ControlPlane, row: ObjectRow, status: dict[str, Any] | None
     return manifest
 
 
-def _status(plane: ControlPlane, kind: str, principal: Principal) -> dict[str, Any] | None:
+def live_status(plane: ControlPlane, kind: str, principal: Principal) -> dict[str, Any] | None:
     if kind == "ClusterQueue":
         return _with_conditions(plane, plane.cluster_queue_status())
     if kind == "LocalQueue":
@@ -236,7 +236,7 @@ def update_nodes(plane: Plane, principal: Caller, body: NodeUpdate) -> dict[str,
 @router.get("/{plural}", tags=["objects"])
 def list_objects(plane: Plane, principal: Caller, plural: str) -> dict[str, Any]:
     kind = _kind(plural)
-    status = _status(plane, kind, principal)
+    status = live_status(plane, kind, principal)
     rows = plane.store.objects(kind)
     return {"kind": kind, "items": [_manifest(plane, r, status) for r in rows]}
 
@@ -247,7 +247,7 @@ def get_object(plane: Plane, principal: Caller, plural: str, name: str) -> dict[
     row = plane.store.get_object(kind, name)
     if row is None:
         raise NotFound(f"{kind.lower()}/{name} not found")
-    return _manifest(plane, row, _status(plane, kind, principal))
+    return _manifest(plane, row, live_status(plane, kind, principal))
 
 
 @router.delete("/{plural}/{name:path}", tags=["objects"])

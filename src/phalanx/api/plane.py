@@ -79,9 +79,18 @@ class ControlPlane(Protocol):
         self, principal: Principal, job_ids: list[int] | None, users: list[str] | None
     ) -> dict[str, Any]: ...
 
-    def apply(self, principal: Principal, manifests: list[Any]) -> list[tuple[str, str, str]]: ...
+    def apply(
+        self,
+        principal: Principal,
+        manifests: list[Any],
+        meta: dict[tuple[str, str], dict[str, Any]] | None = None,
+    ) -> list[tuple[str, str, str]]: ...
 
     def delete(self, principal: Principal, kind: str, name: str) -> None: ...
+
+    def put_meta(
+        self, principal: Principal, kind: str, name: str, meta: dict[str, Any]
+    ) -> None: ...
 
     def update_nodes(
         self, principal: Principal, names: list[str], state: str, reason: str = ""

@@ -223,6 +223,18 @@ def presets() -> None:
     "requeues a --requeue=expedite job expedited (default: slurm.conf's Epilog)",
 )
 @click.option(
+    "--kube-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="serve the Kubernetes API (kubectl: 'phalanx kubeconfig') over HTTPS on this port "
+    "(0: a free one) [default: 6443, or a free port if 6443 is taken or --port is 0]",
+)
+@click.option(
+    "--no-kube-api",
+    is_flag=True,
+    help="do not serve the Kubernetes API",
+)
+@click.option(
     "--detach",
     "-d",
     is_flag=True,
@@ -254,10 +266,12 @@ def up(
     health_check_interval: float | None,
     drain_after_failures: str | None,
     epilog: str | None,
+    kube_port: int | None,
+    no_kube_api: bool,
     detach: bool,
 ) -> None:
-    """Run the control plane, the API, the dashboard and the local runtime (in the
-    foreground, or with --detach in the background).
+    """Run the control plane, the API, the dashboard, the Kubernetes API and the local
+    runtime (in the foreground, or with --detach in the background).
 
     The state (store, admin token in client.json, job directories) lives in
     --state-dir, else $PHALANX_STATE_DIR, else /var/lib/phalanx for root and
@@ -303,8 +317,15 @@ def up(
             health_check_interval_s=health_check_interval,
             drain_after_failures=drain_after_failures,
             epilog=epilog,
+            kube_port=None if no_kube_api else kube_port_,
+            kube_port_given=kube_port is not None,
         )
 
+    if no_kube_api and kube_port is not None:
+        raise click.BadParameter("give --kube-port or --no-kube-api, not both")
+    from phalanx.server import DEFAULT_KUBE_PORT
+
+    kube_port_ = kube_port if kube_port is not None else (0 if port == 0 else DEFAULT_KUBE_PORT)
     from phalanx.statedir import default_state_dir
 
     state = state_dir if state_dir is not None else default_state_dir()
@@ -824,6 +845,69 @@ def checkpoint() -> None:
         os.utime(path, (now, now))
     except OSError as exc:
         raise click.ClickException(f"cannot touch {path}: {exc.strerror or exc}") from None
+
+
+# --------------------------------------------------------------------------- kubeconfig
+
+
+@app.command()
+@click.option("--state-dir", type=click.Path(path_type=Path), help="state directory")
+@click.option("--token", "token_", default=None, help="the token kubectl sends (default: admin's)")
+@click.option("--user", default=None, help="make a new token for this user (admin)")
+@click.option(
+    "--tenant",
+    "-t",
+    multiple=True,
+    help="with --user: a tenant (namespace) it acts for; repeatable; the first is the "
+    "context's namespace",
+)
+def kubeconfig(
+    state_dir: Path | None, token_: str | None, user: str | None, tenant: tuple[str, ...]
+) -> None:
+    """Print a kubeconfig for this server's Kubernetes API:
+    'phalanx kubeconfig > kc && KUBECONFIG=kc kubectl get clusterqueues'."""
+    import json
+
+    import yaml
+
+    from phalanx.client import resolve_config
+    from phalanx.kubeapi.kubeconfig import kubeconfig as make
+    from phalanx.statedir import CLIENT_CONFIG
+
+    config = resolve_config(state_dir=state_dir)
+    path = config.state_dir / CLIENT_CONFIG
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        saved = {}
+    server = saved.get("kube_url") if isinstance(saved, dict) else None
+    ca = saved.get("kube_ca") if isinstance(saved, dict) else None
+    if not server or not ca:
+        raise click.ClickException(
+            f"no Kubernetes API is recorded in {path}: start phalanx with 'phalanx up' "
+            "(without --no-kube-api) first"
+        )
+    if token_ and user:
+        raise click.BadParameter("give --token or --user, not both")
+    tenants = _split(tenant) or []
+    if tenants and not user:
+        raise click.BadParameter("--tenant goes with --user")
+    who = "admin"
+    token = token_ or config.token
+    from phalanx.client import Client
+
+    if user:
+        with Client(state_dir=state_dir) as client:
+            made = client.create_token(user, tenants, name=f"kubeconfig-{user}")
+        token, who = made["token"], user
+    elif token_:
+        with Client(token=token_, state_dir=state_dir) as client:
+            who = str(client.whoami().get("user") or "user")
+    if not token:
+        raise click.ClickException(f"no admin token in {path}: give --token or --user")
+    namespace = tenants[0] if tenants else "default"
+    document = make(str(server), Path(str(ca)), token, who, namespace)
+    _out(yaml.safe_dump(document, sort_keys=False))
 
 
 # --------------------------------------------------------------------------- tokens

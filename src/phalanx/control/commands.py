@@ -34,6 +34,7 @@ __all__ = [
     "Command",
     "CommandApplier",
     "DeleteCmd",
+    "MetaCmd",
     "Effects",
     "HoldCmd",
     "NodeStateCmd",
@@ -68,12 +69,25 @@ class ApplyCmd(Command):
     """Kubernetes jobs among the documents (created as jobs, in document order)."""
     configuration: Any = None
     """A Kueue ``Configuration`` (:class:`~phalanx.dialects.kueue.KueueConfiguration`)."""
+    meta: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    """Kubernetes metadata to store with objects (by kind and name) and with the jobs
+    created (by ``("job", "kind/namespace/name")``), in the same transaction."""
 
 
 @dataclass
 class DeleteCmd(Command):
     kind: str
     name: str
+
+
+@dataclass
+class MetaCmd(Command):
+    """Store an object's or a job's Kubernetes metadata (``kind`` ``job``: ``name`` is
+    the job id); the Kubernetes API checked who may."""
+
+    kind: str
+    name: str
+    meta: dict[str, Any]
 
 
 @dataclass
@@ -162,6 +176,9 @@ class CommandApplier:
                     if outcome != "unchanged":
                         self.state.put_object(kind, name, obj)
                         self.state.dirty = True
+                    meta = cmd.meta.get((kind, name))
+                    if meta is not None:
+                        tx.put_meta(kind, name, meta)
                     results.append((kind, name, outcome))
                 if cmd.configuration is not None:
                     results.append(self._configure(tx, cmd.configuration, effects))
@@ -173,6 +190,9 @@ class CommandApplier:
                 except PhalanxError as exc:
                     answer = exc
                 effects.answers.append((cmd.future, answer))
+            elif isinstance(cmd, MetaCmd):
+                tx.put_meta(cmd.kind, cmd.name, cmd.meta)
+                effects.answers.append((cmd.future, None))
             elif isinstance(cmd, DeleteCmd):
                 tx.delete_object(cmd.kind, cmd.name)
                 self.state.delete_object(cmd.kind, cmd.name)
@@ -242,13 +262,14 @@ class CommandApplier:
     def _create_kube_jobs(
         self, tx: Tx, cmd: ApplyCmd, now: float, effects: Effects
     ) -> list[tuple[str, str, str]]:
-        fresh = [
-            (item.engine_job, item.job.submission)
-            for item in cmd.jobs
-            if item.existing is None and item.engine_job is not None
-        ]
-        if fresh:
-            self.store_new(tx, fresh, now)
+        made = [i for i in cmd.jobs if i.existing is None and i.engine_job is not None]
+        if made:
+            fresh = [(item.engine_job, item.job.submission) for item in made]
+            ids = self.store_new(tx, fresh, now)  # type: ignore[arg-type]
+            for item, job_id in zip(made, ids, strict=True):
+                meta = cmd.meta.get(("job", "/".join(kube_identity(item.job))))
+                if meta is not None:
+                    tx.put_meta("job", str(job_id), meta)
         results: list[tuple[str, str, str]] = []
         for item in cmd.jobs:
             kind, namespace, name = kube_identity(item.job)

@@ -44,6 +44,7 @@ from phalanx.control.commands import (
     Command,
     CommandApplier,
     DeleteCmd,
+    MetaCmd,
     Effects,
     HoldCmd,
     NodeStateCmd,
@@ -311,16 +312,35 @@ class ControlPlane:
         self._call(CancelCmd(principal, job_id))
         return self.job(principal, job_id)
 
-    def apply(self, principal: Principal, manifests: Sequence[Any]) -> list[tuple[str, str, str]]:
-        """Create or update configuration objects (all of them or none)."""
+    def apply(
+        self,
+        principal: Principal,
+        manifests: Sequence[Any],
+        meta: dict[tuple[str, str], dict[str, Any]] | None = None,
+    ) -> list[tuple[str, str, str]]:
+        """Create or update configuration objects and Kubernetes jobs (all of them or
+        none). Users may apply jobs in their own tenants' namespaces; configuration is
+        the admin's. ``meta``: Kubernetes metadata to store with them
+        (:attr:`~phalanx.control.commands.ApplyCmd.meta`)."""
         if not principal.admin:
-            raise Forbidden("only the admin changes cluster configuration")
+            from phalanx.dialects.kueue.jobs import KubeJob
+
+            for m in manifests:
+                obj = getattr(m, "obj", m)
+                if not isinstance(obj, KubeJob):
+                    raise Forbidden("only the admin changes cluster configuration")
+                if not principal.may_act_for(obj.namespace):
+                    raise Forbidden(
+                        f"{obj.kind}/{obj.namespace}/{obj.name}: user {principal.user} "
+                        f"may not create jobs in namespace {obj.namespace}"
+                    )
         objects, jobs = split_kube([getattr(m, "obj", m) for m in manifests])
         configurations = [o for o in objects if is_configuration(o)]
         if len(configurations) > 1:
             raise Invalid("Configuration: give one Kueue Configuration per apply")
         objects = [o for o in objects if not is_configuration(o)]
         cmd = ApplyCmd(principal, objects, jobs)
+        cmd.meta = dict(meta or {})
         cmd.configuration = configurations[0] if configurations else None
         result: list[tuple[str, str, str]] = self._call(cmd)
         return result
@@ -330,6 +350,12 @@ class ControlPlane:
         if not principal.admin:
             raise Forbidden("only the admin changes cluster configuration")
         self._call(DeleteCmd(principal, kind, name))
+
+    def put_meta(self, principal: Principal, kind: str, name: str, meta: dict[str, Any]) -> None:
+        """Store the Kubernetes metadata of an object, or of a job (``kind`` ``job``, ``name``
+        its id): labels and annotations set through the Kubernetes API, its managed
+        fields, its deletion. The Kubernetes API decides who may."""
+        self._call(MetaCmd(principal, kind, name, dict(meta)))
 
     def update_nodes(
         self, principal: Principal, names: Sequence[str], state: str, reason: str = ""

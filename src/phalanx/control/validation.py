@@ -158,7 +158,16 @@ class Validator:
 
     def _existing_kube(self, item: KubeApply) -> int | None:
         kind, namespace, name = kube_identity(item.job)
-        for row in self.store.list_jobs(names=[name], tenants=[namespace]):
+        rows = self.store.list_jobs(names=[name], tenants=[namespace])
+        # A job deleted through the Kubernetes API frees its name.
+        deleted = {
+            int(job_id)
+            for job_id, meta in self.store.meta("job", [str(r.id) for r in rows]).items()
+            if meta.get("deleted") is not None
+        }
+        for row in rows:
+            if row.id in deleted:
+                continue
             run = (row.submission.get("run") or {}).get("kube") or {}
             if run.get("kind") != kind or run.get("name") != name:
                 continue

@@ -21,6 +21,7 @@ __all__ = [
     "NewJob",
     "ObjectRow",
     "TokenRow",
+    "TombstoneRow",
     "UsageRow",
 ]
 
@@ -90,6 +91,9 @@ class JobRow(_Parsed):
     array_task_id: int | None = None
     hold: bool = False
     """Held (Slurm's ``--hold`` / ``scontrol hold``): not eligible until released."""
+    revision: int = field(default=0, compare=False)
+    """The store revision of the job's last change (:class:`~phalanx.store.Store`);
+    bookkeeping, so not compared: two rows of the same job state are equal."""
 
     @property
     def parsed_submission(self) -> JobSubmission:
@@ -136,6 +140,22 @@ class ObjectRow:
     generation: int
     created: float
     updated: float
+    revision: int = field(default=0, compare=False)
+    """The store revision of the object's last change (not compared)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TombstoneRow:
+    """A deleted object as it was: its spec and Kubernetes metadata, when and at which
+    revision it went, and when it was created."""
+
+    revision: int
+    kind: str
+    name: str
+    time: float
+    spec: dict[str, Any]
+    meta: dict[str, Any] | None
+    created: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,9 @@ __all__ = [
     "JobEvent",
     "LeaderLease",
     "Object",
+    "ObjectMeta",
+    "Revision",
+    "Tombstone",
     "Token",
     "Usage",
     "job_charges",
@@ -42,7 +45,10 @@ __all__ = [
     "jobs",
     "leader_lease",
     "metadata",
+    "object_meta",
     "objects",
+    "revisions",
+    "tombstones",
     "tokens",
     "usage",
 ]
@@ -105,6 +111,10 @@ class Job(Base):
     hold: Mapped[bool] = mapped_column(
         Boolean, nullable=False, default=False, server_default=false()
     )
+    revision: Mapped[int] = mapped_column(
+        Integer, nullable=False, default=0, server_default=text("0"), index=True
+    )
+    """The store revision of the job's last change (the Kubernetes API's resourceVersion)."""
 
 
 class JobEvent(Base):
@@ -135,6 +145,50 @@ class Object(Base):
     generation: Mapped[int] = mapped_column(Integer, nullable=False)
     created: Mapped[float] = mapped_column(Float, nullable=False)
     updated: Mapped[float] = mapped_column(Float, nullable=False)
+    revision: Mapped[int] = mapped_column(
+        Integer, nullable=False, default=0, server_default=text("0"), index=True
+    )
+    """The store revision of the object's last change."""
+
+
+class Revision(Base):
+    """The store's revision counter (one row): every change to a job or an object takes
+    the next number, in commit order, so that "what changed after revision N" is a
+    query (the Kubernetes API's resourceVersion and watch). ``compacted``: tombstones
+    up to this revision are gone, so a watch from before it must list again."""
+
+    __tablename__ = "revisions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    value: Mapped[int] = mapped_column(Integer, nullable=False)
+    compacted: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class ObjectMeta(Base):
+    """Kubernetes metadata a job or an object carries beyond its model: labels and
+    annotations set through the Kubernetes API, managed fields, a job's deletion.
+
+    ``kind`` is the object's kind, or ``job`` (then ``name`` is the job id)."""
+
+    __tablename__ = "object_meta"
+
+    kind: Mapped[str] = mapped_column(String, primary_key=True)
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+
+
+class Tombstone(Base):
+    """A deleted object, kept for the watches that resume from before its deletion."""
+
+    __tablename__ = "tombstones"
+
+    revision: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    kind: Mapped[str] = mapped_column(String, nullable=False)
+    name: Mapped[str] = mapped_column(String, nullable=False)
+    time: Mapped[float] = mapped_column(Float, nullable=False)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    meta: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    created: Mapped[float] = mapped_column(Float, nullable=False)
 
 
 class Token(Base):
@@ -220,3 +274,6 @@ tokens: Table = Token.__table__  # type: ignore[assignment]
 usage: Table = Usage.__table__  # type: ignore[assignment]
 job_charges: Table = JobCharge.__table__  # type: ignore[assignment]
 leader_lease: Table = LeaderLease.__table__  # type: ignore[assignment]
+revisions: Table = Revision.__table__  # type: ignore[assignment]
+object_meta: Table = ObjectMeta.__table__  # type: ignore[assignment]
+tombstones: Table = Tombstone.__table__  # type: ignore[assignment]

@@ -60,9 +60,20 @@ from phalanx.store.records import (
     NewJob,
     ObjectRow,
     TokenRow,
+    TombstoneRow,
     UsageRow,
 )
-from phalanx.store.schema import job_charges, job_events, jobs, objects, tokens, usage
+from phalanx.store.schema import (
+    job_charges,
+    job_events,
+    jobs,
+    object_meta,
+    objects,
+    revisions,
+    tombstones,
+    tokens,
+    usage,
+)
 
 __all__ = ["EventTuple", "Store", "Tx"]
 
@@ -327,8 +338,15 @@ class Tx:
         return self._conn
 
     def flush(self) -> None:
-        """Write the buffered job updates and events now."""
+        """Write the buffered job updates and events now.
+
+        Every job updated or given an event takes the next store revision."""
         self._check()
+        touched = list(dict.fromkeys([*self._updates, *(e[0] for e in self._events)]))
+        if touched:
+            first = self._next_revisions(len(touched))
+            for i, job_id in enumerate(touched):
+                self._updates.setdefault(job_id, {})["revision"] = first + i
         if self._updates:
             groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
             for job_id, fields in self._updates.items():
@@ -343,6 +361,25 @@ class Tx:
     def _check(self) -> None:
         if not self._open:
             raise RuntimeError("transaction is finished")
+
+    def _next_revisions(self, n: int) -> int:
+        """The first of ``n`` fresh store revisions. The counter's row stays locked until
+        this transaction ends, so revisions are taken in commit order: a reader that has
+        seen revision N has seen every change numbered below it."""
+        value = self._conn.execute(
+            update(revisions)
+            .where(revisions.c.id == 1)
+            .values(value=revisions.c.value + n)
+            .returning(revisions.c.value)
+        ).scalar()
+        if value is None:
+            raise RuntimeError("the store's revision counter is missing: migrate the database")
+        return int(value) - n + 1
+
+    def touch_job(self, job_id: int) -> None:
+        """Give a job the next revision at flush, though none of its columns changed."""
+        self._check()
+        self._updates.setdefault(job_id, {})
 
     def _close(self) -> None:
         self._open = False
@@ -391,6 +428,7 @@ class Tx:
                 None,
                 j.array_task_id,
                 j.hold,
+                0,  # revision: set at flush, with the Submitted event
             )
             for job_id, j in zip(ids, new_jobs, strict=True)
         ]
@@ -515,7 +553,13 @@ class Tx:
         if row is None:
             self._conn.execute(
                 insert(objects).values(
-                    kind=kind, name=name, spec=spec, generation=1, created=now, updated=now
+                    kind=kind,
+                    name=name,
+                    spec=spec,
+                    generation=1,
+                    created=now,
+                    updated=now,
+                    revision=self._next_revisions(1),
                 )
             )
             return "created"
@@ -525,17 +569,79 @@ class Tx:
         self._conn.execute(
             update(objects)
             .where(objects.c.kind == kind, objects.c.name == name)
-            .values(spec=spec, generation=row.generation + 1, updated=now)
+            .values(
+                spec=spec,
+                generation=row.generation + 1,
+                updated=now,
+                revision=self._next_revisions(1),
+            )
         )
         return "configured"
 
     def delete_object(self, kind: str, name: str) -> bool:
-        """Delete an object; return whether it existed."""
+        """Delete an object; return whether it existed. A tombstone keeps it for watches."""
         self._check()
-        result = self._conn.execute(
-            delete(objects).where(objects.c.kind == kind, objects.c.name == name)
+        row = self._conn.execute(
+            select(objects.c.spec, objects.c.created)
+            .where(objects.c.kind == kind, objects.c.name == name)
+            .with_for_update()
+        ).first()
+        if row is None:
+            return False
+        meta = self._conn.execute(
+            select(object_meta.c.meta).where(object_meta.c.kind == kind, object_meta.c.name == name)
+        ).scalar()
+        self._conn.execute(delete(objects).where(objects.c.kind == kind, objects.c.name == name))
+        self._conn.execute(
+            delete(object_meta).where(object_meta.c.kind == kind, object_meta.c.name == name)
         )
-        return result.rowcount > 0
+        self._conn.execute(
+            insert(tombstones).values(
+                revision=self._next_revisions(1),
+                kind=kind,
+                name=name,
+                time=time.time(),
+                spec=row.spec,
+                meta=meta,
+                created=row.created,
+            )
+        )
+        return True
+
+    def put_meta(self, kind: str, name: str, meta: Mapping[str, Any]) -> None:
+        """Set the Kubernetes metadata of an object (``kind``, ``name``) or of a job
+        (``"job"``, its id); the object or job takes the next revision."""
+        self._check()
+        key = (object_meta.c.kind == kind, object_meta.c.name == name)
+        exists = self._conn.execute(select(object_meta.c.kind).where(*key)).first()
+        if exists is None:
+            self._conn.execute(insert(object_meta).values(kind=kind, name=name, meta=dict(meta)))
+        else:
+            self._conn.execute(update(object_meta).where(*key).values(meta=dict(meta)))
+        if kind == "job":
+            self.touch_job(int(name))
+        else:
+            self._conn.execute(
+                update(objects)
+                .where(objects.c.kind == kind, objects.c.name == name)
+                .values(revision=self._next_revisions(1))
+            )
+
+    def compact(self, before: float) -> int:
+        """Drop tombstones older than ``before`` (epoch seconds); returns how many."""
+        self._check()
+        last = self._conn.execute(
+            select(func.max(tombstones.c.revision)).where(tombstones.c.time < before)
+        ).scalar()
+        if last is None:
+            return 0
+        result = self._conn.execute(delete(tombstones).where(tombstones.c.revision <= last))
+        self._conn.execute(
+            update(revisions)
+            .where(revisions.c.id == 1, revisions.c.compacted < last)
+            .values(compacted=last)
+        )
+        return int(result.rowcount)
 
     # -- tokens -------------------------------------------------------------------
 
@@ -715,6 +821,8 @@ class Store:
         self._engine = engine
         self._closed = False
         self._lock = threading.Lock()
+        self.committed: list[Callable[[], None]] = []
+        """Called after every write transaction commits (a watch's wake-up); must not block."""
         self.fence: Callable[[Connection], None] | None = None
         """Called first in every write transaction (the leader lease's fence,
         :meth:`phalanx.store.lease.Lease.fence`): it raises to refuse the transaction."""
@@ -788,6 +896,8 @@ class Store:
                     tx.flush()
             finally:
                 tx._close()
+        for listener in self.committed:
+            listener()
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -940,6 +1050,12 @@ class Store:
         """PENDING, ADMITTED, RUNNING and COMPLETING jobs in id order (for recovery)."""
         return self.list_jobs(states=UNFINISHED_STATES)
 
+    def job_tenants(self) -> list[str]:
+        """The tenants that have jobs, sorted."""
+        with self._read() as conn:
+            rows = conn.execute(select(jobs.c.tenant).distinct().order_by(jobs.c.tenant))
+            return [str(r[0]) for r in rows]
+
     def max_job_id(self) -> int:
         """The largest job id so far, 0 when there are no jobs."""
         with self._read() as conn:
@@ -1006,6 +1122,59 @@ class Store:
         with self._read() as conn:
             row = conn.execute(stmt).first()
         return None if row is None else _object(row)
+
+    # -- revisions (the Kubernetes API's resourceVersion) ---------------------------
+
+    def revision(self) -> tuple[int, int]:
+        """The newest store revision, and the one up to which tombstones are compacted."""
+        with self._read() as conn:
+            row = conn.execute(select(revisions.c.value, revisions.c.compacted)).first()
+        return (0, 0) if row is None else (int(row[0]), int(row[1]))
+
+    def changed_since(
+        self, revision: int, *, upto: int | None = None
+    ) -> tuple[list[JobRow], list[ObjectRow], list[TombstoneRow]]:
+        """Jobs and objects whose last change is after ``revision`` (and at most ``upto``),
+        and the objects deleted in that span, each in revision order."""
+        with self._read() as conn:
+            job_where = [jobs.c.revision > revision]
+            obj_where = [objects.c.revision > revision]
+            tomb_where = [tombstones.c.revision > revision]
+            if upto is not None:
+                job_where.append(jobs.c.revision <= upto)
+                obj_where.append(objects.c.revision <= upto)
+                tomb_where.append(tombstones.c.revision <= upto)
+            changed_jobs = [
+                _job(r)
+                for r in conn.execute(_SELECT_JOBS.where(*job_where).order_by(jobs.c.revision))
+            ]
+            changed_objects = [
+                _object(r)
+                for r in conn.execute(
+                    _SELECT_OBJECTS.where(*obj_where).order_by(objects.c.revision)
+                )
+            ]
+            gone = [
+                TombstoneRow(*r)
+                for r in conn.execute(
+                    select(*tombstones.c).where(*tomb_where).order_by(tombstones.c.revision)
+                )
+            ]
+        return changed_jobs, changed_objects, gone
+
+    def meta(self, kind: str, names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+        """The Kubernetes metadata stored for objects of ``kind`` (``"job"``: jobs, by id
+        as text), by name; only those that have some."""
+        stmt = select(object_meta.c.name, object_meta.c.meta).where(object_meta.c.kind == kind)
+        wanted = None if names is None else list(names)
+        out: dict[str, dict[str, Any]] = {}
+        with self._read() as conn:
+            if wanted is None:
+                return {name: meta for name, meta in conn.execute(stmt)}
+            for start in range(0, len(wanted), 500):
+                part = stmt.where(object_meta.c.name.in_(wanted[start : start + 500]))
+                out.update({name: meta for name, meta in conn.execute(part)})
+        return out
 
     # -- usage ledger -------------------------------------------------------------
 
