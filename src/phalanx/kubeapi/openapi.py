@@ -23,7 +23,8 @@ with the real binaries).
 
 The index's ``serverRelativeURL`` carries ``?hash=`` the upper-case SHA-512 of
 the document's canonical JSON, so clients may cache a document for good.
-Documents are built once per process (:func:`functools.cache`).
+Documents are built once per process (:func:`functools.cache`) and shared:
+callers serialize them and must not modify them.
 """
 
 from __future__ import annotations
