@@ -100,11 +100,10 @@ def create_kube_app(plane: ControlPlane, *, own_url: str = "") -> Any:
             group = request.path_params.get("group")
             version_ = request.path_params.get("version")
             if group and not version_:
-                listed = resources.api_group_list()
-                for g in listed.get("groups", []):
-                    if g.get("name") == group:
-                        return _json({"kind": "APIGroup", "apiVersion": "v1", **g})
-                raise _not_served()
+                found_group = resources.api_group(group)
+                if found_group is None:
+                    raise _not_served()
+                return _json(found_group)
             gv = f"{group}/{version_}" if group else "v1"
             found = resources.api_resource_list(gv)
             if found is None:
@@ -128,8 +127,12 @@ def create_kube_app(plane: ControlPlane, *, own_url: str = "") -> Any:
         except KubeError as exc:
             return _error(exc)
 
-    async def not_served(request: Request) -> Response:
-        return _error(_not_served())
+    async def openapi_v2(request: Request) -> Response:
+        # kubectl 1.27/1.28 fetch v2 before they use v3 for explain; an empty answer
+        # sends them on to v3 (a 404 stops them).
+        from phalanx.kubeapi import openapi as docs
+
+        return Response(docs.openapi_v2_protobuf(), media_type=docs.OPENAPI_V2_CONTENT_TYPE)
 
     async def core(request: Request) -> Response:
         return await _dispatch(state, request, "v1", request.path_params["rest"])
@@ -153,7 +156,7 @@ def create_kube_app(plane: ControlPlane, *, own_url: str = "") -> Any:
         Route("/apis/{group}/{version}", discovery),
         Route("/openapi/v3", openapi),
         Route("/openapi/v3/{path:path}", openapi),
-        Route("/openapi/v2", not_served),
+        Route("/openapi/v2", openapi_v2),
         Route("/api/v1/{rest:path}", core, methods=_ALL_METHODS),
         Route("/apis/{group}/{version}/{rest:path}", grouped, methods=_ALL_METHODS),
     ]
@@ -243,7 +246,7 @@ async def _serve(state: KubeApp, request: Request, gv: str, rest: str) -> Respon
             resource_version=query.get("resourceVersion", ""),
         )
         revision, _ = await run_in_threadpool(state.plane.store.revision)
-        listed = await run_in_threadpool(handlers.list, ctx, namespace, options, revision)
+        listed = await run_in_threadpool(handlers.list_objects, ctx, namespace, options, revision)
         return _answer(ctx, listed, table, request)
     write = WriteOptions(
         dry_run=bool(query.getlist("dryRun")),
@@ -335,14 +338,17 @@ def _answer(
 
         include = request.query_params.get("includeObject", "Metadata")
         items = body.get("items", [body])
-        converted = tables.table(ctx.resource, items, ctx.now, include)
-        converted.setdefault("metadata", {})
-        if "items" in body:
-            converted["metadata"].update(
-                {k: v for k, v in body.get("metadata", {}).items() if k != "selfLink"}
-            )
-        else:
-            converted["metadata"]["resourceVersion"] = body["metadata"].get("resourceVersion", "")
+        meta = body.get("metadata") or {}
+        converted = tables.table(
+            ctx.resource,
+            items,
+            ctx.now,
+            include,
+            resource_version=str(meta.get("resourceVersion", "")),
+            continue_token=str(meta.get("continue", "")) if "items" in body else "",
+        )
+        if "items" in body and meta.get("remainingItemCount") is not None:
+            converted.setdefault("metadata", {})["remainingItemCount"] = meta["remainingItemCount"]
         return _json(converted, code, headers)
     return _json(body, code, headers)
 
@@ -373,12 +379,15 @@ def _watch(
                 if table and event["type"] not in ("ERROR", "BOOKMARK"):
                     from phalanx.kubeapi import tables
 
-                    converted = tables.table(ctx.resource, [obj], time.time(), include)
+                    converted = tables.table(
+                        ctx.resource,
+                        [obj],
+                        time.time(),
+                        include,
+                        resource_version=str(obj.get("metadata", {}).get("resourceVersion", "")),
+                    )
                     if not first:
                         converted["columnDefinitions"] = []
-                    converted.setdefault("metadata", {})["resourceVersion"] = obj.get(
-                        "metadata", {}
-                    ).get("resourceVersion", "")
                     first = False
                     event = {"type": event["type"], "object": converted}
                 yield orjson.dumps(event) + b"\n"

@@ -174,7 +174,7 @@ class Handlers:
             return found, keep
         return storage.items(ctx, namespace), keep
 
-    def list(
+    def list_objects(
         self, ctx: Ctx, namespace: str | None, options: ListOptions, revision: int
     ) -> dict[str, Any]:
         """A ``<Kind>List`` in (namespace, name) order, a page of it with ``limit``; the
@@ -325,7 +325,8 @@ class Handlers:
                 "PATCH, application/apply-patch+yaml requires fieldManager parameter"
             )
         applied = _yaml_object(raw)
-        meta = applied.get("metadata") if isinstance(applied.get("metadata"), dict) else {}
+        given = applied.get("metadata")
+        meta: dict[str, Any] = given if isinstance(given, dict) else {}
         if meta.get("name") not in (None, name):
             raise KubeError.bad_request(
                 f"the name of the object ({meta.get('name')}) does not match the name on the "
