@@ -63,7 +63,7 @@ class KubeApp:
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
         self.handlers = Handlers()
-        self.feed = Feed(plane.store)
+        self.feed = Feed(plane.store, lambda: plane.leading)
 
     def principal(self, request: Request) -> Principal:
         header = request.headers.get("authorization", "")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from phalanx.errors import PhalanxError
+from phalanx.errors import NotLeader, PhalanxError
 from phalanx.kubeapi.conversion import to_version
 from phalanx.kubeapi.meta import compose, stored_meta
 from phalanx.kubeapi.status import KubeError, from_phalanx
@@ -270,7 +270,10 @@ class ObjectStorage(Storage):
             return []  # status-only changes are not events (as Kueue's status updates batch)
         out: list[Change] = []
         if mine:
-            status = self._status(ctx)
+            try:
+                status = self._status(ctx)
+            except NotLeader:
+                status = None  # a standby's watch: the spec, without the leader's live status
             stored = ctx.plane.store.meta(self.model_kind, [o.name for o in mine])
             out += [
                 Change("MODIFIED", self.render(ctx, o, status, stored.get(o.name))) for o in mine

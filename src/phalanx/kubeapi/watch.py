@@ -37,12 +37,19 @@ POLL_S = 0.05
 BOOKMARK_S = 10.0
 """How often a watch that asked for bookmarks gets one (a real server: about a minute)."""
 
+TOMBSTONE_TTL_S = 3600.0
+"""How long deleted objects stay watchable; a watch from before that gets 410 Gone."""
+
+COMPACT_EVERY_S = 300.0
+
 
 class Feed:
     """Wakes the open watches when the store's revision moves."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, leading: Callable[[], bool] | None = None) -> None:
         self._store = store
+        self._leading = leading
+        self._compacted_at = 0.0
         self._lock = threading.Lock()
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
         self._changed = threading.Event()
@@ -69,11 +76,24 @@ class Feed:
         self._stop.set()
         self._changed.set()
 
+    def compact(self) -> None:
+        """Forget tombstones older than :data:`TOMBSTONE_TTL_S` (the leader does it)."""
+        self._compacted_at = time.monotonic()
+        if self._leading is not None and not self._leading():
+            return
+        try:
+            with self._store.begin() as tx:
+                tx.compact(time.time() - TOMBSTONE_TTL_S)
+        except Exception:  # fenced off, or the store is closing: the next round will do
+            return
+
     def _run(self) -> None:
         last = -1
         while not self._stop.is_set():
             self._changed.wait(POLL_S)
             self._changed.clear()
+            if time.monotonic() - self._compacted_at >= COMPACT_EVERY_S:
+                self.compact()
             try:
                 current, _ = self._store.revision()
             except Exception:  # the store is closing, or a database hiccup: try again
