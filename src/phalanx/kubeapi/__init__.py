@@ -1,0 +1,1 @@
+"""A Kubernetes API server for phalanx: what kubectl and the Python client talk to."""

@@ -1,0 +1,660 @@
+"""Server-side apply and ``metadata.managedFields``, on plain dicts.
+
+This follows the semantics of Kubernetes' field management (the apiserver's
+fieldmanager over sigs.k8s.io/structured-merge-diff), simplified where a
+schema-less dict world forces it but honest about what it tracks:
+
+* Every write records which manager owns which fields, as ``managedFields``
+  entries in the FieldsV1 encoding: ``f:<name>`` for a map key,
+  ``k:{"key":value}`` for an item of an associative list (``x-kubernetes-list-type:
+  map``, keys sorted by name), ``v:<json>`` for an item of a set list, and ``".": {}``
+  where a node that has children is itself owned. Atomic lists and scalars are
+  leaves (``{}``).
+* An apply (operation ``Apply``) owns exactly the fields of its configuration.
+  The configuration is merged into the live object (map lists by their keys,
+  set lists by value, atomic lists replaced). A field another manager owns whose
+  value would change is a conflict, refused unless ``force``, which moves the
+  field to the applier. The same value is shared ownership, not a conflict.
+  Fields the manager applied before and no longer applies are removed from the
+  object unless somebody else still owns them.
+* Any other write (operation ``Update``) gives the writer every field it added
+  or changed, taking them from other managers, and drops removed fields from
+  everyone.
+* ``apiVersion``, ``kind`` and the server-set metadata (name, namespace, uid,
+  resourceVersion, generation, creationTimestamp, selfLink, managedFields) are
+  never owned. Apply managers are one entry per (manager, subresource); update
+  managers one per (manager, apiVersion, subresource).
+
+Simplifications: no conversion between API versions (paths are taken as equal
+across versions), no union (discriminator) handling, and update managers are
+not capped into an ``ancient-changes`` entry.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "DEFAULT_LIST_TYPES",
+    "KUEUE_LIST_TYPES",
+    "ApplyConflict",
+    "Conflict",
+    "ListType",
+    "ListTypes",
+    "ensure_valid_managed_fields",
+    "record_update",
+    "server_side_apply",
+    "strip_managed",
+]
+
+# One step of a field path: ("f", name), ("k", key json), ("v", value json) or ("i", index).
+Element = tuple[str, str]
+FieldPath = tuple[Element, ...]
+FieldSet = frozenset[FieldPath]
+
+
+@dataclass(frozen=True)
+class ListType:
+    """``x-kubernetes-list-type`` of one list, with its ``list-map-keys`` for maps."""
+
+    type: Literal["atomic", "set", "map"] = "atomic"
+    keys: tuple[str, ...] = ()
+
+
+ATOMIC = ListType()
+
+
+@dataclass(frozen=True)
+class ListTypes:
+    """List types by field path from the root, list items transparent; others atomic."""
+
+    lists: Mapping[tuple[str, ...], ListType] = field(default_factory=dict)
+
+    def get(self, path: tuple[str, ...]) -> ListType:
+        return self.lists.get(path, ATOMIC)
+
+    def __or__(self, other: ListTypes) -> ListTypes:
+        return ListTypes({**self.lists, **other.lists})
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A field another manager owns; ``path`` is spelled as the apiserver spells it."""
+
+    manager: str
+    path: str
+
+
+class ApplyConflict(Exception):
+    """An apply refused because it would change fields other managers own (HTTP 409)."""
+
+    def __init__(self, conflicts: list[Conflict]) -> None:
+        self.conflicts = conflicts
+        self.message = _conflict_message(conflicts)
+        super().__init__(self.message)
+
+
+def _conflict_message(conflicts: list[Conflict]) -> str:
+    if len(conflicts) == 1:
+        c = conflicts[0]
+        return f"Apply failed with 1 conflict: conflict with {c.manager}: {c.path}"
+    by_manager: dict[str, list[str]] = {}
+    for c in conflicts:
+        by_manager.setdefault(c.manager, []).append(c.path)
+    lines: list[str] = []
+    for manager in sorted(by_manager):
+        lines.append(f"conflicts with {manager}:")
+        lines.extend(f"- {p}" for p in by_manager[manager])
+    return f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
+
+
+# --- list types of the kinds phalanx serves ---------------------------------------
+
+
+def _map(*keys: str) -> ListType:
+    return ListType("map", keys)
+
+
+_SET = ListType("set")
+
+
+def _pod_spec(prefix: tuple[str, ...]) -> dict[tuple[str, ...], ListType]:
+    lists = {
+        (*prefix, "volumes"): _map("name"),
+        (*prefix, "imagePullSecrets"): _map("name"),
+        (*prefix, "hostAliases"): _map("ip"),
+        (*prefix, "topologySpreadConstraints"): _map("topologyKey", "whenUnsatisfiable"),
+        (*prefix, "resourceClaims"): _map("name"),
+        (*prefix, "schedulingGates"): _map("name"),
+    }
+    for kind in ("containers", "initContainers", "ephemeralContainers"):
+        c = (*prefix, kind)
+        lists[c] = _map("name")
+        lists[(*c, "env")] = _map("name")
+        lists[(*c, "ports")] = _map("containerPort", "protocol")
+        lists[(*c, "volumeMounts")] = _map("mountPath")
+        lists[(*c, "volumeDevices")] = _map("devicePath")
+        lists[(*c, "resources", "claims")] = _map("name")
+    return lists
+
+
+_METADATA: dict[tuple[str, ...], ListType] = {
+    ("metadata", "ownerReferences"): _map("uid"),
+    ("metadata", "finalizers"): _SET,
+}
+_CONDITIONS: dict[tuple[str, ...], ListType] = {("status", "conditions"): _map("type")}
+
+DEFAULT_LIST_TYPES: dict[str, ListTypes] = {
+    "Pod": ListTypes({**_METADATA, **_pod_spec(("spec",)), **_CONDITIONS}),
+    "Job": ListTypes(
+        {
+            **_METADATA,
+            **{("spec", "template", *k): v for k, v in _METADATA.items()},
+            **_pod_spec(("spec", "template", "spec")),
+        }
+    ),
+    "Node": ListTypes({**_METADATA, ("spec", "podCIDRs"): _SET, **_CONDITIONS}),
+    "Namespace": ListTypes({**_METADATA, **_CONDITIONS}),
+    "Event": ListTypes(dict(_METADATA)),
+}
+
+_FLAVORS: dict[tuple[str, ...], ListType] = {
+    ("spec", "resourceGroups", "flavors"): _map("name"),
+    ("spec", "resourceGroups", "flavors", "resources"): _map("name"),
+}
+_USAGE: dict[tuple[str, ...], ListType] = {
+    ("status", name, *sub): _map("name")
+    for name in ("flavorsReservation", "flavorsUsage")
+    for sub in ((), ("resources",))
+}
+
+# From the x-kubernetes-list-type / list-map-keys markers of Kueue's v1beta1/v1beta2 CRDs.
+KUEUE_LIST_TYPES: dict[str, ListTypes] = {
+    "ClusterQueue": ListTypes(
+        {
+            **_METADATA,
+            **_FLAVORS,
+            **_USAGE,
+            **_CONDITIONS,
+            ("spec", "admissionChecksStrategy", "admissionChecks"): _map("name"),
+            ("spec", "admissionChecksStrategy", "admissionChecks", "onFlavors"): _SET,
+        }
+    ),
+    "Cohort": ListTypes({**_METADATA, **_FLAVORS}),
+    "LocalQueue": ListTypes({**_METADATA, **_USAGE, **_CONDITIONS}),
+    "AdmissionCheck": ListTypes({**_METADATA, **_CONDITIONS}),
+    "ResourceFlavor": ListTypes(dict(_METADATA)),
+    "Workload": ListTypes(
+        {
+            **_METADATA,
+            **_CONDITIONS,
+            ("spec", "podSets"): _map("name"),
+            **_pod_spec(("spec", "podSets", "template", "spec")),
+            ("spec", "preemptionGates"): _map("name"),
+            ("status", "admission", "podSetAssignments"): _map("name"),
+            ("status", "admissionChecks"): _map("name"),
+            ("status", "reclaimablePods"): _map("name"),
+            ("status", "resourceRequests"): _map("name"),
+            ("status", "preemptionGates"): _map("name"),
+        }
+    ),
+}
+
+
+# --- field paths ------------------------------------------------------------------
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def _names(path: FieldPath) -> tuple[str, ...]:
+    return tuple(name for kind, name in path if kind == "f")
+
+
+def _item_element(item: Any, lt: ListType, index: int) -> Element:
+    if lt.type == "set":
+        return ("v", _dumps(item))
+    if lt.type == "map" and isinstance(item, dict):
+        return ("k", _dumps({k: item[k] for k in lt.keys if k in item}))
+    return ("i", str(index))
+
+
+def _spell(path: FieldPath) -> str:
+    """A path as the apiserver prints it in a conflict."""
+    out = []
+    for kind, raw in path:
+        if kind == "f":
+            out.append("." + raw)
+        elif kind == "k":
+            keys = json.loads(raw)
+            out.append("[" + ",".join(f"{k}={_dumps(v)}" for k, v in keys.items()) + "]")
+        elif kind == "v":
+            out.append(f"[={raw}]")
+        else:
+            out.append(f"[{raw}]")
+    return "".join(out)
+
+
+_NODE = object()  # the value recorded for a non-leaf path by _nodes
+
+
+def _nodes(value: Any, lists: ListTypes, path: FieldPath = ()) -> dict[FieldPath, Any]:
+    """Every path of ``value``, mapped to its value for leaves and _NODE for the rest."""
+    out: dict[FieldPath, Any] = {}
+    if isinstance(value, dict):
+        for key, child in value.items():
+            sub = (*path, ("f", key))
+            out.update(_nodes_child(child, lists, sub))
+    return out
+
+
+def _nodes_child(value: Any, lists: ListTypes, path: FieldPath) -> dict[FieldPath, Any]:
+    if isinstance(value, dict):
+        return {path: _NODE, **_nodes(value, lists, path)}
+    if isinstance(value, list):
+        lt = lists.get(_names(path))
+        if lt.type == "atomic":
+            return {path: value}
+        out: dict[FieldPath, Any] = {path: _NODE}
+        for i, item in enumerate(value):
+            sub = (*path, _item_element(item, lt, i))
+            out.update(_nodes_child(item, lists, sub) if lt.type == "map" else {sub: item})
+        return out
+    return {path: value}
+
+
+def _field_set(config: Any, lists: ListTypes, path: FieldPath = ()) -> set[FieldPath]:
+    """The fields an applied configuration sets (structured-merge-diff's ToFieldSet)."""
+    out: set[FieldPath] = set()
+    if not isinstance(config, dict):
+        return out
+    for key, value in config.items():
+        sub = (*path, ("f", key))
+        if isinstance(value, dict):
+            out |= _field_set(value, lists, sub) if value else {sub}
+        elif isinstance(value, list):
+            lt = lists.get(_names(sub))
+            if lt.type == "atomic" or not value:
+                # Kubernetes leaves an empty set or map list unowned; owning it
+                # lets its applier take it away again.
+                out.add(sub)
+                continue
+            for i, item in enumerate(value):
+                item_path = (*sub, _item_element(item, lt, i))
+                out.add(item_path)
+                if lt.type == "map":
+                    out |= _field_set(item, lists, item_path)
+        else:
+            out.add(sub)
+    return out
+
+
+_SERVER_META = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "selfLink",
+    "managedFields",
+    "clusterName",
+)
+_STRIP: frozenset[FieldPath] = frozenset(
+    {(("f", "apiVersion"),), (("f", "kind"),), (("f", "metadata"),)}
+    | {(("f", "metadata"), ("f", m)) for m in _SERVER_META}
+)
+
+
+def _filter(paths: Iterable[FieldPath], ignore: tuple[str, ...]) -> set[FieldPath]:
+    return {
+        p
+        for p in paths
+        if p not in _STRIP
+        and p[:2] != (("f", "metadata"), ("f", "managedFields"))
+        and not (p and p[0][0] == "f" and p[0][1] in ignore)
+    }
+
+
+# --- FieldsV1 -----------------------------------------------------------------------
+
+
+def _encode(paths: Iterable[FieldPath]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    members: set[FieldPath] = set(paths)
+    for p in members:
+        node = tree
+        for kind, raw in p:
+            node = node.setdefault(f"{kind}:{raw}", {})
+    return _finish(tree, (), members)
+
+
+def _finish(tree: dict[str, Any], path: FieldPath, members: set[FieldPath]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if path in members and tree:
+        out["."] = {}
+    order = {"f": 0, "k": 1, "v": 2, "i": 3}
+    for key in sorted(tree, key=lambda k: (order.get(k[0], 4), k)):
+        kind, raw = key.split(":", 1)
+        out[key] = _finish(tree[key], (*path, (kind, raw)), members)
+    return out
+
+
+def _decode(tree: Any, path: FieldPath = ()) -> set[FieldPath]:
+    if not isinstance(tree, dict):
+        raise ValueError(f"fieldsV1 at {_spell(path) or '.'} is not an object")
+    out: set[FieldPath] = set()
+    for key, child in tree.items():
+        if key == ".":
+            out.add(path)
+            continue
+        kind, sep, raw = key.partition(":")
+        if not sep or kind not in ("f", "k", "v", "i"):
+            raise ValueError(f"unknown fieldsV1 key {key!r}")
+        if kind in ("k", "v"):
+            json.loads(raw)
+        sub = (*path, (kind, raw))
+        out |= _decode(child, sub) if child else {sub}
+    return out
+
+
+# --- managers -------------------------------------------------------------------------
+
+# (manager, operation, apiVersion for Update or "", subresource)
+ManagerId = tuple[str, str, str, str]
+
+
+@dataclass
+class _Entry:
+    api_version: str
+    time: str | None
+    fields: set[FieldPath]
+
+
+def ensure_valid_managed_fields(value: Any) -> list[str]:
+    """Problems with a client-sent ``metadata.managedFields``; empty when it is valid."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        return ["managedFields must be a list"]
+    problems: list[str] = []
+    seen: set[ManagerId] = set()
+    for i, entry in enumerate(value):
+        where = f"managedFields[{i}]"
+        if not isinstance(entry, dict):
+            problems.append(f"{where} must be an object")
+            continue
+        op = entry.get("operation")
+        if op not in ("Apply", "Update"):
+            problems.append(f"{where}.operation must be Apply or Update, not {op!r}")
+        if entry.get("fieldsType") != "FieldsV1":
+            problems.append(f"{where}.fieldsType must be FieldsV1")
+        for name in ("manager", "apiVersion", "time", "subresource"):
+            if name in entry and not isinstance(entry[name], str):
+                problems.append(f"{where}.{name} must be a string")
+        try:
+            _decode(entry.get("fieldsV1", {}))
+        except ValueError as exc:
+            problems.append(f"{where}.fieldsV1: {exc}")
+        ident = _ident(entry)
+        if ident in seen:
+            problems.append(f"{where} duplicates the entry of manager {entry.get('manager')!r}")
+        seen.add(ident)
+    return problems
+
+
+def _ident(entry: Mapping[str, Any]) -> ManagerId:
+    op = str(entry.get("operation", ""))
+    version = str(entry.get("apiVersion", "")) if op == "Update" else ""
+    return (str(entry.get("manager", "")), op, version, str(entry.get("subresource", "")))
+
+
+def _read(obj: Mapping[str, Any] | None) -> dict[ManagerId, _Entry]:
+    meta = (obj or {}).get("metadata") or {}
+    raw = meta.get("managedFields")
+    if not raw or ensure_valid_managed_fields(raw):
+        return {}
+    return {
+        _ident(e): _Entry(e.get("apiVersion", ""), e.get("time"), _decode(e.get("fieldsV1", {})))
+        for e in raw
+    }
+
+
+def _write(obj: dict[str, Any], managers: dict[ManagerId, _Entry]) -> dict[str, Any]:
+    entries = []
+    for (manager, op, _, sub), e in managers.items():
+        if not e.fields:
+            continue
+        entry: dict[str, Any] = {"manager": manager, "operation": op, "apiVersion": e.api_version}
+        if e.time is not None:
+            entry["time"] = e.time
+        entry["fieldsType"] = "FieldsV1"
+        entry["fieldsV1"] = _encode(e.fields)
+        if sub:
+            entry["subresource"] = sub
+        entries.append(entry)
+    entries.sort(key=lambda e: (e["operation"], e.get("time", ""), e["manager"]))
+    meta = obj.setdefault("metadata", {})
+    if entries:
+        meta["managedFields"] = entries
+    else:
+        meta.pop("managedFields", None)
+    return obj
+
+
+def _print_manager(ident: ManagerId, entry: _Entry) -> str:
+    manager, op, _, sub = ident
+    out = json.dumps(manager)
+    if sub:
+        out += f" with subresource {json.dumps(sub)}"
+    if op == "Update":
+        out += f" using {entry.api_version}"
+    return out
+
+
+def strip_managed(obj: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``obj`` without ``metadata.managedFields`` (what a GET shows by default)."""
+    out = dict(obj)
+    if isinstance(out.get("metadata"), dict) and "managedFields" in out["metadata"]:
+        out["metadata"] = {k: v for k, v in out["metadata"].items() if k != "managedFields"}
+    return out
+
+
+# --- the two operations -----------------------------------------------------------------
+
+
+def _compare(
+    old: Any, new: Any, lists: ListTypes, ignore: tuple[str, ...]
+) -> tuple[set[FieldPath], set[FieldPath]]:
+    """(added or modified, removed) paths between two objects."""
+    a = _nodes(old or {}, lists)
+    b = _nodes(new, lists)
+    changed = {p for p, v in b.items() if p not in a or (v is not _NODE and a[p] != v)}
+    changed |= {p for p, v in a.items() if p in b and v is not _NODE and b[p] is _NODE}
+    return _filter(changed, ignore), _filter(set(a) - set(b), ignore)
+
+
+def record_update(
+    old: dict[str, Any] | None,
+    new: dict[str, Any],
+    manager: str,
+    *,
+    api_version: str,
+    now: str,
+    lists: ListTypes,
+    subresource: str = "",
+    ignore: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """Record a non-apply write of ``new`` over ``old`` by ``manager`` (operation Update).
+
+    The writer takes every field it added or changed away from other managers;
+    removed fields leave everyone. Returns a copy of ``new`` with managedFields set.
+    ``ignore`` names top-level fields not tracked (``status`` on the main resource
+    of a kind with a status subresource).
+    """
+    result = copy.deepcopy(new)
+    sent = (new.get("metadata") or {}).get("managedFields")
+    if sent == [{}]:  # the documented way for a client to clear managedFields
+        return strip_managed(result)
+    managers = _read(new) if sent and not ensure_valid_managed_fields(sent) else _read(old)
+    changed, removed = _compare(strip_managed(old or {}), strip_managed(new), lists, ignore)
+    for e in managers.values():
+        e.fields -= changed | removed
+    ident: ManagerId = (manager, "Update", api_version, subresource)
+    mine = managers.get(ident)
+    if changed:
+        fields = (mine.fields if mine else set()) | changed
+        managers[ident] = _Entry(api_version, now, fields)
+    return _write(result, managers)
+
+
+def server_side_apply(
+    live: dict[str, Any] | None,
+    applied: dict[str, Any],
+    manager: str,
+    *,
+    force: bool,
+    api_version: str,
+    now: str,
+    lists: ListTypes,
+    subresource: str = "",
+    ignore: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """Apply configuration ``applied`` as ``manager``; return the new object.
+
+    ``live`` is None for a create. Raises :class:`ApplyConflict` when the apply
+    would change fields other managers own and ``force`` is false.
+    """
+    config = strip_managed(applied)
+    for name in ignore:
+        config.pop(name, None)
+    base = copy.deepcopy(live) if live is not None else {}
+    if live is not None and not _read(live):
+        # An object nobody has managed yet: its current fields become the
+        # before-first-apply manager's, so that an apply can conflict with them.
+        base = record_update(
+            None,
+            base,
+            "before-first-apply",
+            api_version=api_version,
+            now=now,
+            lists=lists,
+            ignore=ignore,
+        )
+    managers = _read(base)
+    ident: ManagerId = (manager, "Apply", "", subresource)
+    previous = managers.get(ident)
+    fields = _filter(_field_set(config, lists), ignore)
+    managers[ident] = _Entry(api_version, now, fields)
+
+    merged = _merge(strip_managed(base), config, lists, ())
+    if previous:
+        owned: set[FieldPath] = set().union(*(e.fields for e in managers.values()))
+        _prune(merged, previous.fields - owned, owned, lists)
+
+    changed, removed = _compare(strip_managed(base), merged, lists, ignore)
+    conflicts: list[tuple[ManagerId, FieldPath]] = []
+    for other, e in managers.items():
+        if other == ident:
+            continue
+        conflicts += [(other, p) for p in e.fields & changed]
+    if conflicts and not force:
+        ordered = sorted(conflicts, key=lambda c: (json.dumps(c[0]), _spell(c[1])))
+        raise ApplyConflict(
+            [Conflict(_print_manager(m, managers[m]), _spell(p)) for m, p in ordered]
+        )
+    for other, e in managers.items():
+        if other != ident:
+            e.fields -= changed | removed
+    return _write(merged, managers)
+
+
+def _merge(live: Any, config: Any, lists: ListTypes, names: tuple[str, ...]) -> Any:
+    if not isinstance(config, dict):
+        return copy.deepcopy(config)
+    out = copy.deepcopy(live) if isinstance(live, dict) else {}
+    for key, value in config.items():
+        sub = (*names, key)
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, list) and isinstance(out.get(key), list):
+            out[key] = _merge_list(out[key], value, lists, sub)
+        else:
+            out[key] = _merge(out.get(key), value, lists, sub)
+    return out
+
+
+def _merge_list(
+    live: list[Any], config: list[Any], lists: ListTypes, names: tuple[str, ...]
+) -> Any:
+    lt = lists.get(names)
+    if lt.type == "atomic":
+        return copy.deepcopy(config)
+    if lt.type == "set":
+        return live + [copy.deepcopy(v) for v in config if v not in live]
+    out = list(live)
+    index = {_item_element(item, lt, i): i for i, item in enumerate(live)}
+    for i, item in enumerate(config):
+        at = index.get(_item_element(item, lt, i))
+        if at is None:
+            out.append(copy.deepcopy(item))
+        else:
+            out[at] = _merge(live[at], item, lists, names)
+    return out
+
+
+def _prune(
+    obj: dict[str, Any], gone: set[FieldPath], owned: set[FieldPath], lists: ListTypes
+) -> None:
+    """Remove fields the applier dropped that nobody else owns, then emptied parents."""
+    removable = {p for p in gone if not any(o[: len(p)] == p for o in owned)}
+    # Remove whole subtrees at once: taking a key field out of a list item first
+    # would leave the item unaddressable.
+    tops = [p for p in removable if not any(p[:n] in removable for n in range(1, len(p)))]
+    for path in sorted(tops, key=len, reverse=True):
+        _remove(obj, path, lists)
+        for cut in range(len(path) - 1, 1, -1):
+            parent = path[:cut]
+            if parent[-1][0] != "f" or _lookup(obj, parent, lists) not in ({}, []):
+                break
+            if any(o[:cut] == parent for o in owned):
+                break
+            _remove(obj, parent, lists)
+
+
+def _locate(container: Any, element: Element, lists: ListTypes, names: tuple[str, ...]) -> Any:
+    """The dict key or list index ``element`` names within ``container``, or None."""
+    kind, raw = element
+    if kind == "f":
+        return raw if isinstance(container, dict) and raw in container else None
+    if not isinstance(container, list):
+        return None
+    lt = lists.get(names)
+    for i, item in enumerate(container):
+        if _item_element(item, lt, i) == element:
+            return i
+    return None
+
+
+def _lookup(obj: Any, path: FieldPath, lists: ListTypes) -> Any:
+    node = obj
+    for n, element in enumerate(path):
+        at = _locate(node, element, lists, _names(path[:n]))
+        if at is None:
+            return None
+        node = node[at]
+    return node
+
+
+def _remove(obj: Any, path: FieldPath, lists: ListTypes) -> None:
+    parent = _lookup(obj, path[:-1], lists) if len(path) > 1 else obj
+    if parent is None:
+        return
+    at = _locate(parent, path[-1], lists, _names(path[:-1]))
+    if at is not None:
+        del parent[at]
