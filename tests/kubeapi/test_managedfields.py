@@ -21,6 +21,7 @@ from phalanx.kubeapi.managedfields import (
     server_side_apply,
     strip_managed,
 )
+from phalanx.kubeapi.patch import PatchError
 
 JOB_LISTS = DEFAULT_LIST_TYPES["Job"]
 V = "batch/v1"
@@ -392,8 +393,16 @@ def test_invalid_client_managed_fields_are_reset_to_the_live_ones() -> None:
         (["x"], "must be an object"),
         ([{"operation": "Nope", "fieldsType": "FieldsV1"}], "operation must be Apply or Update"),
         ([{"operation": "Apply"}], "fieldsType must be FieldsV1"),
+        ([{"operation": "Apply", "fieldsType": "FieldsV1"}], "apiVersion must not be empty"),
         (
-            [{"operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {"q:x": {}}}],
+            [
+                {
+                    "operation": "Apply",
+                    "apiVersion": "v1",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"q:x": {}},
+                }
+            ],
             "unknown fieldsV1 key",
         ),
         (
@@ -483,3 +492,74 @@ def test_a_sole_owners_latest_apply_is_the_whole_object(
     out = strip_managed(apply(apply(None, first, "A"), second, "A"))
     assert _by_name(out) == _by_name(second)
     assert out["metadata"].get("labels", {}) == second["metadata"]["labels"]
+
+
+def test_map_list_merge_order_follows_structured_merge_diff() -> None:
+    # Shared items take the applied order, live-only items keep their place,
+    # new items come where the applied list puts them.
+    live = apply(None, job(), "A")
+    cs = live["spec"]["template"]["spec"]["containers"]
+    cs[:] = [{"name": "a"}, {"name": "s", "image": "server"}, {"name": "b"}]
+    cfg = job()
+    cfg["spec"]["template"]["spec"]["containers"] = [
+        {"name": "b", "image": "1"},
+        {"name": "a", "image": "2"},
+        {"name": "c"},
+    ]
+    out = apply(live, cfg, "B", force=True)
+    assert out["spec"]["template"]["spec"]["containers"] == [
+        {"name": "s", "image": "server"},
+        {"name": "b", "image": "1"},
+        {"name": "a", "image": "2"},
+        {"name": "c"},
+    ]
+
+
+def test_applied_config_must_not_carry_managed_fields() -> None:
+    cfg = job()
+    cfg["metadata"]["managedFields"] = []
+    with pytest.raises(PatchError) as err:
+        apply(None, cfg, "A")
+    assert (err.value.code, err.value.message) == (400, "metadata.managedFields must be nil")
+
+
+def test_updates_to_an_unmanaged_existing_object_are_not_tracked() -> None:
+    live = job()
+    edited = job(image="trainer:2")
+    out = record_update(live, edited, "kubectl-edit", api_version=V, now="T", lists=JOB_LISTS)
+    assert "managedFields" not in out["metadata"]
+    assert strip_managed(out) == edited
+    created = record_update(None, edited, "kubectl-create", api_version=V, now="T", lists=JOB_LISTS)
+    assert [e["manager"] for e in created["metadata"]["managedFields"]] == ["kubectl-create"]
+
+
+def test_subresource_managers_are_named_so_in_conflicts() -> None:
+    first = apply(None, job(), "A", ignore=("status",))
+    status = {**first, "status": {"active": 1}}
+    out = record_update(
+        first,
+        status,
+        "job-controller",
+        api_version=V,
+        now="T",
+        lists=JOB_LISTS,
+        subresource="status",
+    )
+    cfg = {"apiVersion": V, "kind": "Job", "metadata": {"name": "train"}, "status": {"active": 2}}
+    with pytest.raises(ApplyConflict) as err:
+        apply(out, cfg, "B", subresource="status")
+    assert err.value.message == (
+        'Apply failed with 1 conflict: conflict with "job-controller" with subresource "status" '
+        "using batch/v1: .status.active"
+    )
+
+
+def test_fields_v1_orders_numeric_keys_by_value() -> None:
+    lists = DEFAULT_LIST_TYPES["Pod"]
+    ports = [{"containerPort": p, "protocol": "TCP"} for p in (8080, 443, 80)]
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "ports": ports}]}}
+    out = server_side_apply(None, pod, "A", force=False, api_version="v1", now="T", lists=lists)
+    f = out["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:containers"]
+    keys = [k for k in f['k:{"name":"c"}']["f:ports"] if k != "."]
+    assert [int(k.split(":")[2].split(",")[0]) for k in keys] == [80, 443, 8080]
+    assert next(iter(f['k:{"name":"c"}'])) == "."

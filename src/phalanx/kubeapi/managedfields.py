@@ -35,8 +35,16 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
+
+from phalanx.kubeapi.listtypes import (
+    DEFAULT_LIST_TYPES,
+    KUEUE_LIST_TYPES,
+    ListType,
+    ListTypes,
+)
+from phalanx.kubeapi.patch import PatchError
 
 __all__ = [
     "DEFAULT_LIST_TYPES",
@@ -54,31 +62,6 @@ __all__ = [
 # One step of a field path: ("f", name), ("k", key json), ("v", value json) or ("i", index).
 Element = tuple[str, str]
 FieldPath = tuple[Element, ...]
-FieldSet = frozenset[FieldPath]
-
-
-@dataclass(frozen=True)
-class ListType:
-    """``x-kubernetes-list-type`` of one list, with its ``list-map-keys`` for maps."""
-
-    type: Literal["atomic", "set", "map"] = "atomic"
-    keys: tuple[str, ...] = ()
-
-
-ATOMIC = ListType()
-
-
-@dataclass(frozen=True)
-class ListTypes:
-    """List types by field path from the root, list items transparent; others atomic."""
-
-    lists: Mapping[tuple[str, ...], ListType] = field(default_factory=dict)
-
-    def get(self, path: tuple[str, ...]) -> ListType:
-        return self.lists.get(path, ATOMIC)
-
-    def __or__(self, other: ListTypes) -> ListTypes:
-        return ListTypes({**self.lists, **other.lists})
 
 
 @dataclass(frozen=True)
@@ -106,103 +89,10 @@ def _conflict_message(conflicts: list[Conflict]) -> str:
     for c in conflicts:
         by_manager.setdefault(c.manager, []).append(c.path)
     lines: list[str] = []
-    for manager in sorted(by_manager):
+    for manager in by_manager:  # the caller's order: by manager identifier, as Kubernetes
         lines.append(f"conflicts with {manager}:")
         lines.extend(f"- {p}" for p in by_manager[manager])
     return f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
-
-
-# --- list types of the kinds phalanx serves ---------------------------------------
-
-
-def _map(*keys: str) -> ListType:
-    return ListType("map", keys)
-
-
-_SET = ListType("set")
-
-
-def _pod_spec(prefix: tuple[str, ...]) -> dict[tuple[str, ...], ListType]:
-    lists = {
-        (*prefix, "volumes"): _map("name"),
-        (*prefix, "imagePullSecrets"): _map("name"),
-        (*prefix, "hostAliases"): _map("ip"),
-        (*prefix, "topologySpreadConstraints"): _map("topologyKey", "whenUnsatisfiable"),
-        (*prefix, "resourceClaims"): _map("name"),
-        (*prefix, "schedulingGates"): _map("name"),
-    }
-    for kind in ("containers", "initContainers", "ephemeralContainers"):
-        c = (*prefix, kind)
-        lists[c] = _map("name")
-        lists[(*c, "env")] = _map("name")
-        lists[(*c, "ports")] = _map("containerPort", "protocol")
-        lists[(*c, "volumeMounts")] = _map("mountPath")
-        lists[(*c, "volumeDevices")] = _map("devicePath")
-        lists[(*c, "resources", "claims")] = _map("name")
-    return lists
-
-
-_METADATA: dict[tuple[str, ...], ListType] = {
-    ("metadata", "ownerReferences"): _map("uid"),
-    ("metadata", "finalizers"): _SET,
-}
-_CONDITIONS: dict[tuple[str, ...], ListType] = {("status", "conditions"): _map("type")}
-
-DEFAULT_LIST_TYPES: dict[str, ListTypes] = {
-    "Pod": ListTypes({**_METADATA, **_pod_spec(("spec",)), **_CONDITIONS}),
-    "Job": ListTypes(
-        {
-            **_METADATA,
-            **{("spec", "template", *k): v for k, v in _METADATA.items()},
-            **_pod_spec(("spec", "template", "spec")),
-        }
-    ),
-    "Node": ListTypes({**_METADATA, ("spec", "podCIDRs"): _SET, **_CONDITIONS}),
-    "Namespace": ListTypes({**_METADATA, **_CONDITIONS}),
-    "Event": ListTypes(dict(_METADATA)),
-}
-
-_FLAVORS: dict[tuple[str, ...], ListType] = {
-    ("spec", "resourceGroups", "flavors"): _map("name"),
-    ("spec", "resourceGroups", "flavors", "resources"): _map("name"),
-}
-_USAGE: dict[tuple[str, ...], ListType] = {
-    ("status", name, *sub): _map("name")
-    for name in ("flavorsReservation", "flavorsUsage")
-    for sub in ((), ("resources",))
-}
-
-# From the x-kubernetes-list-type / list-map-keys markers of Kueue's v1beta1/v1beta2 CRDs.
-KUEUE_LIST_TYPES: dict[str, ListTypes] = {
-    "ClusterQueue": ListTypes(
-        {
-            **_METADATA,
-            **_FLAVORS,
-            **_USAGE,
-            **_CONDITIONS,
-            ("spec", "admissionChecksStrategy", "admissionChecks"): _map("name"),
-            ("spec", "admissionChecksStrategy", "admissionChecks", "onFlavors"): _SET,
-        }
-    ),
-    "Cohort": ListTypes({**_METADATA, **_FLAVORS}),
-    "LocalQueue": ListTypes({**_METADATA, **_USAGE, **_CONDITIONS}),
-    "AdmissionCheck": ListTypes({**_METADATA, **_CONDITIONS}),
-    "ResourceFlavor": ListTypes(dict(_METADATA)),
-    "Workload": ListTypes(
-        {
-            **_METADATA,
-            **_CONDITIONS,
-            ("spec", "podSets"): _map("name"),
-            **_pod_spec(("spec", "podSets", "template", "spec")),
-            ("spec", "preemptionGates"): _map("name"),
-            ("status", "admission", "podSetAssignments"): _map("name"),
-            ("status", "admissionChecks"): _map("name"),
-            ("status", "reclaimablePods"): _map("name"),
-            ("status", "resourceRequests"): _map("name"),
-            ("status", "preemptionGates"): _map("name"),
-        }
-    ),
-}
 
 
 # --- field paths ------------------------------------------------------------------
@@ -338,11 +228,30 @@ def _finish(tree: dict[str, Any], path: FieldPath, members: set[FieldPath]) -> d
     out: dict[str, Any] = {}
     if path in members and tree:
         out["."] = {}
-    order = {"f": 0, "k": 1, "v": 2, "i": 3}
-    for key in sorted(tree, key=lambda k: (order.get(k[0], 4), k)):
+    for key in sorted(tree, key=_element_order):
         kind, raw = key.split(":", 1)
         out[key] = _finish(tree[key], (*path, (kind, raw)), members)
     return out
+
+
+def _value_order(value: Any) -> tuple[int, Any]:
+    if isinstance(value, bool) or value is None:
+        return (0, str(value))
+    if isinstance(value, int | float):
+        return (1, value)
+    return (2, value) if isinstance(value, str) else (3, _dumps(value))
+
+
+def _element_order(key: str) -> tuple[Any, ...]:
+    """structured-merge-diff's order: fields by name, then keys, values, indexes."""
+    kind, _, raw = key.partition(":")
+    if kind == "k":
+        return (1, [(name, _value_order(v)) for name, v in json.loads(raw).items()])
+    if kind == "v":
+        return (2, _value_order(json.loads(raw)))
+    if kind == "i":
+        return (3, int(raw) if raw.isdigit() else raw)
+    return (0, raw)
 
 
 def _decode(tree: Any, path: FieldPath = ()) -> set[FieldPath]:
@@ -392,6 +301,8 @@ def ensure_valid_managed_fields(value: Any) -> list[str]:
         op = entry.get("operation")
         if op not in ("Apply", "Update"):
             problems.append(f"{where}.operation must be Apply or Update, not {op!r}")
+        if not entry.get("apiVersion"):
+            problems.append(f"{where}.apiVersion must not be empty")
         if entry.get("fieldsType") != "FieldsV1":
             problems.append(f"{where}.fieldsType must be FieldsV1")
         for name in ("manager", "apiVersion", "time", "subresource"):
@@ -438,13 +349,31 @@ def _write(obj: dict[str, Any], managers: dict[ManagerId, _Entry]) -> dict[str, 
         if sub:
             entry["subresource"] = sub
         entries.append(entry)
-    entries.sort(key=lambda e: (e["operation"], e.get("time", ""), e["manager"]))
+    entries.sort(
+        key=lambda e: (
+            e["operation"],
+            e.get("time", ""),
+            e["manager"],
+            e["apiVersion"],
+            e.get("subresource", ""),
+        )
+    )
     meta = obj.setdefault("metadata", {})
     if entries:
         meta["managedFields"] = entries
     else:
         meta.pop("managedFields", None)
     return obj
+
+
+def _ident_json(ident: ManagerId) -> str:
+    """The manager identifier the apiserver sorts conflicting managers by."""
+    names = ("manager", "operation", "apiVersion", "subresource")
+    return _dumps_ordered({n: v for n, v in zip(names, ident, strict=True) if v})
+
+
+def _dumps_ordered(value: dict[str, str]) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _print_manager(ident: ManagerId, entry: _Entry) -> str:
@@ -502,6 +431,10 @@ def record_update(
     if sent == [{}]:  # the documented way for a client to clear managedFields
         return strip_managed(result)
     managers = _read(new) if sent and not ensure_valid_managed_fields(sent) else _read(old)
+    if old is not None and not managers:
+        # As the apiserver does: an existing object nobody manages stays
+        # untracked by updates until its first apply.
+        return strip_managed(result)
     changed, removed = _compare(strip_managed(old or {}), strip_managed(new), lists, ignore)
     for e in managers.values():
         e.fields -= changed | removed
@@ -528,9 +461,13 @@ def server_side_apply(
     """Apply configuration ``applied`` as ``manager``; return the new object.
 
     ``live`` is None for a create. Raises :class:`ApplyConflict` when the apply
-    would change fields other managers own and ``force`` is false.
+    would change fields other managers own and ``force`` is false, and
+    :class:`~phalanx.kubeapi.patch.PatchError` (400) when the configuration
+    carries ``metadata.managedFields``.
     """
-    config = strip_managed(applied)
+    if (applied.get("metadata") or {}).get("managedFields") is not None:
+        raise PatchError("metadata.managedFields must be nil", 400)
+    config = copy.deepcopy(applied)
     for name in ignore:
         config.pop(name, None)
     base = copy.deepcopy(live) if live is not None else {}
@@ -564,7 +501,7 @@ def server_side_apply(
             continue
         conflicts += [(other, p) for p in e.fields & changed]
     if conflicts and not force:
-        ordered = sorted(conflicts, key=lambda c: (json.dumps(c[0]), _spell(c[1])))
+        ordered = sorted(conflicts, key=lambda c: (_ident_json(c[0]), _spell(c[1])))
         raise ApplyConflict(
             [Conflict(_print_manager(m, managers[m]), _spell(p)) for m, p in ordered]
         )
@@ -592,19 +529,46 @@ def _merge(live: Any, config: Any, lists: ListTypes, names: tuple[str, ...]) -> 
 def _merge_list(
     live: list[Any], config: list[Any], lists: ListTypes, names: tuple[str, ...]
 ) -> Any:
+    """Merge an associative or set list the way structured-merge-diff orders it.
+
+    Items in both lists come in the applied order; items only in the live list
+    keep their place among them; items only in the applied list come where the
+    applied list has them.
+    """
     lt = lists.get(names)
     if lt.type == "atomic":
         return copy.deepcopy(config)
-    if lt.type == "set":
-        return live + [copy.deepcopy(v) for v in config if v not in live]
-    out = list(live)
-    index = {_item_element(item, lt, i): i for i, item in enumerate(live)}
-    for i, item in enumerate(config):
-        at = index.get(_item_element(item, lt, i))
-        if at is None:
-            out.append(copy.deepcopy(item))
+    lhs = {_item_element(item, lt, i): item for i, item in enumerate(live)}
+    rhs = {_item_element(item, lt, i): item for i, item in enumerate(config)}
+    left, right = list(lhs), list(rhs)
+    shared = [k for k in right if k in lhs]
+
+    def item(key: Element) -> Any:
+        if key not in rhs:
+            return copy.deepcopy(lhs[key])
+        return _merge(lhs.get(key), rhs[key], lists, names)
+
+    out: list[Any] = []
+    li = ri = si = 0
+    while li < len(left) or ri < len(right):
+        if li < len(left) and ri < len(right):
+            if left[li] == right[ri]:
+                out.append(item(left[li]))
+                li, ri, si = li + 1, ri + 1, si + 1
+                continue
+            if left[li] in rhs and si < len(shared) and shared[si] != left[li]:
+                li += 1  # a shared item whose turn, in the applied order, is later
+                continue
+        if li < len(left) and left[li] not in rhs:
+            out.append(item(left[li]))
+            li += 1
+        elif ri < len(right):
+            out.append(item(right[ri]))
+            if si < len(shared) and shared[si] == right[ri]:
+                si += 1
+            ri += 1
         else:
-            out[at] = _merge(live[at], item, lists, names)
+            li += 1  # a shared item already emitted in the applied order
     return out
 
 
