@@ -563,3 +563,46 @@ def test_fields_v1_orders_numeric_keys_by_value() -> None:
     keys = [k for k in f['k:{"name":"c"}']["f:ports"] if k != "."]
     assert [int(k.split(":")[2].split(",")[0]) for k in keys] == [80, 443, 8080]
     assert next(iter(f['k:{"name":"c"}'])) == "."
+
+
+def test_port_protocol_key_defaults_to_tcp() -> None:
+    lists = DEFAULT_LIST_TYPES["Pod"]
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80}]}]},
+    }
+    out = server_side_apply(None, pod, "A", force=False, api_version="v1", now="T", lists=lists)
+    c = out["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:containers"]['k:{"name":"c"}']
+    assert list(c["f:ports"]) == ['k:{"containerPort":80,"protocol":"TCP"}']
+
+
+@pytest.mark.parametrize(
+    ("containers", "message"),
+    [
+        (
+            [{"image": "x"}],
+            ".spec.template.spec.containers: associative list with keys has an element that "
+            'omits key field "name" (and doesn\'t have default value)',
+        ),
+        (
+            [{"name": "a"}, {"name": "a"}],
+            '.spec.template.spec.containers: duplicate entries for key [name="a"]',
+        ),
+    ],
+)
+def test_untypable_applied_lists_are_422(containers: list[Any], message: str) -> None:
+    cfg = job()
+    cfg["spec"]["template"]["spec"]["containers"] = containers
+    with pytest.raises(PatchError) as err:
+        apply(None, cfg, "A")
+    assert (err.value.code, err.value.message) == (422, message)
+
+
+@settings(max_examples=60, deadline=None)
+@given(configs)
+def test_a_second_manager_applying_the_same_config_shares_it(cfg: dict[str, Any]) -> None:
+    first = apply(None, cfg, "A")
+    both = apply(first, cfg, "B")  # no ApplyConflict
+    assert strip_managed(both) == strip_managed(first)
+    by = entries(both)
+    assert by["A"]["fieldsV1"] == by["B"]["fieldsV1"]

@@ -522,3 +522,27 @@ def test_strategic_patch_of_labels_matches_merge_patch(labels: dict[str, str]) -
     live = pod({"name": "a"})
     patch = {"metadata": {"labels": labels}}
     assert smp(live, patch) == mp(live, patch)
+
+
+def test_volume_items_honour_retain_keys_as_kubectl_sends_them() -> None:
+    # Switching a volume's source: kubectl sends the item with $retainKeys so
+    # the old source (hostPath) is cleared rather than merged alongside.
+    live = pod({"name": "a"}, volumes=[{"name": "data", "hostPath": {"path": "/d"}}, {"name": "x"}])
+    out = smp(
+        live,
+        {
+            "spec": {
+                "$setElementOrder/volumes": [{"name": "data"}, {"name": "x"}],
+                "volumes": [{"$retainKeys": ["emptyDir", "name"], "emptyDir": {}, "name": "data"}],
+            }
+        },
+    )
+    assert out["spec"]["volumes"] == [{"name": "data", "emptyDir": {}}, {"name": "x"}]
+
+
+@given(st.permutations(["a", "b", "c", "d"]))
+def test_set_element_order_of_existing_items_is_exactly_that_order(order: list[str]) -> None:
+    live = pod(*({"name": n, "image": n} for n in "abcd"))
+    out = smp(live, {"spec": {"$setElementOrder/containers": [{"name": n} for n in order]}})
+    assert [c["name"] for c in out["spec"]["containers"]] == order
+    assert all(c["image"] == c["name"] for c in out["spec"]["containers"])

@@ -11,17 +11,35 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = ["ATOMIC", "DEFAULT_LIST_TYPES", "KUEUE_LIST_TYPES", "ListType", "ListTypes"]
 
 
 @dataclass(frozen=True)
 class ListType:
-    """``x-kubernetes-list-type`` of one list, with its ``list-map-keys`` for maps."""
+    """``x-kubernetes-list-type`` of one list, with its ``list-map-keys`` for maps.
+
+    ``defaults`` gives the schema default of a key field an item may omit (a
+    container port's ``protocol`` is ``TCP``), as pairs of (key, value).
+    """
 
     type: Literal["atomic", "set", "map"] = "atomic"
     keys: tuple[str, ...] = ()
+    defaults: tuple[tuple[str, Any], ...] = ()
+
+    def key_of(self, item: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The item's key fields, defaults filled in; None when one is missing."""
+        defaults = dict(self.defaults)
+        key: dict[str, Any] = {}
+        for name in self.keys:
+            if name in item:
+                key[name] = item[name]
+            elif name in defaults:
+                key[name] = defaults[name]
+            else:
+                return None
+        return key
 
 
 ATOMIC = ListType()
@@ -63,7 +81,9 @@ def _pod_spec(prefix: tuple[str, ...]) -> dict[tuple[str, ...], ListType]:
         c = (*prefix, kind)
         lists[c] = _map("name")
         lists[(*c, "env")] = _map("name")
-        lists[(*c, "ports")] = _map("containerPort", "protocol")
+        lists[(*c, "ports")] = ListType(
+            "map", ("containerPort", "protocol"), (("protocol", "TCP"),)
+        )
         lists[(*c, "volumeMounts")] = _map("mountPath")
         lists[(*c, "volumeDevices")] = _map("devicePath")
         lists[(*c, "resources", "claims")] = _map("name")

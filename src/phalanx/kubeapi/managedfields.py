@@ -25,9 +25,16 @@ schema-less dict world forces it but honest about what it tracks:
   never owned. Apply managers are one entry per (manager, subresource); update
   managers one per (manager, apiVersion, subresource).
 
-Simplifications: no conversion between API versions (paths are taken as equal
-across versions), no union (discriminator) handling, and update managers are
-not capped into an ``ancient-changes`` entry.
+* An object that exists but has no managedFields is not tracked by updates;
+  its first apply hands its existing fields to an Update manager named
+  ``before-first-apply``, so that the apply can conflict with them.
+
+The FieldsV1 encoding is in :mod:`phalanx.kubeapi.fieldsv1`, the list types of
+the kinds served in :mod:`phalanx.kubeapi.listtypes`. Simplifications: no
+conversion between API versions (paths are taken as equal across versions), no
+union (discriminator) handling, no ``last-applied-configuration`` interplay
+with client-side apply, and update managers are not capped into an
+``ancient-changes`` entry.
 """
 
 from __future__ import annotations
@@ -38,6 +45,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from phalanx.kubeapi.fieldsv1 import (
+    Element,
+    FieldPath,
+    decode_fields,
+    encode_fields,
+    field_names,
+    item_element,
+    spell,
+)
 from phalanx.kubeapi.listtypes import (
     DEFAULT_LIST_TYPES,
     KUEUE_LIST_TYPES,
@@ -58,10 +74,6 @@ __all__ = [
     "server_side_apply",
     "strip_managed",
 ]
-
-# One step of a field path: ("f", name), ("k", key json), ("v", value json) or ("i", index).
-Element = tuple[str, str]
-FieldPath = tuple[Element, ...]
 
 
 @dataclass(frozen=True)
@@ -95,41 +107,6 @@ def _conflict_message(conflicts: list[Conflict]) -> str:
     return f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
 
 
-# --- field paths ------------------------------------------------------------------
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
-
-
-def _names(path: FieldPath) -> tuple[str, ...]:
-    return tuple(name for kind, name in path if kind == "f")
-
-
-def _item_element(item: Any, lt: ListType, index: int) -> Element:
-    if lt.type == "set":
-        return ("v", _dumps(item))
-    if lt.type == "map" and isinstance(item, dict):
-        return ("k", _dumps({k: item[k] for k in lt.keys if k in item}))
-    return ("i", str(index))
-
-
-def _spell(path: FieldPath) -> str:
-    """A path as the apiserver prints it in a conflict."""
-    out = []
-    for kind, raw in path:
-        if kind == "f":
-            out.append("." + raw)
-        elif kind == "k":
-            keys = json.loads(raw)
-            out.append("[" + ",".join(f"{k}={_dumps(v)}" for k, v in keys.items()) + "]")
-        elif kind == "v":
-            out.append(f"[={raw}]")
-        else:
-            out.append(f"[{raw}]")
-    return "".join(out)
-
-
 _NODE = object()  # the value recorded for a non-leaf path by _nodes
 
 
@@ -147,12 +124,12 @@ def _nodes_child(value: Any, lists: ListTypes, path: FieldPath) -> dict[FieldPat
     if isinstance(value, dict):
         return {path: _NODE, **_nodes(value, lists, path)}
     if isinstance(value, list):
-        lt = lists.get(_names(path))
+        lt = lists.get(field_names(path))
         if lt.type == "atomic":
             return {path: value}
         out: dict[FieldPath, Any] = {path: _NODE}
         for i, item in enumerate(value):
-            sub = (*path, _item_element(item, lt, i))
+            sub = (*path, item_element(item, lt, i))
             out.update(_nodes_child(item, lists, sub) if lt.type == "map" else {sub: item})
         return out
     return {path: value}
@@ -168,20 +145,44 @@ def _field_set(config: Any, lists: ListTypes, path: FieldPath = ()) -> set[Field
         if isinstance(value, dict):
             out |= _field_set(value, lists, sub) if value else {sub}
         elif isinstance(value, list):
-            lt = lists.get(_names(sub))
+            lt = lists.get(field_names(sub))
             if lt.type == "atomic" or not value:
                 # Kubernetes leaves an empty set or map list unowned; owning it
                 # lets its applier take it away again.
                 out.add(sub)
                 continue
+            seen: set[Element] = set()
             for i, item in enumerate(value):
-                item_path = (*sub, _item_element(item, lt, i))
+                element = item_element(item, lt, i)
+                _check_item(item, element, lt, seen, sub)
+                item_path = (*sub, element)
                 out.add(item_path)
                 if lt.type == "map":
                     out |= _field_set(item, lists, item_path)
         else:
             out.add(sub)
     return out
+
+
+def _check_item(
+    item: Any, element: Element, lt: ListType, seen: set[Element], path: FieldPath
+) -> None:
+    """Refuse what structured-merge-diff cannot type: keyless or duplicate items."""
+    if lt.type == "map" and (not isinstance(item, dict) or lt.key_of(item) is None):
+        defaults = dict(lt.defaults)
+        missing = next(
+            k
+            for k in lt.keys
+            if not isinstance(item, dict) or (k not in item and k not in defaults)
+        )
+        raise PatchError(
+            f"{spell(path)}: associative list with keys has an element that omits key "
+            f'field "{missing}" (and doesn\'t have default value)',
+            422,
+        )
+    if element in seen:
+        raise PatchError(f"{spell(path)}: duplicate entries for key {spell((element,))}", 422)
+    seen.add(element)
 
 
 _SERVER_META = (
@@ -210,69 +211,6 @@ def _filter(paths: Iterable[FieldPath], ignore: tuple[str, ...]) -> set[FieldPat
         and not (p and p[0][0] == "f" and p[0][1] in ignore)
     }
 
-
-# --- FieldsV1 -----------------------------------------------------------------------
-
-
-def _encode(paths: Iterable[FieldPath]) -> dict[str, Any]:
-    tree: dict[str, Any] = {}
-    members: set[FieldPath] = set(paths)
-    for p in members:
-        node = tree
-        for kind, raw in p:
-            node = node.setdefault(f"{kind}:{raw}", {})
-    return _finish(tree, (), members)
-
-
-def _finish(tree: dict[str, Any], path: FieldPath, members: set[FieldPath]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if path in members and tree:
-        out["."] = {}
-    for key in sorted(tree, key=_element_order):
-        kind, raw = key.split(":", 1)
-        out[key] = _finish(tree[key], (*path, (kind, raw)), members)
-    return out
-
-
-def _value_order(value: Any) -> tuple[int, Any]:
-    if isinstance(value, bool) or value is None:
-        return (0, str(value))
-    if isinstance(value, int | float):
-        return (1, value)
-    return (2, value) if isinstance(value, str) else (3, _dumps(value))
-
-
-def _element_order(key: str) -> tuple[Any, ...]:
-    """structured-merge-diff's order: fields by name, then keys, values, indexes."""
-    kind, _, raw = key.partition(":")
-    if kind == "k":
-        return (1, [(name, _value_order(v)) for name, v in json.loads(raw).items()])
-    if kind == "v":
-        return (2, _value_order(json.loads(raw)))
-    if kind == "i":
-        return (3, int(raw) if raw.isdigit() else raw)
-    return (0, raw)
-
-
-def _decode(tree: Any, path: FieldPath = ()) -> set[FieldPath]:
-    if not isinstance(tree, dict):
-        raise ValueError(f"fieldsV1 at {_spell(path) or '.'} is not an object")
-    out: set[FieldPath] = set()
-    for key, child in tree.items():
-        if key == ".":
-            out.add(path)
-            continue
-        kind, sep, raw = key.partition(":")
-        if not sep or kind not in ("f", "k", "v", "i"):
-            raise ValueError(f"unknown fieldsV1 key {key!r}")
-        if kind in ("k", "v"):
-            json.loads(raw)
-        sub = (*path, (kind, raw))
-        out |= _decode(child, sub) if child else {sub}
-    return out
-
-
-# --- managers -------------------------------------------------------------------------
 
 # (manager, operation, apiVersion for Update or "", subresource)
 ManagerId = tuple[str, str, str, str]
@@ -309,7 +247,7 @@ def ensure_valid_managed_fields(value: Any) -> list[str]:
             if name in entry and not isinstance(entry[name], str):
                 problems.append(f"{where}.{name} must be a string")
         try:
-            _decode(entry.get("fieldsV1", {}))
+            decode_fields(entry.get("fieldsV1", {}))
         except ValueError as exc:
             problems.append(f"{where}.fieldsV1: {exc}")
         ident = _ident(entry)
@@ -331,7 +269,9 @@ def _read(obj: Mapping[str, Any] | None) -> dict[ManagerId, _Entry]:
     if not raw or ensure_valid_managed_fields(raw):
         return {}
     return {
-        _ident(e): _Entry(e.get("apiVersion", ""), e.get("time"), _decode(e.get("fieldsV1", {})))
+        _ident(e): _Entry(
+            e.get("apiVersion", ""), e.get("time"), decode_fields(e.get("fieldsV1", {}))
+        )
         for e in raw
     }
 
@@ -345,7 +285,7 @@ def _write(obj: dict[str, Any], managers: dict[ManagerId, _Entry]) -> dict[str, 
         if e.time is not None:
             entry["time"] = e.time
         entry["fieldsType"] = "FieldsV1"
-        entry["fieldsV1"] = _encode(e.fields)
+        entry["fieldsV1"] = encode_fields(e.fields)
         if sub:
             entry["subresource"] = sub
         entries.append(entry)
@@ -501,9 +441,9 @@ def server_side_apply(
             continue
         conflicts += [(other, p) for p in e.fields & changed]
     if conflicts and not force:
-        ordered = sorted(conflicts, key=lambda c: (_ident_json(c[0]), _spell(c[1])))
+        ordered = sorted(conflicts, key=lambda c: (_ident_json(c[0]), spell(c[1])))
         raise ApplyConflict(
-            [Conflict(_print_manager(m, managers[m]), _spell(p)) for m, p in ordered]
+            [Conflict(_print_manager(m, managers[m]), spell(p)) for m, p in ordered]
         )
     for other, e in managers.items():
         if other != ident:
@@ -538,8 +478,8 @@ def _merge_list(
     lt = lists.get(names)
     if lt.type == "atomic":
         return copy.deepcopy(config)
-    lhs = {_item_element(item, lt, i): item for i, item in enumerate(live)}
-    rhs = {_item_element(item, lt, i): item for i, item in enumerate(config)}
+    lhs = {item_element(item, lt, i): item for i, item in enumerate(live)}
+    rhs = {item_element(item, lt, i): item for i, item in enumerate(config)}
     left, right = list(lhs), list(rhs)
     shared = [k for k in right if k in lhs]
 
@@ -600,7 +540,7 @@ def _locate(container: Any, element: Element, lists: ListTypes, names: tuple[str
         return None
     lt = lists.get(names)
     for i, item in enumerate(container):
-        if _item_element(item, lt, i) == element:
+        if item_element(item, lt, i) == element:
             return i
     return None
 
@@ -608,7 +548,7 @@ def _locate(container: Any, element: Element, lists: ListTypes, names: tuple[str
 def _lookup(obj: Any, path: FieldPath, lists: ListTypes) -> Any:
     node = obj
     for n, element in enumerate(path):
-        at = _locate(node, element, lists, _names(path[:n]))
+        at = _locate(node, element, lists, field_names(path[:n]))
         if at is None:
             return None
         node = node[at]
@@ -619,6 +559,6 @@ def _remove(obj: Any, path: FieldPath, lists: ListTypes) -> None:
     parent = _lookup(obj, path[:-1], lists) if len(path) > 1 else obj
     if parent is None:
         return
-    at = _locate(parent, path[-1], lists, _names(path[:-1]))
+    at = _locate(parent, path[-1], lists, field_names(path[:-1]))
     if at is not None:
         del parent[at]
