@@ -496,10 +496,14 @@ def _strategic_schema(resource: Resource) -> Any:
 
 def _list_types(resource: Resource) -> Any:
     from phalanx.kubeapi import managedfields
+    from phalanx.kubeapi.listtypes import ListTypes
 
-    if resource.group == "kueue.x-k8s.io":
-        return managedfields.KUEUE_LIST_TYPES.get(resource.kind, managedfields.DEFAULT_LIST_TYPES)
-    return managedfields.DEFAULT_LIST_TYPES
+    table = (
+        managedfields.KUEUE_LIST_TYPES
+        if resource.group == "kueue.x-k8s.io"
+        else managedfields.DEFAULT_LIST_TYPES
+    )
+    return table.get(resource.kind, ListTypes())
 
 
 def _record(

@@ -64,12 +64,44 @@ def apply_manifest(
         manifests = kueue.load_documents([clean], f"{ctx.resource.plural}/{name}")
     except PhalanxError as exc:
         raise _invalid(ctx, name, exc) from None
+    if meta_key[0] != "job" and len(manifests) == 1:
+        to_dict = getattr(manifests[0].obj, "to_dict", None)
+        if to_dict is not None:
+            meta["written"] = {
+                "hash": model_hash(to_dict()),
+                "body": {k: v for k, v in clean.items() if k not in _IDENTITY},
+            }
     if dry_run:
         return
     try:
         ctx.plane.apply(ctx.principal, manifests, {meta_key: meta})
     except PhalanxError as exc:
         raise _invalid(ctx, name, exc) from None
+
+
+_IDENTITY = ("apiVersion", "kind", "metadata")
+
+
+def model_hash(spec: Any) -> str:
+    """A stored model's fingerprint: whether the object is still what was written."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def overlay(rendered: Any, written: Any) -> Any:
+    """``rendered`` in the spelling it was ``written`` in (``9`` stays ``9``, ``9Gi`` stays
+    ``9Gi``), its defaults kept: so ``kubectl apply`` of an unchanged file is a no-op and
+    GitOps tools see no drift."""
+    if isinstance(rendered, dict) and isinstance(written, dict):
+        out = dict(rendered)
+        for key, value in written.items():
+            out[key] = overlay(rendered.get(key), value) if key in rendered else value
+        return out
+    if isinstance(rendered, list) and isinstance(written, list) and len(rendered) == len(written):
+        return [overlay(r, w) for r, w in zip(rendered, written, strict=True)]
+    return written
 
 
 def _invalid(ctx: Ctx, name: str, exc: PhalanxError) -> KubeError:
@@ -131,10 +163,14 @@ class ObjectStorage(Storage):
                 "metadata": {"name": row.name},
                 "spec": spec,
             }
+        written = (stored or {}).get("written")
+        if isinstance(written, dict) and written.get("hash") == model_hash(row.spec):
+            body = {k: v for k, v in manifest.items() if k not in _IDENTITY and k != "status"}
+            manifest.update(overlay(body, written.get("body") or {}))
         if status is not None and row.name in status:
             merged = dict(manifest.get("status") or {})
             merged.update(status[row.name])
-            manifest["status"] = merged
+            manifest["status"] = _kueue_status(row.kind, merged)
         if row.kind == "Node":
             manifest["status"] = _node_status(manifest, manifest.get("status") or {})
         manifest["metadata"] = compose(
@@ -152,7 +188,14 @@ class ObjectStorage(Storage):
     def _status(self, ctx: Ctx) -> dict[str, Any] | None:
         from phalanx.api.objects import live_status
 
-        return live_status(ctx.plane, self.model_kind, ctx.principal)
+        status = live_status(ctx.plane, self.model_kind, ctx.principal)
+        if self.model_kind == "LocalQueue" and status is not None:
+            counts = ctx.plane.store.queue_counts()
+            for name, entry in status.items():
+                by_state = counts.get(name, {})
+                entry["pending"] = by_state.get("PENDING", 0)
+                entry["admitted"] = sum(n for s, n in by_state.items() if s != "PENDING")
+        return status
 
     def items(self, ctx: Ctx, namespace: str | None) -> list[dict[str, Any]]:
         rows = ctx.plane.store.objects(self.model_kind)
@@ -287,6 +330,43 @@ class ObjectStorage(Storage):
             except (ValueError, PhalanxError):
                 continue
         return out
+
+
+def _kueue_status(kind: str, status: dict[str, Any]) -> dict[str, Any]:
+    """phalanx's live status of a ClusterQueue or LocalQueue in Kueue's field names
+    (what the CRDs' printer columns and Kueue users' scripts read)."""
+    if kind not in ("ClusterQueue", "LocalQueue"):
+        return status
+    from phalanx.model.resources import format_resources
+
+    out: dict[str, Any] = {}
+    pending = int(status.get("pending", 0) or 0)
+    admitted = int(status.get("admitted", 0) or 0)
+    out["pendingWorkloads"] = pending
+    out["reservingWorkloads"] = admitted
+    out["admittedWorkloads"] = admitted
+    usage = status.get("usage") or {}
+    borrowed = status.get("borrowed") or {}
+    flavors = []
+    for flavor in sorted(set(usage) | set(status.get("nominal") or {})):
+        used = format_resources(dict(usage.get(flavor) or {}))
+        over = format_resources(dict(borrowed.get(flavor) or {}))
+        names = sorted(set(used) | set((status.get("nominal") or {}).get(flavor) or {}))
+        flavors.append(
+            {
+                "name": flavor,
+                "resources": [
+                    {"name": r, "total": used.get(r, "0"), "borrowed": over.get(r, "0")}
+                    for r in names
+                ],
+            }
+        )
+    if kind == "ClusterQueue":
+        out["flavorsReservation"] = flavors
+        out["flavorsUsage"] = flavors
+    if status.get("conditions"):
+        out["conditions"] = status["conditions"]
+    return out
 
 
 def _new_uid() -> str:

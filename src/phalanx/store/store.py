@@ -1025,6 +1025,19 @@ class Store:
         with self._read() as conn:
             return {f"{t}/{q}": int(n) for t, q, n in conn.execute(stmt)}
 
+    def queue_counts(self) -> dict[str, dict[str, int]]:
+        """Unfinished jobs per LocalQueue (``namespace/name``) and state."""
+        stmt = (
+            select(jobs.c.tenant, jobs.c.queue, jobs.c.state, func.count())
+            .where(jobs.c.state.in_(UNFINISHED_STATES), jobs.c.queue.is_not(None))
+            .group_by(jobs.c.tenant, jobs.c.queue, jobs.c.state)
+        )
+        out: dict[str, dict[str, int]] = {}
+        with self._read() as conn:
+            for tenant, queue, state, n in conn.execute(stmt):
+                out.setdefault(f"{tenant}/{queue}", {})[str(state)] = int(n)
+        return out
+
     def count_jobs(
         self,
         *,
