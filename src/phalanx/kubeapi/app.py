@@ -332,7 +332,6 @@ def _wants_table(request: Request) -> bool:
 def _answer(
     ctx: Ctx, body: dict[str, Any], table: bool, request: Request, code: int = 200
 ) -> Response:
-    headers = {"Warning": ", ".join(f'299 - "{w}"' for w in ctx.warnings)} if ctx.warnings else {}
     if table and body.get("kind") != "Status":
         from phalanx.kubeapi import tables
 
@@ -349,8 +348,14 @@ def _answer(
         )
         if "items" in body and meta.get("remainingItemCount") is not None:
             converted.setdefault("metadata", {})["remainingItemCount"] = meta["remainingItemCount"]
-        return _json(converted, code, headers)
-    return _json(body, code, headers)
+        body = converted
+    response = _json(body, code)
+    if ctx.warnings:
+        from phalanx.kubeapi.fieldvalidation import warning_header
+
+        for warning in ctx.warnings:
+            response.headers.append("Warning", warning_header(warning))
+    return response
 
 
 def _watch(

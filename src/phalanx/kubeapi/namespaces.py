@@ -27,7 +27,12 @@ _NAME_LABEL = "kubernetes.io/metadata.name"
 
 class NamespaceStorage(Storage):
     def _render(
-        self, name: str, row: ObjectRow | None, stored: dict[str, Any] | None, phase: str = "Active"
+        self,
+        name: str,
+        row: ObjectRow | None,
+        stored: dict[str, Any] | None,
+        phase: str = "Active",
+        since: float = 0.0,
     ) -> dict[str, Any]:
         labels = dict((row.spec.get("labels") or {}) if row is not None else {})
         labels[_NAME_LABEL] = name
@@ -37,7 +42,7 @@ class NamespaceStorage(Storage):
             stored,
             kind="Namespace",
             key=name,
-            created=row.created if row is not None else 0.0,
+            created=row.created if row is not None else since,
             revision=row.revision if row is not None else 1,
             model_owned=("labels",),
         )
@@ -49,30 +54,43 @@ class NamespaceStorage(Storage):
             "status": {"phase": phase},
         }
 
-    def _names(self, ctx: Ctx) -> dict[str, ObjectRow | None]:
+    def _names(self, ctx: Ctx) -> dict[str, tuple[ObjectRow | None, float]]:
+        """Every namespace, its Tenant (if any) and when it was first used."""
         store = ctx.plane.store
-        out: dict[str, ObjectRow | None] = {"default": None}
+        since: dict[str, float] = {}
+
+        def seen(name: str, when: float) -> None:
+            since[name] = min(since.get(name, when), when)
+
         for lq in store.objects("LocalQueue"):
-            out.setdefault(lq.name.split("/", 1)[0], None)
-        for tenant in store.job_tenants():
-            out.setdefault(tenant, None)
-        for row in store.objects("Tenant"):
-            out[row.name] = row
+            seen(lq.name.split("/", 1)[0], lq.created)
+        for tenant, first in store.job_tenants().items():
+            seen(tenant, first)
+        tenants = {row.name: row for row in store.objects("Tenant")}
+        for name, row in tenants.items():
+            seen(name, row.created)
+        if "default" not in since:
+            first = min((o.created for o in store.objects()), default=ctx.now)
+            seen("default", min(since.values(), default=first))
         if not ctx.principal.admin:
-            out = {n: r for n, r in out.items() if n in ctx.principal.tenants}
+            since = {n: t for n, t in since.items() if n in ctx.principal.tenants}
             for tenant in ctx.principal.tenants:
-                out.setdefault(tenant, None)
-        return dict(sorted(out.items()))
+                since.setdefault(tenant, ctx.now)
+        return {n: (tenants.get(n), since[n]) for n in sorted(since)}
 
     def items(self, ctx: Ctx, namespace: str | None) -> list[dict[str, Any]]:
         stored = ctx.plane.store.meta("Tenant")
-        return [self._render(n, r, stored.get(n)) for n, r in self._names(ctx).items()]
+        return [
+            self._render(n, r, stored.get(n), since=t) for n, (r, t) in self._names(ctx).items()
+        ]
 
     def get(self, ctx: Ctx, namespace: str | None, name: str) -> dict[str, Any]:
         names = self._names(ctx)
         if name not in names:
             raise KubeError.not_found(ctx.target(name))
-        return self._render(name, names[name], ctx.plane.store.meta("Tenant", [name]).get(name))
+        row, since = names[name]
+        stored = ctx.plane.store.meta("Tenant", [name]).get(name)
+        return self._render(name, row, stored, since=since)
 
     def create(
         self, ctx: Ctx, namespace: str | None, obj: dict[str, Any], *, dry_run: bool
@@ -101,7 +119,7 @@ class NamespaceStorage(Storage):
         }
         apply_manifest(ctx, tenant, ("Tenant", name), meta, dry_run=dry_run, name=name)
         if dry_run:
-            return self._render(name, None, meta)
+            return self._render(name, None, meta, since=ctx.now)
         return self.get(ctx, None, name)
 
     def delete(

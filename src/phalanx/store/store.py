@@ -1063,11 +1063,11 @@ class Store:
         """PENDING, ADMITTED, RUNNING and COMPLETING jobs in id order (for recovery)."""
         return self.list_jobs(states=UNFINISHED_STATES)
 
-    def job_tenants(self) -> list[str]:
-        """The tenants that have jobs, sorted."""
+    def job_tenants(self) -> dict[str, float]:
+        """The tenants that have jobs, with their first job's submit time."""
+        stmt = select(jobs.c.tenant, func.min(jobs.c.submit_time)).group_by(jobs.c.tenant)
         with self._read() as conn:
-            rows = conn.execute(select(jobs.c.tenant).distinct().order_by(jobs.c.tenant))
-            return [str(r[0]) for r in rows]
+            return {str(t): float(first) for t, first in conn.execute(stmt)}
 
     def max_job_id(self) -> int:
         """The largest job id so far, 0 when there are no jobs."""
