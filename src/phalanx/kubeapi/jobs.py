@@ -292,7 +292,7 @@ class JobStorage(Storage):
             meta = stored.get(str(r.id))
             obj = self.render(ctx, r, events.get(r.id), meta)
             deleted = meta is not None and meta.get("deleted") is not None
-            out.append(Change("DELETED" if deleted else "MODIFIED", obj))
+            out.append(Change("DELETED" if deleted else "MODIFIED", obj, r.created_revision))
         return out
 
 

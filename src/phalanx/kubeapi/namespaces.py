@@ -163,7 +163,7 @@ class NamespaceStorage(Storage):
         for o in objects:
             if o.kind == "Tenant" and ctx.principal.may_act_for(o.name):
                 stored = ctx.plane.store.meta("Tenant", [o.name]).get(o.name)
-                out.append(Change("MODIFIED", self._render(o.name, o, stored)))
+                out.append(Change("MODIFIED", self._render(o.name, o, stored), o.created_revision))
         for t in gone:
             if t.kind == "Tenant" and ctx.principal.may_act_for(t.name):
                 row = ObjectRow(t.kind, t.name, t.spec, 0, t.created, t.time, t.revision)

@@ -319,7 +319,10 @@ class ObjectStorage(Storage):
                 status = None  # a standby's watch: the spec, without the leader's live status
             stored = ctx.plane.store.meta(self.model_kind, [o.name for o in mine])
             out += [
-                Change("MODIFIED", self.render(ctx, o, status, stored.get(o.name))) for o in mine
+                Change(
+                    "MODIFIED", self.render(ctx, o, status, stored.get(o.name)), o.created_revision
+                )
+                for o in mine
             ]
         for t in gone:
             if t.kind != self.model_kind:

@@ -46,6 +46,9 @@ class Change:
     """``MODIFIED`` (the handler makes it ``ADDED`` for an object the watch has not
     seen) or ``DELETED``."""
     object: dict[str, Any]
+    created: int = 0
+    """The store revision that created the object (0: not known): a watch resumed from
+    before it reports the object ADDED."""
 
 
 class Unsupported(KubeError):

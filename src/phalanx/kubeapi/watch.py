@@ -171,6 +171,9 @@ async def watch_events(
     present, keep = await run_in_threadpool(handlers.matching, ctx, namespace, list_options)
     present = [o for o in present if keep(o)]
     known = {_key(o) for o in present}
+    origin = start
+    announced: set[str] = set()
+    deleted: set[str] = set()
     if initial:
         for obj in present:
             yield {"type": "ADDED", "object": obj}
@@ -197,13 +200,20 @@ async def watch_events(
                     for change in changes:
                         key = _key(change.object)
                         if change.type == "DELETED":
-                            if key in known:
+                            # Also an object the watch never saw: a resumed watch must
+                            # hear of deletions since its revision (informers ignore a
+                            # deletion they had no object for).
+                            if key in known or (key not in deleted and matches(change.object)):
                                 known.discard(key)
+                                deleted.add(key)
                                 yield {"type": "DELETED", "object": change.object}
                             continue
+                        deleted.discard(key)
                         if matches(change.object):
-                            kind = "MODIFIED" if key in known else "ADDED"
+                            fresh = change.created > origin and key not in announced
+                            kind = "ADDED" if fresh or key not in known else "MODIFIED"
                             known.add(key)
+                            announced.add(key)
                             yield {"type": kind, "object": change.object}
                         elif key in known:
                             known.discard(key)

@@ -94,6 +94,8 @@ class JobRow(_Parsed):
     revision: int = field(default=0, compare=False)
     """The store revision of the job's last change (:class:`~phalanx.store.Store`);
     bookkeeping, so not compared: two rows of the same job state are equal."""
+    created_revision: int = field(default=0, compare=False)
+    """The store revision that created the job."""
 
     @property
     def parsed_submission(self) -> JobSubmission:
@@ -142,6 +144,8 @@ class ObjectRow:
     updated: float
     revision: int = field(default=0, compare=False)
     """The store revision of the object's last change (not compared)."""
+    created_revision: int = field(default=0, compare=False)
+    """The store revision that created the object."""
 
 
 @dataclass(frozen=True, slots=True)

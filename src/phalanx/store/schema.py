@@ -37,8 +37,8 @@ __all__ = [
     "Object",
     "ObjectMeta",
     "Revision",
-    "Tombstone",
     "Token",
+    "Tombstone",
     "Usage",
     "job_charges",
     "job_events",
@@ -48,8 +48,8 @@ __all__ = [
     "object_meta",
     "objects",
     "revisions",
-    "tombstones",
     "tokens",
+    "tombstones",
     "usage",
 ]
 
@@ -115,6 +115,10 @@ class Job(Base):
         Integer, nullable=False, default=0, server_default=text("0"), index=True
     )
     """The store revision of the job's last change (the Kubernetes API's resourceVersion)."""
+    created_revision: Mapped[int] = mapped_column(
+        Integer, nullable=False, default=0, server_default=text("0")
+    )
+    """The store revision that created the job (a watch tells ADDED from MODIFIED by it)."""
 
 
 class JobEvent(Base):
@@ -149,6 +153,10 @@ class Object(Base):
         Integer, nullable=False, default=0, server_default=text("0"), index=True
     )
     """The store revision of the object's last change."""
+    created_revision: Mapped[int] = mapped_column(
+        Integer, nullable=False, default=0, server_default=text("0")
+    )
+    """The store revision that created the object."""
 
 
 class Revision(Base):

@@ -70,8 +70,8 @@ from phalanx.store.schema import (
     object_meta,
     objects,
     revisions,
-    tombstones,
     tokens,
+    tombstones,
     usage,
 )
 
@@ -321,7 +321,7 @@ class Tx:
     loop. :meth:`get_job` sees the buffered updates.
     """
 
-    __slots__ = ("_conn", "_events", "_open", "_updates")
+    __slots__ = ("_conn", "_events", "_inserted", "_open", "_updates")
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
@@ -329,6 +329,8 @@ class Tx:
         self._updates: dict[int, dict[str, Any]] = {}
         """Job id -> the columns to set, merged in call order (the later value wins)."""
         self._events: list[EventTuple] = []
+        self._inserted: set[int] = set()
+        """Jobs inserted here and not yet given their first revision."""
 
     @property
     def connection(self) -> Connection:
@@ -346,7 +348,11 @@ class Tx:
         if touched:
             first = self._next_revisions(len(touched))
             for i, job_id in enumerate(touched):
-                self._updates.setdefault(job_id, {})["revision"] = first + i
+                fields = self._updates.setdefault(job_id, {})
+                fields["revision"] = first + i
+                if job_id in self._inserted:
+                    fields["created_revision"] = first + i
+            self._inserted.clear()
         if self._updates:
             groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
             for job_id, fields in self._updates.items():
@@ -429,6 +435,7 @@ class Tx:
                 j.array_task_id,
                 j.hold,
                 0,  # revision: set at flush, with the Submitted event
+                0,  # created_revision: likewise
             )
             for job_id, j in zip(ids, new_jobs, strict=True)
         ]
@@ -441,6 +448,7 @@ class Tx:
         ]
         _bulk_insert(self._conn, "jobs", _JOB_FIELDS, rows, json_at=_JOB_JSON_POSITIONS)
         self.add_events(events)
+        self._inserted.update(ids)
         return ids
 
     def _allocate_job_ids(self, n: int) -> list[int]:
@@ -551,6 +559,7 @@ class Tx:
             .with_for_update()
         ).first()
         if row is None:
+            revision = self._next_revisions(1)
             self._conn.execute(
                 insert(objects).values(
                     kind=kind,
@@ -559,7 +568,8 @@ class Tx:
                     generation=1,
                     created=now,
                     updated=now,
-                    revision=self._next_revisions(1),
+                    revision=revision,
+                    created_revision=revision,
                 )
             )
             return "created"

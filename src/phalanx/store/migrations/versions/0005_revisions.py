@@ -25,6 +25,12 @@ def upgrade() -> None:
             table, sa.Column("revision", sa.Integer(), server_default=sa.text("0"), nullable=False)
         )
         op.create_index(f"ix_{table}_revision", table, ["revision"], unique=False)
+        op.add_column(
+            table,
+            sa.Column(
+                "created_revision", sa.Integer(), server_default=sa.text("0"), nullable=False
+            ),
+        )
     revisions = op.create_table(
         "revisions",
         sa.Column("id", sa.Integer(), autoincrement=False, nullable=False),
@@ -61,4 +67,5 @@ def downgrade() -> None:
     for table in ("objects", "jobs"):
         op.drop_index(f"ix_{table}_revision", table_name=table)
         with op.batch_alter_table(table) as batch:
+            batch.drop_column("created_revision")
             batch.drop_column("revision")
