@@ -172,6 +172,10 @@ class Handlers:
             if ctx.resource.namespaced and not namespace:
                 found = [o for o in storage.items(ctx, None) if o["metadata"]["name"] == name]
             return found, keep
+        narrowed = getattr(storage, "items_for", None)
+        if narrowed is not None:
+            # The storage narrows the list by the selector itself (Events by object name).
+            return narrowed(ctx, namespace, fields), keep
         return storage.items(ctx, namespace), keep
 
     def list_objects(

@@ -32,6 +32,9 @@ class Ctx:
     now: float
     resource: Resource
     warnings: list[str] = field(default_factory=list)
+    watch_state: dict[str, Any] = field(default_factory=dict)
+    """What a storage remembers for one request: a watch keeps its ``Ctx`` from its
+    first list to its end (the Events it has sent, :mod:`.events`)."""
 
     def target(self, name: str = "") -> Target:
         r = self.resource

@@ -25,6 +25,10 @@ other, as a Job's parallelism slot works through its completion indices:
   reports the job started, which is Kueue's PodsReady.
 * RayJob workers (``waitForHead``) hold their place until the head pod, which
   runs the ``entrypoint``, has ended (``JOBDIR/kube/head-done``).
+* Each container's standard output and error go to the task's (the job's output
+  file) and also to ``JOBDIR/kube/logs/<pod>/<container>.log``, which the
+  Kubernetes API serves as the pod's log (``kubectl logs``); a container started
+  again after a failure moves the previous one's to ``<container>.previous.log``.
 
 The first failure's message goes to ``JOBDIR/message``, which the supervisor
 reports as the job's message. Standard library only.
@@ -39,6 +43,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -61,6 +66,7 @@ class PodRunner:
         self.failed_path = os.path.join(self.state, "failed")
         self.head_done = os.path.join(self.state, "head-done")
         self.workdir = str(self.spec.get("working_dir") or "/")
+        self.copiers: list[threading.Thread] = []
 
     # -- the job's shared state ------------------------------------------------
 
@@ -114,20 +120,55 @@ class PodRunner:
                 "without a container runtime"
             )
         workdir = container.get("workingDir") or self.workdir
+        log = self.open_log(str(pod["name"]), str(container.get("name") or "main"))
         try:
-            return subprocess.Popen(
+            proc = subprocess.Popen(
                 command,
                 cwd=workdir,
                 env=self.container_env(pod, container),
                 stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE if log is not None else None,
+                stderr=subprocess.PIPE if log is not None else None,
                 close_fds=True,
             )
         except OSError as exc:
+            if log is not None:
+                log.close()
             raise _CannotRun(
                 f"{container.get('field') or 'command'}: pod {pod['name']} container "
                 f"{container.get('name')!r}: cannot run {command[0]!r} (in {workdir}): "
                 f"{exc.strerror or exc}"
             ) from None
+        if log is not None:
+            lock = threading.Lock()
+            ended: list[int] = []
+            assert proc.stdout is not None and proc.stderr is not None
+            for pipe, fd in ((proc.stdout, 1), (proc.stderr, 2)):
+                thread = threading.Thread(
+                    target=_copy, args=(pipe, fd, log, lock, ended), daemon=True
+                )
+                thread.start()
+                self.copiers.append(thread)
+        return proc
+
+    def open_log(self, pod: str, container: str) -> Any:
+        """The container's log file (None when it cannot be written: output still goes to
+        the job's file, unchanged)."""
+        folder = os.path.join(self.state, "logs", pod)
+        path = os.path.join(folder, f"{container}.log")
+        try:
+            os.makedirs(folder, exist_ok=True)
+            if os.path.exists(path):
+                os.replace(path, os.path.join(folder, f"{container}.previous.log"))
+            return open(path, "ab", buffering=0)  # closed by the copiers
+        except OSError:
+            return None
+
+    def drain(self) -> None:
+        """Wait (briefly: a grandchild may hold a pipe) for the copies of ended containers."""
+        for thread in self.copiers:
+            thread.join(timeout=2.0)
+        self.copiers = [t for t in self.copiers if t.is_alive()]
 
     def wait_all(self, procs: list[subprocess.Popen[bytes]]) -> int | None:
         """The pod's exit code once every container exited (None: the job failed meanwhile)."""
@@ -138,6 +179,7 @@ class PodRunner:
                 for code in codes:
                     assert code is not None
                     worst = max(worst, 128 - code if code < 0 else code)
+                self.drain()
                 return worst
             if self.job_failed():
                 for proc in procs:
@@ -145,6 +187,7 @@ class PodRunner:
                         proc.terminate()
                 for proc in procs:
                     proc.wait()
+                self.drain()
                 return None
             time.sleep(POLL_S)
 
@@ -218,6 +261,28 @@ class PodRunner:
             with open(self.head_done, "w", encoding="ascii") as fh:
                 fh.write("done\n")
         return 0
+
+
+def _copy(pipe: Any, fd: int, log: Any, lock: threading.Lock, ended: list[int]) -> None:
+    """Copy a container's stream to this task's ``fd`` and to the container's log."""
+    try:
+        while True:
+            chunk = os.read(pipe.fileno(), 65536)
+            if not chunk:
+                break
+            with contextlib.suppress(OSError):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view) :]
+            with lock, contextlib.suppress(OSError, ValueError):
+                log.write(chunk)
+    finally:
+        pipe.close()
+        with lock:
+            # The second stream to end closes the file.
+            ended.append(fd)
+            if len(ended) == 2:
+                log.close()
 
 
 class _CannotRun(Exception):
