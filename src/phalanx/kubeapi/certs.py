@@ -13,6 +13,7 @@ kubeconfig then carries that certificate as its CA).
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import ipaddress
 import os
 import socket
@@ -38,12 +39,19 @@ class KubeTls:
 
 def ensure_tls(state_dir: Path, host: str) -> KubeTls:
     """The CA and serving certificate in ``state_dir/kube``, made or renewed as needed."""
+    folder = state_dir / "kube"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Servers sharing a state directory (several on one PostgreSQL) make the CA once.
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure(folder, host)
+
+
+def _ensure(folder: Path, host: str) -> KubeTls:
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    folder = state_dir / "kube"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     ca_cert_path, ca_key_path = folder / "ca.crt", folder / "ca.key"
     cert_path, key_path = folder / "server.crt", folder / "server.key"
     ca_cert: Any

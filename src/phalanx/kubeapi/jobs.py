@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from phalanx.api.kube import kube_object, workload, workload_name
-from phalanx.errors import PhalanxError
+from phalanx.errors import NotLeader, PhalanxError
 from phalanx.kubeapi.meta import compose, stored_meta
 from phalanx.kubeapi.objects import apply_manifest, status_success
 from phalanx.kubeapi.status import KubeError, from_phalanx
@@ -235,6 +235,8 @@ class JobStorage(Storage):
         if not dry_run and meta != stored:
             try:
                 ctx.plane.put_meta(ctx.principal, "job", str(row.id), meta)
+            except NotLeader:
+                raise  # the app hands the request to the leader
             except PhalanxError as exc:
                 raise from_phalanx(exc, ctx.target(name)) from None
             return self.get(ctx, namespace, name)
@@ -263,6 +265,8 @@ class JobStorage(Storage):
             stored = ctx.plane.store.meta("job", [str(row.id)]).get(str(row.id)) or {}
             stored = {**stored, "uid": current["metadata"]["uid"], "deleted": ctx.now}
             ctx.plane.put_meta(ctx.principal, "job", str(row.id), stored)
+        except NotLeader:
+            raise  # the app hands the request to the leader
         except PhalanxError as exc:
             raise from_phalanx(exc, ctx.target(name)) from None
         return status_success(ctx, name, current["metadata"]["uid"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from phalanx.errors import PhalanxError
+from phalanx.errors import NotLeader, PhalanxError
 from phalanx.kubeapi.meta import compose
 from phalanx.kubeapi.objects import apply_manifest, status_success
 from phalanx.kubeapi.status import KubeError, from_phalanx
@@ -143,6 +143,8 @@ class NamespaceStorage(Storage):
         if not dry_run:
             try:
                 ctx.plane.delete(ctx.principal, "Tenant", name)
+            except NotLeader:
+                raise  # the app hands the request to the leader
             except PhalanxError as exc:
                 raise from_phalanx(exc, ctx.target(name)) from None
         return status_success(ctx, name, current["metadata"]["uid"])

@@ -62,6 +62,8 @@ def apply_manifest(
     clean = {k: v for k, v in body.items() if k != "status"}
     try:
         manifests = kueue.load_documents([clean], f"{ctx.resource.plural}/{name}")
+    except NotLeader:
+        raise  # the app hands the request to the leader
     except PhalanxError as exc:
         raise _invalid(ctx, name, exc) from None
     if meta_key[0] != "job" and len(manifests) == 1:
@@ -75,6 +77,8 @@ def apply_manifest(
         return
     try:
         ctx.plane.apply(ctx.principal, manifests, {meta_key: meta})
+    except NotLeader:
+        raise  # the app hands the request to the leader
     except PhalanxError as exc:
         raise _invalid(ctx, name, exc) from None
 
@@ -286,6 +290,8 @@ class ObjectStorage(Storage):
         if not dry_run:
             try:
                 ctx.plane.delete(ctx.principal, self.model_kind, self._key(namespace, name))
+            except NotLeader:
+                raise  # the app hands the request to the leader
             except PhalanxError as exc:
                 raise from_phalanx(exc, ctx.target(name)) from None
         return status_success(ctx, name, current["metadata"]["uid"])
