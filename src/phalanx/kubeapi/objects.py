@@ -59,7 +59,12 @@ def apply_manifest(
     its Kubernetes metadata; a problem is a 422 ``Invalid`` naming the fields."""
     from phalanx.dialects import kueue
 
-    clean = {k: v for k, v in body.items() if k != "status"}
+    # A status is the server's, but for a Node's: phalanx's nodes are declared, their
+    # capacity with them (status.capacity), as a kubelet would report it.
+    node = body.get("kind") == "Node"
+    clean = {k: v for k, v in body.items() if k != "status" or node}
+    if node and isinstance(clean.get("status"), dict):
+        clean["status"] = {"capacity": clean["status"].get("capacity") or {}}
     try:
         manifests = kueue.load_documents([clean], f"{ctx.resource.plural}/{name}")
     except NotLeader:
