@@ -163,9 +163,9 @@ def _check(run: Run, state_dir: str) -> None:
     """What each walkthrough's commands must have said."""
     out = run.output
     assert run.returncode == 0, out[-6000:]
-    assert out.count("phalanx is up at http://127.0.0.1:6900") == 3, out[-6000:]
-    assert out.count(f"state dir: {state_dir}") == 3, out[-6000:]
-    assert out.count("phalanx stopped (pid ") == 3, out[-6000:]
+    assert out.count("phalanx is up at http://127.0.0.1:6900") == 4, out[-6000:]
+    assert out.count(f"state dir: {state_dir}") == 4, out[-6000:]
+    assert out.count("phalanx stopped (pid ") == 4, out[-6000:]
     # The first walkthrough: the 2-node gang ran, its two ranks said so.
     assert "rank 0/2 on gpu-h100-" in out and "rank 1/2 on gpu-h100-" in out, out[-6000:]
     assert "rank 1 step 3" in out, out[-6000:]
@@ -178,6 +178,11 @@ def _check(run: Run, state_dir: str) -> None:
     assert "JOBID PARTITION" in out and "PARTITION" in out and "JobID" in out, out[-6000:]
     # Kueue: the PyTorchJob and the applied Job.
     assert "ddp-hello" in out and "job/default/shards created" in out, out[-6000:]
+    # kubectl, on the Kubernetes API at its default port, with the printed kubeconfig.
+    assert "kubernetes API: https://127.0.0.1:6443" in out, out[-6000:]
+    assert "job.batch/shards condition met" in out, out[-6000:]
+    assert "processing shard" in out and "QUEUE" in out, out[-6000:]
+    assert re.search(r"Username\s+alice", out), out[-6000:]
     assert "Traceback" not in out, out[-6000:]
 
 
