@@ -330,7 +330,9 @@ class Handlers:
             )
         applied = _yaml_object(raw)
         given = applied.get("metadata")
-        meta: dict[str, Any] = given if isinstance(given, dict) else {}
+        if given is not None and not isinstance(given, dict):
+            raise KubeError.bad_request("metadata: expected an object")
+        meta: dict[str, Any] = given or {}
         if meta.get("name") not in (None, name):
             raise KubeError.bad_request(
                 f"the name of the object ({meta.get('name')}) does not match the name on the "
