@@ -45,7 +45,9 @@ def _kubectls() -> list[str]:
     )
     picked = [found]
     if versioned:
-        picked += [str(versioned[0]), str(versioned[-1])]
+        # The oldest, the newest, and 1.32 (the Kubernetes release many clusters run).
+        middle = [str(p) for p in versioned if p.name == "kubectl.1.32"]
+        picked += [str(versioned[0]), *middle, str(versioned[-1])]
     return list(dict.fromkeys(picked))
 
 
@@ -219,6 +221,13 @@ def test_quick_start_with_each_kubectl(kube: Kube, kubectl: str) -> None:
     assert f'job.batch "{name}" deleted' in kube.ok("delete", "job", name, kubectl=kubectl)
     gone = kube.run("get", "job", name, kubectl=kubectl)
     assert gone.returncode == 1 and "NotFound" in gone.stderr
+    # Its running tasks were stopped: the phalanx job is cancelled, and stays in history.
+    (row,) = kube.running.plane.store.list_jobs(names=[name])
+    deadline = time.monotonic() + 30
+    while row.state != "CANCELLED" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        (row,) = kube.running.plane.store.list_jobs(names=[name])
+    assert row.state == "CANCELLED"
 
 
 def test_indexed_job_runs_logs_and_completes(kube: Kube) -> None:
