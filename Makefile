@@ -58,6 +58,7 @@ bench: venv test-deps
 	$(BIN)/python bench/faults.py
 	$(BIN)/python bench/faults.py --ha
 	$(BIN)/python bench/load.py
+	$(BIN)/python bench/kubeapi.py
 
 demo: venv
 	$(BIN)/python demo/run.py
