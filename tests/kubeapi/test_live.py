@@ -563,13 +563,13 @@ def test_watch_resumes_across_a_restart_and_expires_when_compacted(tmp_path: Pat
 
 @pytest.mark.parametrize("kubectl", KUBECTLS, ids=lambda k: Path(k).name)
 def test_imperative_create_job(kube: Kube, kubectl: str) -> None:
-    """``kubectl create job --image`` sends JSON up to 1.32 (the Job runs) and protobuf
-    from 1.33, which is refused naming the encoding (docs/kubernetes.md)."""
+    """``kubectl create job --image`` sends JSON up to 1.31 (the Job runs) and protobuf
+    from 1.32, which is refused naming the encoding (docs/kubernetes.md)."""
     version = kube.ok("version", "--client", "-o", "json", kubectl=kubectl)
     minor = int(re.sub(r"\D", "", json.loads(version)["clientVersion"]["minor"]))
     name = f"imperative-{minor}"
     done = kube.run("create", "job", name, "--image=busybox", "--", "true", kubectl=kubectl)
-    if minor < 33:
+    if minor < 32:
         assert done.returncode == 0, done.stderr
         kube.ok("wait", "--for=condition=complete", f"job/{name}", "--timeout=60s")
         kube.ok("delete", "job", name)

@@ -121,7 +121,9 @@ class Handlers:
     def __init__(self) -> None:
         self._storages: dict[tuple[str, str], Storage] = {}
         self._write_lock = threading.RLock()
-        self._snapshots: OrderedDict[str, tuple[float, list[dict[str, Any]]]] = OrderedDict()
+        self._snapshots: OrderedDict[str, tuple[float, str, tuple[list[tuple[str, Any]], bool]]] = (
+            OrderedDict()
+        )
         self._snap_lock = threading.Lock()
 
     def storage(self, resource: Resource) -> Storage:
@@ -178,44 +180,58 @@ class Handlers:
             return narrowed(ctx, namespace, fields), keep
         return storage.items(ctx, namespace), keep
 
+    def _entries(
+        self, ctx: Ctx, namespace: str | None, options: ListOptions
+    ) -> tuple[list[tuple[str, Any]], bool]:
+        """What a list holds, each with its (namespace/name) sort key, in order; and
+        whether they are storage handles still to render (a large list renders only
+        the page asked for) rather than objects."""
+        storage = self.storage(ctx.resource)
+        keyed = getattr(storage, "keyed", None)
+        if keyed is not None and not options.label_selector and not options.field_selector:
+            return sorted(keyed(ctx, namespace), key=lambda e: e[0]), True
+        found, keep = self.matching(ctx, namespace, options)
+        entries = [(_sort_key(o), o) for o in found if keep(o)]
+        entries.sort(key=lambda e: e[0])
+        return entries, False
+
     def list_objects(
         self, ctx: Ctx, namespace: str | None, options: ListOptions, revision: int
     ) -> dict[str, Any]:
         """A ``<Kind>List`` in (namespace, name) order, a page of it with ``limit``; the
-        pages of one list come from one snapshot (``continue`` names it)."""
+        pages of one list come from one snapshot (``continue`` names it), and only the
+        page is rendered."""
         self.authorize(ctx, "list", namespace)
-        start = ""
+        offset = 0
+        owner = f"{ctx.principal.user}/{ctx.resource.group_version}/{ctx.resource.plural}"
         if options.continue_:
-            snapshot_rv, start, key = _decode_continue(options.continue_)
-            items = self._snapshot(key)
-            if items is None:
+            snapshot_rv, offset, key = _decode_continue(options.continue_)
+            found = self._snapshot(key, owner)
+            if found is None:
                 raise KubeError(
                     410,
                     "Expired",
                     "The provided continue parameter is too old to display a consistent list "
                     "result. You can start a new list without the continue parameter.",
                 )
+            entries, handles = found
             revision = snapshot_rv
         else:
-            found, keep = self.matching(ctx, namespace, options)
-            items = sorted(
-                (o for o in found if keep(o)),
-                key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]),
-            )
+            entries, handles = self._entries(ctx, namespace, options)
             key = ""
-        page = items
+        page = entries[offset:]
         remaining = 0
         token = ""
-        if options.limit > 0 or start:
-            offset = 0
-            if start:
-                offset = next((i for i, o in enumerate(items) if _sort_key(o) > start), len(items))
-            page = items[offset : offset + options.limit] if options.limit > 0 else items[offset:]
-            remaining = len(items) - offset - len(page)
+        if options.limit > 0:
+            page = entries[offset : offset + options.limit]
+            remaining = len(entries) - offset - len(page)
             if remaining > 0:
                 if not key:
-                    key = self._remember(items)
-                token = _encode_continue(revision, _sort_key(page[-1]), key)
+                    key = self._remember((entries, handles), owner)
+                token = _encode_continue(revision, offset + len(page), key)
+        items = [e[1] for e in page]
+        if handles:
+            items = self.storage(ctx.resource).render_keyed(ctx, items)  # type: ignore[attr-defined]
         r = ctx.resource
         metadata: dict[str, Any] = {"resourceVersion": str(revision)}
         if token:
@@ -225,25 +241,27 @@ class Handlers:
             "kind": f"{r.kind}List",
             "apiVersion": r.api_version,
             "metadata": metadata,
-            "items": page,
+            "items": items,
         }
 
-    def _remember(self, items: list[dict[str, Any]]) -> str:
+    def _remember(self, entries: tuple[list[tuple[str, Any]], bool], owner: str) -> str:
         import secrets
 
         key = secrets.token_hex(8)
         with self._snap_lock:
-            self._snapshots[key] = (time.monotonic(), items)
+            self._snapshots[key] = (time.monotonic(), owner, entries)
             while len(self._snapshots) > 8:
                 self._snapshots.popitem(last=False)
         return key
 
-    def _snapshot(self, key: str) -> list[dict[str, Any]] | None:
+    def _snapshot(self, key: str, owner: str) -> tuple[list[tuple[str, Any]], bool] | None:
+        """A list's snapshot, for the one who listed it (a continue token is not a way into
+        another user's list)."""
         with self._snap_lock:
             found = self._snapshots.get(key)
-            if found is None or time.monotonic() - found[0] > 300:
+            if found is None or time.monotonic() - found[0] > 300 or found[1] != owner:
                 return None
-            return found[1]
+            return found[2]
 
     # -- writes -------------------------------------------------------------------
 
@@ -439,16 +457,16 @@ def _sort_key(obj: dict[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta['name']}"
 
 
-def _encode_continue(revision: int, start: str, key: str) -> str:
-    raw = json.dumps({"v": "phalanx/1", "rv": revision, "start": start, "key": key})
+def _encode_continue(revision: int, offset: int, key: str) -> str:
+    raw = json.dumps({"v": "phalanx/1", "rv": revision, "offset": offset, "key": key})
     return base64.urlsafe_b64encode(raw.encode()).decode()
 
 
-def _decode_continue(token: str) -> tuple[int, str, str]:
+def _decode_continue(token: str) -> tuple[int, int, str]:
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode() + b"=="))
-        return int(data["rv"]), str(data["start"]), str(data["key"])
-    except (ValueError, KeyError, TypeError):
+        return int(data["rv"]), max(0, int(data["offset"])), str(data["key"])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         raise KubeError.bad_request(f"continue key is not valid: {token!r}") from None
 
 

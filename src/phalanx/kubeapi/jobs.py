@@ -15,6 +15,8 @@ stays in phalanx's history (``sacct``, ``phalanx jobs``).
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +39,9 @@ JOB_NAME = "batch.kubernetes.io/job-name"
 
 _WORKLOAD_NAME = re.compile(r"^job-(\d+)$")
 
+RENDER_CACHE = 50_000
+"""How many rendered job objects a kind keeps for its lists (about 2 KB each)."""
+
 
 def kube_of(row: JobRow) -> dict[str, Any] | None:
     kube = (row.submission.get("run") or {}).get("kube")
@@ -46,8 +51,14 @@ def kube_of(row: JobRow) -> dict[str, Any] | None:
 class JobStorage(Storage):
     """One job kind (``Workload``: every job)."""
 
+    tracks_creation = True
+
     def __init__(self, kind: str) -> None:
         self.kind = kind
+        self._rendered: OrderedDict[tuple[int, int, str], dict[str, Any]] = OrderedDict()
+        """Lists' rendered objects by job, revision and version (a job that has not changed
+        renders the same): the most recent :data:`RENDER_CACHE` of them."""
+        self._lock = threading.Lock()
 
     # -- which rows ---------------------------------------------------------------
 
@@ -136,28 +147,49 @@ class JobStorage(Storage):
         return obj
 
     def _render_rows(self, ctx: Ctx, rows: Sequence[JobRow]) -> list[dict[str, Any]]:
+        """``rows`` rendered, in order (deleted ones too: the callers leave them out)."""
         store = ctx.plane.store
         stored = store.meta("job", [str(r.id) for r in rows]) if rows else {}
         events = store.events_of([r.id for r in rows]) if self.kind == "Workload" else {}
-        out = []
-        for r in rows:
-            meta = stored.get(str(r.id))
-            if meta is not None and meta.get("deleted") is not None:
-                continue
-            out.append(self.render(ctx, r, events.get(r.id), meta))
-        return out
+        return [self.render(ctx, r, events.get(r.id), stored.get(str(r.id))) for r in rows]
 
     def items(self, ctx: Ctx, namespace: str | None) -> list[dict[str, Any]]:
-        return self._render_rows(ctx, self._visible(ctx, namespace))
+        return self.render_keyed(ctx, [r for _, r in self.keyed(ctx, namespace)])
+
+    def keyed(self, ctx: Ctx, namespace: str | None) -> list[tuple[str, JobRow]]:
+        """The visible jobs (deleted ones left out) with their ``namespace/name`` keys,
+        unrendered: a list renders only its page."""
+        rows = self._visible(ctx, namespace)
+        deleted = _deleted(ctx, rows)
+        return [(f"{r.tenant}/{self.name_of(r)}", r) for r in rows if r.id not in deleted]
+
+    def render_keyed(self, ctx: Ctx, rows: Sequence[JobRow]) -> list[dict[str, Any]]:
+        """``rows`` rendered, each once per revision (lists share the renders; callers
+        must not change them)."""
+        version = ctx.resource.api_version
+        out: list[dict[str, Any] | None] = []
+        missing: list[JobRow] = []
+        with self._lock:
+            for r in rows:
+                hit = self._rendered.get((r.id, r.revision, version))
+                out.append(hit)
+                if hit is None:
+                    missing.append(r)
+        if missing:
+            made = {id(r): o for r, o in zip(missing, self._render_rows(ctx, missing), strict=True)}
+            with self._lock:
+                for r in missing:
+                    self._rendered[(r.id, r.revision, version)] = made[id(r)]
+                while len(self._rendered) > RENDER_CACHE:
+                    self._rendered.popitem(last=False)
+            out = [o if o is not None else made[id(r)] for o, r in zip(out, rows, strict=True)]
+        return [o for o in out if o is not None]
 
     def get(self, ctx: Ctx, namespace: str | None, name: str) -> dict[str, Any]:
         row = self._find(ctx, namespace, name)
         if row is None or not _may_see(ctx, row):
             raise KubeError.not_found(ctx.target(name))
-        rendered = self._render_rows(ctx, [row])
-        if not rendered:
-            raise KubeError.not_found(ctx.target(name))
-        return rendered[0]
+        return self._render_rows(ctx, [row])[0]
 
     # -- writing ------------------------------------------------------------------
 
@@ -312,7 +344,9 @@ def _may_see(ctx: Ctx, row: JobRow) -> bool:
 def _deleted(ctx: Ctx, rows: Sequence[JobRow]) -> set[int]:
     if not rows:
         return set()
-    stored = ctx.plane.store.meta("job", [str(r.id) for r in rows])
+    # Many rows: one read of every job's metadata beats a read per 500 ids.
+    names = None if len(rows) > 500 else [str(r.id) for r in rows]
+    stored = ctx.plane.store.meta("job", names)
     return {int(k) for k, v in stored.items() if v.get("deleted") is not None}
 
 

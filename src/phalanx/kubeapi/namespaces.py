@@ -26,6 +26,8 @@ _NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 class NamespaceStorage(Storage):
+    tracks_creation = True
+
     def _render(
         self,
         name: str,

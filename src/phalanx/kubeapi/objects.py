@@ -133,6 +133,8 @@ class ObjectStorage(Storage):
     """One configuration kind; ``model_kind`` is the store's kind (a
     WorkloadPriorityClass is a phalanx PriorityClass)."""
 
+    tracks_creation = True
+
     def __init__(self, model_kind: str) -> None:
         self.model_kind = model_kind
 

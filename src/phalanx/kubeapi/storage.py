@@ -62,6 +62,10 @@ class Storage:
     """The base: every verb refused; a kind's storage overrides what it serves."""
 
     field_selectors: tuple[str, ...] = ("metadata.name", "metadata.namespace")
+    tracks_creation = False
+    """Whether its changes say the revision that created each object (:attr:`Change.created`):
+    then a watch resumed from a revision needs no list of what exists to tell ADDED
+    from MODIFIED."""
 
     def items(self, ctx: Ctx, namespace: str | None) -> list[dict[str, Any]]:
         raise KubeError.method_not_allowed("")

@@ -168,9 +168,14 @@ async def watch_events(
     else:
         start = current
     list_options = ListOptions(options.label_selector, options.field_selector)
-    present, keep = await run_in_threadpool(handlers.matching, ctx, namespace, list_options)
-    present = [o for o in present if keep(o)]
+    selective = bool(options.label_selector or options.field_selector)
+    present: list[dict[str, Any]] = []
+    if initial or selective or not storage.tracks_creation:
+        # What exists now: the initial events, or what a selector's watch has "seen".
+        found, keep = await run_in_threadpool(handlers.matching, ctx, namespace, list_options)
+        present = [o for o in found if keep(o)]
     known = {_key(o) for o in present}
+    tracked = storage.tracks_creation and not selective
     origin = start
     announced: set[str] = set()
     deleted: set[str] = set()
@@ -211,7 +216,10 @@ async def watch_events(
                         deleted.discard(key)
                         if matches(change.object):
                             fresh = change.created > origin and key not in announced
-                            kind = "ADDED" if fresh or key not in known else "MODIFIED"
+                            if tracked:
+                                kind = "ADDED" if fresh else "MODIFIED"
+                            else:
+                                kind = "ADDED" if fresh or key not in known else "MODIFIED"
                             known.add(key)
                             announced.add(key)
                             yield {"type": kind, "object": change.object}
