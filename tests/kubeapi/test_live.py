@@ -577,3 +577,17 @@ def test_imperative_create_job(kube: Kube, kubectl: str) -> None:
         assert done.returncode == 1
         assert "application/vnd.kubernetes.protobuf" in done.stderr
         assert "does not read Kubernetes' protobuf encoding" in done.stderr
+
+
+def test_cordon_drains_and_uncordon_resumes_the_node(kube: Kube) -> None:
+    def state() -> str:
+        (node,) = [n for n in kube.running.plane.nodes() if n.name == "node-a"]
+        return str(node.state.value).lower()
+
+    done = kube.run("cordon", "node-a")
+    assert done.returncode == 0 and "Warning" not in done.stderr, done.stderr
+    assert state() == "drain"
+    assert "Ready,SchedulingDisabled" in kube.ok("get", "nodes")
+    kube.ok("uncordon", "node-a")
+    assert state() == "up"
+    assert "SchedulingDisabled" not in kube.ok("get", "nodes")

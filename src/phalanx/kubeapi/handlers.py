@@ -556,7 +556,13 @@ def _validate_fields(ctx: Ctx, body: dict[str, Any], mode: str) -> dict[str, Any
     from phalanx.kubeapi import fieldvalidation
 
     r = ctx.resource
-    unknown = fieldvalidation.unknown_fields(r.kind, r.api_version, body)
+    # A write to the object does not write its status (the status subresource's), so
+    # what a client echoes back there (kubectl cordon, edit) is not validated.
+    unknown = [
+        path
+        for path in fieldvalidation.unknown_fields(r.kind, r.api_version, body)
+        if path != "status" and not path.startswith("status.")
+    ]
     if not unknown:
         return body
     if mode == "Strict":

@@ -265,6 +265,8 @@ class ObjectStorage(Storage):
         if subresource == "status":
             # Status is computed by the scheduler: a write to it changes nothing.
             return current
+        if self.model_kind == "Node":
+            obj = _uncordoned(current, obj)
         return self._write(
             ctx, namespace, name, obj, dry_run=dry_run, uid=current["metadata"]["uid"]
         )
@@ -282,6 +284,11 @@ class ObjectStorage(Storage):
         body = self._body(ctx, obj, namespace)
         key = self._key(namespace, name)
         meta = stored_meta(body.get("metadata") or {}, uid)
+        if self.model_kind == "Node":
+            # A node's state annotations are its model's (drain, down, reason): not kept here.
+            meta["annotations"] = {
+                k: v for k, v in meta["annotations"].items() if k not in _NODE_STATE_KEYS
+            }
         apply_manifest(ctx, body, (self.model_kind, key), meta, dry_run=dry_run, name=name)
         if dry_run:
             out = dict(body)
@@ -346,6 +353,28 @@ class ObjectStorage(Storage):
             except (ValueError, PhalanxError):
                 continue
         return out
+
+
+_NODE_STATE_KEYS = (
+    "phalanx.io/state",
+    "phalanx.io/reason",
+    "phalanx.io/reason-user",
+    "phalanx.io/reason-time",
+)
+
+
+def _uncordoned(current: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A Node write that clears ``spec.unschedulable`` (``kubectl uncordon``) resumes the
+    node, as ``scontrol update State=RESUME`` would: its drain annotations go too (a
+    down node stays down: it must be resumed on purpose)."""
+    was = bool((current.get("spec") or {}).get("unschedulable"))
+    now = bool((new.get("spec") or {}).get("unschedulable"))
+    annotations = dict((new.get("metadata") or {}).get("annotations") or {})
+    if not was or now or annotations.get("phalanx.io/state") != "drain":
+        return new
+    for key in _NODE_STATE_KEYS:
+        annotations.pop(key, None)
+    return {**new, "metadata": {**(new.get("metadata") or {}), "annotations": annotations}}
 
 
 def _kueue_status(kind: str, status: dict[str, Any]) -> dict[str, Any]:
