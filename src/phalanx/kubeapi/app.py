@@ -28,7 +28,7 @@ from phalanx.api.errors import LEADER_HEADER
 from phalanx.api.plane import ControlPlane
 from phalanx.auth import Principal
 from phalanx.errors import NotLeader, PhalanxError
-from phalanx.kubeapi import resources
+from phalanx.kubeapi import protobuf, resources
 from phalanx.kubeapi.handlers import Handlers, ListOptions, WriteOptions
 from phalanx.kubeapi.status import KubeError, from_phalanx
 from phalanx.kubeapi.storage import Ctx
@@ -299,13 +299,15 @@ def _manager(request: Request) -> str:
 
 
 def _body(raw: bytes, ctype: str) -> dict[str, Any]:
+    if ctype == protobuf.MEDIA_TYPE:
+        return protobuf.decode(raw)
     if ctype not in _BODY_TYPES:
         raise KubeError(
             415,
             "UnsupportedMediaType",
             f"the body of the request was in an unknown format ({ctype}) - accepted media types "
-            "include: application/json, application/yaml (phalanx does not read Kubernetes' "
-            "protobuf encoding)",
+            "include: application/json, application/yaml, application/vnd.kubernetes.protobuf "
+            "(for the kinds kubectl's imperative commands send)",
         )
     if ctype in ("application/json", ""):
         try:
