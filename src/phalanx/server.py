@@ -97,6 +97,9 @@ class RunningServer:
         self._stopped = True
         if self._kube is not None:
             self._kube.stop(timeout=10)
+            close = getattr(self._kube.app, "close", None)
+            if close is not None:
+                close()  # the Kubernetes API's watch feed
         self._api.stop(timeout=30)
         for stop in self._stoppers:
             stop()
@@ -254,6 +257,7 @@ def start_server(
     sock: socket.socket | None = None
     kube_sock: socket.socket | None = None
     kube_api: ApiServer | None = None
+    kube_app: Any = None
     kube_note = ""
     plane: ControlPlane | None = None
     elector: Elector | None = None
@@ -321,7 +325,6 @@ def start_server(
         from phalanx.api.app import create_app
 
         reports = Path(reports_dir) if reports_dir is not None else state / "reports"
-        kube_app = None
         if kube_sock is not None and kube_files is not None:
             from phalanx.kubeapi.app import create_kube_app
 
@@ -343,6 +346,8 @@ def start_server(
     except BaseException:
         if kube_api is not None:
             kube_api.stop()
+        if kube_app is not None:
+            kube_app.close()
         elif kube_sock is not None:
             kube_sock.close()
         for stop in stoppers:

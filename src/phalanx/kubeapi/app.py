@@ -162,7 +162,9 @@ def create_kube_app(plane: ControlPlane, *, own_url: str = "") -> Any:
     ]
     app = Starlette(routes=routes)
     app.state.kube = state
-    return Forwarding(app, own_url=own_url)
+    served = Forwarding(app, own_url=own_url)
+    served.close = state.feed.stop  # type: ignore[attr-defined]
+    return served
 
 
 def _not_served() -> KubeError:

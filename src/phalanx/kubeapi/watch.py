@@ -75,6 +75,11 @@ class Feed:
     def stop(self) -> None:
         self._stop.set()
         self._changed.set()
+        with contextlib.suppress(ValueError):
+            self._store.committed.remove(self._changed.set)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
 
     def compact(self) -> None:
         """Forget tombstones older than :data:`TOMBSTONE_TTL_S` (the leader does it)."""
@@ -96,7 +101,9 @@ class Feed:
                 self.compact()
             try:
                 current, _ = self._store.revision()
-            except Exception:  # the store is closing, or a database hiccup: try again
+            except RuntimeError:  # the store is closed: the server stopped
+                return
+            except Exception:  # a database hiccup: try again
                 continue
             if current != last:
                 last = current
