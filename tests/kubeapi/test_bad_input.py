@@ -5,7 +5,6 @@ watches with malformed selectors, limits, continue tokens and resource versions.
 from __future__ import annotations
 
 import json
-import ssl
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +12,7 @@ import httpx
 import pytest
 
 from phalanx.server import RunningServer, start_server
+from tests.kubeapi.support import FLAVOR_AND_QUEUE, kube_http
 
 PATHS = [
     "/apis/kueue.x-k8s.io/v1beta2/clusterqueues",
@@ -51,19 +51,7 @@ QUERIES = [
     "continue=zz", "watch=true&resourceVersion=abc", "fieldSelector=metadata.name",
     "watch=1&timeoutSeconds=1&labelSelector=a%3D%3D%3Db",
 ]  # fmt: skip
-CLUSTER = """\
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: any}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: cq}
-spec:
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors: [{name: any, resources: [{name: cpu, nominalQuota: 8}]}]
-"""
+CLUSTER = FLAVOR_AND_QUEUE
 
 
 @pytest.fixture(scope="module")
@@ -81,13 +69,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 
 @pytest.fixture(scope="module")
 def http(server: RunningServer) -> Iterator[httpx.Client]:
-    ca = json.loads((server.state_dir / "client.json").read_text())["kube_ca"]
-    with httpx.Client(
-        base_url=server.kube_url,
-        verify=ssl.create_default_context(cafile=ca),
-        headers={"Authorization": f"Bearer {server.admin_token}"},
-        timeout=10,
-    ) as client:
+    with kube_http(server) as client:
         yield client
 
 

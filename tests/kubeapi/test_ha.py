@@ -5,31 +5,17 @@ client may talk to either; its watches see the leader's writes."""
 from __future__ import annotations
 
 import json
-import ssl
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from phalanx.server import start_server
+from tests.kubeapi.support import FLAVOR_AND_QUEUE, kube_http
 
 pytestmark = pytest.mark.timeout(120)
 
-CLUSTER = """\
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: any}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: cq}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors: [{name: any, resources: [{name: cpu, nominalQuota: 8}]}]
-"""
+CLUSTER = FLAVOR_AND_QUEUE
 
 FLAVORS = "/apis/kueue.x-k8s.io/v1beta2/resourceflavors"
 
@@ -48,11 +34,8 @@ def test_a_standby_serves_reads_forwards_writes_and_watches(
             state, port=0, database=pg_database, runtime="noop", kube_port=0
         ) as standby:
             assert not standby.leading
-            ca = json.loads((state / "client.json").read_text())["kube_ca"]
-            context = ssl.create_default_context(cafile=ca)
-            headers = {"Authorization": f"Bearer {leader.admin_token}"}
-            with httpx.Client(verify=context, headers=headers, timeout=20) as http:
-                base = standby.kube_url
+            with kube_http(standby, leader.admin_token) as http:
+                base = ""
                 listed = http.get(base + FLAVORS)
                 assert listed.status_code == 200
                 assert [f["metadata"]["name"] for f in listed.json()["items"]] == ["any"]

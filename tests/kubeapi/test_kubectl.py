@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -24,21 +23,17 @@ from typing import Any
 import pytest
 
 from phalanx.kubeapi import openapi, resources, tables
+from tests.kubeapi.support import kubectl_on_path, versioned_kubectls
 
 NOW = 1_800_000_000.0
 
 
 def _kubectls() -> list[str]:
-    found = shutil.which("kubectl")
-    if found is None:
-        return []
-    here = Path(os.path.realpath(found)).parent
-    versioned = sorted(
-        (p for p in here.glob("kubectl.1.*") if re.fullmatch(r"kubectl\.1\.\d+", p.name)),
-        key=lambda p: int(p.name.rsplit(".", 1)[1]),
-    )
-    picked = [str(versioned[0]), str(versioned[-1])] if versioned else []
-    return picked or [found]
+    versioned = versioned_kubectls()
+    if versioned:
+        return [str(versioned[0]), str(versioned[-1])]
+    found = kubectl_on_path()
+    return [found] if found else []
 
 
 KUBECTLS = _kubectls()

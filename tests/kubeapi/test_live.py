@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import ssl
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import yaml
 from phalanx.auth import ADMIN
 from phalanx.kubeapi.kubeconfig import kubeconfig
 from phalanx.server import RunningServer, start_server
+from tests.kubeapi.support import kubectl_on_path, versioned_kubectls
 from tests.shared import has_shared, shared_path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,14 +35,10 @@ QUICK_START = ("examples", "kueue-upstream", "getting-started")
 
 
 def _kubectls() -> list[str]:
-    found = shutil.which("kubectl")
+    found = kubectl_on_path()
     if found is None:
         return []
-    here = Path(os.path.realpath(found)).parent
-    versioned = sorted(
-        (p for p in here.glob("kubectl.1.*") if re.fullmatch(r"kubectl\.1\.\d+", p.name)),
-        key=lambda p: int(p.name.rsplit(".", 1)[1]),
-    )
+    versioned = versioned_kubectls()
     picked = [found]
     if versioned:
         # The oldest, the newest, and 1.32 (the Kubernetes release many clusters run).
@@ -575,11 +571,7 @@ def test_imperative_create_job(kube: Kube, kubectl: str) -> None:
 
 
 PROTOBUF_KUBECTLS = [
-    str(p)
-    for found in [shutil.which("kubectl")]
-    if found is not None
-    for p in (Path(os.path.realpath(found)).parent / f"kubectl.1.{m}" for m in (32, 33))
-    if p.exists()
+    str(p) for p in versioned_kubectls() if p.name in ("kubectl.1.32", "kubectl.1.33")
 ]
 
 

@@ -27,7 +27,14 @@ from phalanx.model import HOSTNAME_LABEL, JobState
 from phalanx.model.resources import format_resources, parse_resources
 from phalanx.store import JobEventRow, JobRow
 
-__all__ = ["JOB_PLURALS", "WORKLOAD_PLURALS", "kube_object", "router", "workload"]
+__all__ = [
+    "API_VERSIONS",
+    "JOB_PLURALS",
+    "WORKLOAD_PLURALS",
+    "kube_object",
+    "router",
+    "workload",
+]
 
 router = APIRouter(prefix="/api/v1", tags=["kubernetes"])
 
@@ -45,13 +52,14 @@ JOB_PLURALS: dict[str, str] = {
 }
 """``phalanx get`` names of the Kubernetes job kinds -> kind."""
 
-_API_VERSIONS = {
+API_VERSIONS = {
     "Job": "batch/v1",
     "JobSet": "jobset.x-k8s.io/v1alpha2",
     "PyTorchJob": "kubeflow.org/v1",
     "RayJob": "ray.io/v1",
     "Workload": "kueue.x-k8s.io/v1beta2",
 }
+"""The apiVersion of each job kind phalanx shows jobs as."""
 
 
 # ---------------------------------------------------------------------- Workloads
@@ -325,7 +333,7 @@ def workload(row: JobRow, events: Sequence[JobEventRow]) -> dict[str, Any]:
     owners: list[dict[str, Any]] = []
     if kube is not None and kube["kind"] != "Workload":
         owners.append(
-            {"apiVersion": _API_VERSIONS[kube["kind"]], "kind": kube["kind"], "name": kube["name"]}
+            {"apiVersion": API_VERSIONS[kube["kind"]], "kind": kube["kind"], "name": kube["name"]}
         )
     spec: dict[str, Any] = {"podSets": _pod_sets(row), "active": not _deactivated(events)}
     if row.queue:
@@ -463,7 +471,7 @@ def kube_object(row: JobRow) -> dict[str, Any]:
     status["failed"] = 0 if state is JobState.COMPLETED or not state.finished else 1
     status["conditions"] = conditions
     manifest["status"] = status
-    manifest["apiVersion"] = _API_VERSIONS[kind]
+    manifest["apiVersion"] = API_VERSIONS[kind]
     manifest["kind"] = kind
     return manifest
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from phalanx.api.kube import workload_name
+from phalanx.api.kube import API_VERSIONS, workload_name
 from phalanx.kubeapi.jobs import JobStorage, kube_of
 from phalanx.kubeapi.meta import rfc3339
 from phalanx.kubeapi.pods import job_uid, pods_of
@@ -37,13 +37,7 @@ from phalanx.store.records import JobEventRow, TombstoneRow
 
 __all__ = ["EventStorage", "job_events"]
 
-_API_VERSIONS = {
-    "Job": "batch/v1",
-    "JobSet": "jobset.x-k8s.io/v1alpha2",
-    "PyTorchJob": "kubeflow.org/v1",
-    "RayJob": "ray.io/v1",
-}
-_WORKLOAD_API = "kueue.x-k8s.io/v1beta2"
+_WORKLOAD_API = API_VERSIONS["Workload"]
 _SEEN = "events.seen"
 """The key of the highest history id a watch has shown, in its ``watch_state``."""
 _MAX_CREATED = 20
@@ -111,9 +105,9 @@ def job_events(
     kube = kube_of(row) or {}
     kind = str(kube.get("kind") or "")
     owner: dict[str, Any] | None = None
-    if kind in _API_VERSIONS:
+    if kind in API_VERSIONS and kind != "Workload":
         owner = _involved(
-            kind, _API_VERSIONS[kind], str(kube.get("name")), row, job_uid(row, kind, stored)
+            kind, API_VERSIONS[kind], str(kube.get("name")), row, job_uid(row, kind, stored)
         )
     out: list[tuple[int, dict[str, Any]]] = []
     reserved_at = row.submit_time

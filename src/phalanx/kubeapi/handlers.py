@@ -29,7 +29,7 @@ from phalanx.kubeapi.namespaces import NamespaceStorage
 from phalanx.kubeapi.objects import ObjectStorage
 from phalanx.kubeapi.resources import Resource
 from phalanx.kubeapi.reviews import ReviewStorage
-from phalanx.kubeapi.selectors import field_getter, parse_fields, parse_labels
+from phalanx.kubeapi.selectors import FieldSelector, field_getter, parse_fields, parse_labels
 from phalanx.kubeapi.status import KubeError
 from phalanx.kubeapi.storage import Ctx, Storage
 
@@ -149,19 +149,32 @@ class Handlers:
         self.authorize(ctx, "get", namespace, name)
         return self.storage(ctx.resource).get(ctx, namespace, name)
 
+    def selection(
+        self, ctx: Ctx, namespace: str | None, label_selector: str, field_selector: str
+    ) -> tuple[Callable[[dict[str, Any]], bool], FieldSelector]:
+        """Whether an object is in the namespace and matches the selectors (a list's and
+        a watch's), and the parsed field selector."""
+        storage = self.storage(ctx.resource)
+        labels = parse_labels(label_selector)
+        fields = parse_fields(field_selector, storage.field_selectors, ctx.resource.kind)
+        namespaced = ctx.resource.namespaced
+
+        def keep(obj: dict[str, Any]) -> bool:
+            meta = obj.get("metadata") or {}
+            if namespace and namespaced and meta.get("namespace") != namespace:
+                return False
+            return labels.matches(meta.get("labels")) and fields.matches(field_getter(obj))
+
+        return keep, fields
+
     def matching(
         self, ctx: Ctx, namespace: str | None, options: ListOptions
     ) -> tuple[list[dict[str, Any]], Callable[[dict[str, Any]], bool]]:
         """Every object the list names, and the filter its selectors make."""
         storage = self.storage(ctx.resource)
-        labels = parse_labels(options.label_selector)
-        fields = parse_fields(options.field_selector, storage.field_selectors, ctx.resource.kind)
-
-        def keep(obj: dict[str, Any]) -> bool:
-            meta = obj.get("metadata") or {}
-            if namespace and ctx.resource.namespaced and meta.get("namespace") != namespace:
-                return False
-            return labels.matches(meta.get("labels")) and fields.matches(field_getter(obj))
+        keep, fields = self.selection(
+            ctx, namespace, options.label_selector, options.field_selector
+        )
 
         name = fields.value_of("metadata.name")
         if name is not None and ctx.resource.kind not in ("Event",):

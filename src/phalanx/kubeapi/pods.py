@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.api.kube import workload_name
+from phalanx.api.kube import API_VERSIONS, workload_name
 from phalanx.kubeapi.jobs import CONTROLLER_UID, JOB_NAME, kube_of
 from phalanx.kubeapi.meta import rfc3339, uid_for
 from phalanx.kubeapi.status import KubeError
@@ -48,13 +48,6 @@ __all__ = ["PodStorage", "PodView", "job_uid", "pods_of"]
 FOLLOW_POLL_S = 0.2
 """How often a followed log is read again."""
 
-_API_VERSIONS = {
-    "Job": "batch/v1",
-    "JobSet": "jobset.x-k8s.io/v1alpha2",
-    "PyTorchJob": "kubeflow.org/v1",
-    "RayJob": "ray.io/v1",
-    "Workload": "kueue.x-k8s.io/v1beta2",
-}
 _SBATCH_POD = re.compile(r"^.*-(\d+)-(\d+)$")
 _HOST_IP = "127.0.0.1"
 
@@ -257,13 +250,13 @@ class PodStorage(Storage):
         if view.kube:
             labels["kueue.x-k8s.io/podset"] = view.pod_set
         owners: list[dict[str, Any]] = []
-        if kind and kind in _API_VERSIONS:
+        if kind and kind in API_VERSIONS:
             kube_name = str(kube.get("name") or "")
             uid = job_uid(row, kind, stored)
             labels.update(_kind_labels(kind, kube_name, uid, view))
             owners.append(
                 {
-                    "apiVersion": _API_VERSIONS[kind],
+                    "apiVersion": API_VERSIONS[kind],
                     "kind": kind,
                     "name": kube_name,
                     "uid": uid,

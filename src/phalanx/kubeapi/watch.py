@@ -25,7 +25,6 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from phalanx.kubeapi.handlers import Handlers, ListOptions
-from phalanx.kubeapi.selectors import field_getter, parse_fields, parse_labels
 from phalanx.kubeapi.status import KubeError
 from phalanx.kubeapi.storage import Ctx
 
@@ -145,14 +144,7 @@ async def watch_events(
     store = ctx.plane.store
     handlers.authorize(ctx, "watch", namespace)
     storage = handlers.storage(ctx.resource)
-    labels = parse_labels(options.label_selector)
-    fields = parse_fields(options.field_selector, storage.field_selectors, ctx.resource.kind)
-
-    def matches(obj: dict[str, Any]) -> bool:
-        meta = obj.get("metadata") or {}
-        if namespace and ctx.resource.namespaced and meta.get("namespace") != namespace:
-            return False
-        return labels.matches(meta.get("labels")) and fields.matches(field_getter(obj))
+    matches, _ = handlers.selection(ctx, namespace, options.label_selector, options.field_selector)
 
     current, compacted = await run_in_threadpool(store.revision)
     rv = options.resource_version
