@@ -76,6 +76,7 @@ def apply_manifest(
         if to_dict is not None:
             meta["written"] = {
                 "hash": model_hash(to_dict()),
+                "apiVersion": clean.get("apiVersion"),
                 "body": {k: v for k, v in clean.items() if k not in _IDENTITY},
             }
     if dry_run:
@@ -174,10 +175,6 @@ class ObjectStorage(Storage):
                 "metadata": {"name": row.name},
                 "spec": spec,
             }
-        written = (stored or {}).get("written")
-        if isinstance(written, dict) and written.get("hash") == model_hash(row.spec):
-            body = {k: v for k, v in manifest.items() if k not in _IDENTITY and k != "status"}
-            manifest.update(overlay(body, written.get("body") or {}))
         if status is not None and row.name in status:
             merged = dict(manifest.get("status") or {})
             merged.update(status[row.name])
@@ -194,7 +191,17 @@ class ObjectStorage(Storage):
             generation=row.generation,
             model_owned=_MODEL_OWNED.get(row.kind, ()),
         )
-        return to_version(manifest, ctx.resource.api_version)
+        manifest = to_version(manifest, ctx.resource.api_version)
+        written = (stored or {}).get("written")
+        if (
+            isinstance(written, dict)
+            and written.get("apiVersion") == manifest.get("apiVersion")
+            and written.get("hash") == model_hash(row.spec)
+        ):
+            # Read back in the version it was written in: in its spelling too.
+            body = {k: v for k, v in manifest.items() if k not in _IDENTITY and k != "status"}
+            manifest.update(overlay(body, written.get("body") or {}))
+        return manifest
 
     def _status(self, ctx: Ctx) -> dict[str, Any] | None:
         from phalanx.api.objects import live_status
