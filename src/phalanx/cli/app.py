@@ -878,6 +878,11 @@ def kubeconfig(
     path = config.state_dir / CLIENT_CONFIG
     try:
         saved = json.loads(path.read_text())
+    except PermissionError:
+        raise click.ClickException(
+            f"cannot read {path} (it holds the admin's token): ask the admin for a kubeconfig "
+            "of your own ('phalanx kubeconfig --user YOU --tenant TEAM')"
+        ) from None
     except (OSError, ValueError):
         saved = {}
     server = saved.get("kube_url") if isinstance(saved, dict) else None
