@@ -67,6 +67,9 @@ class PodRunner:
         self.head_done = os.path.join(self.state, "head-done")
         self.workdir = str(self.spec.get("working_dir") or "/")
         self.copiers: list[threading.Thread] = []
+        self.terminating = False
+        """The supervisor's SIGTERM came: no container starts again; this process ends
+        once the running ones have, after copying their last output."""
 
     # -- the job's shared state ------------------------------------------------
 
@@ -220,7 +223,7 @@ class PodRunner:
     def wait_for_head(self) -> int:
         self.report_ready()
         while not os.path.exists(self.head_done):
-            if self.job_failed():
+            if self.job_failed() or self.terminating:
                 return 1
             time.sleep(POLL_S)
         return 0
@@ -232,7 +235,7 @@ class PodRunner:
             if pod.get("waitForHead"):
                 return self.wait_for_head()
             while True:
-                if self.job_failed():
+                if self.job_failed() or self.terminating:
                     return 1
                 try:
                     code = self.run_pod(pod)
@@ -242,6 +245,8 @@ class PodRunner:
                     return 2
                 if code is None:
                     return 1
+                if self.terminating:
+                    return code
                 if code == 0:
                     break
                 failures = self.count_failure()
@@ -294,10 +299,17 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -I -m phalanx.runtime.kubepod JOBDIR", file=sys.stderr)
         return 2
-    # The supervisor's SIGTERM reaches the containers through the process group; this
-    # process goes with them.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     runner = PodRunner(os.path.abspath(args[0]))
+
+    # The supervisor's SIGTERM reaches the containers through the process group. This
+    # process stays until they end, as a container runtime does: dying first would
+    # close their output pipes, and a container writing in its TERM handler would die
+    # of SIGPIPE instead of finishing. A handler, so the containers get TERM's default
+    # action back on exec.
+    def on_term(signum: int, frame: Any) -> None:
+        runner.terminating = True
+
+    signal.signal(signal.SIGTERM, on_term)
     notice = runner.spec.get("preemption_notice")
     if notice and int(notice[0]) != signal.SIGTERM:
         # The preemption notice is for the containers (the group): this process stays.
@@ -305,12 +317,18 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(OSError, ValueError):
             signal.signal(int(notice[0]), lambda signum, frame: None)
     try:
-        return runner.run()
+        code = runner.run()
     finally:
         if runner.kube.get("headRank") == runner.rank and not os.path.exists(runner.head_done):
             # The head ended (failed): its workers must not wait for ever.
             with contextlib.suppress(OSError), open(runner.head_done, "w") as fh:
                 fh.write("failed\n")
+    if runner.terminating:
+        # Ended by the SIGTERM, as the task's status has always said.
+        runner.drain()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+    return code
 
 
 if __name__ == "__main__":
