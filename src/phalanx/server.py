@@ -76,6 +76,8 @@ class RunningServer:
     """What stops the node health checks."""
     node_health: str = ""
     """What checks the nodes' health, in words (said at start-up; empty: nothing)."""
+    containers: str = ""
+    """What ``phalanx up`` says of the container runtime."""
     kube_url: str = ""
     """Where the Kubernetes API is served (empty: it is off)."""
     kube_note: str = ""
@@ -199,8 +201,11 @@ def start_server(
     from phalanx.store import Store
 
     state = Path(state_dir) if state_dir is not None else default_state_dir()
-    if container_runtime not in (None, "host"):
-        raise Invalid(f"--container-runtime: {container_runtime!r} is not known (known: host)")
+    if container_runtime is None:
+        container_runtime = "builtin"
+    if container_runtime not in CONTAINER_RUNTIMES:
+        known = ", ".join(CONTAINER_RUNTIMES)
+        raise Invalid(f"--container-runtime: {container_runtime!r} is not known (known: {known})")
     if runtime not in RUNTIMES:
         raise Invalid(f"--runtime: {runtime!r} is not known (known: {', '.join(RUNTIMES)})")
     # Every configuration file is read and checked before anything starts; a
@@ -288,6 +293,7 @@ def start_server(
         plane.accounts = accounts
         plane.url = url
         plane.container_runtime = container_runtime
+        plane.site.images = state / "images"
         if store.dialect == "postgresql":
             from phalanx.control.leader import Elector
             from phalanx.store.lease import Lease
@@ -375,6 +381,7 @@ def start_server(
         node_health=_node_health_said(health, failure_policy, bool(detected), epilog_argv),
         kube_url=kube_url,
         kube_note=kube_note,
+        containers=_containers_note(container_runtime, state / "images"),
         _kube=kube_api,
     )
 
@@ -493,6 +500,7 @@ def run_server(
             else ""
         )
         + (f"  node health: {running.node_health}\n" if running.node_health else "")
+        + f"  containers: {running.containers}\n"
         + (
             f"  kubernetes API: {running.kube_url}{running.kube_note} (kubectl: "
             "'phalanx kubeconfig > kc; KUBECONFIG=kc kubectl get clusterqueues')\n"
@@ -517,6 +525,22 @@ def run_server(
 
 
 # ---------------------------------------------------------------------- pieces
+
+CONTAINER_RUNTIMES = ("builtin", "host")
+"""``builtin``: jobs run in their images; ``host``: on this machine, images ignored."""
+
+
+def _containers_note(runtime: str, images: Path) -> str:
+    """The ``containers:`` line of ``phalanx up``: the runtime, and what it lacks."""
+    if runtime == "host":
+        return "host (images are ignored: jobs run on this machine's file system)"
+    from phalanx.runtime.containers.check import missing
+
+    lacking = missing(privileged=os.geteuid() == 0)
+    note = f"builtin, images in {images} ('phalanx image import FILE|DIR --name REF')"
+    if lacking:
+        note += f"; cannot run images until {lacking}"
+    return note
 
 
 def _down_command(state: Path) -> str:

@@ -106,7 +106,7 @@ spec:
 def server(tmp_path: Path) -> Iterator[RunningServer]:
     config = tmp_path / "cluster.yaml"
     config.write_text(CLUSTER)
-    running = start_server(tmp_path / "state", port=0, configs=[config])
+    running = start_server(tmp_path / "state", port=0, configs=[config], container_runtime="host")
     try:
         yield running
     finally:

@@ -59,7 +59,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     folder = tmp_path_factory.mktemp("bad")
     (folder / "cluster.yaml").write_text(CLUSTER)
     running = start_server(
-        folder / "state", port=0, kube_port=0, runtime="noop", configs=[folder / "cluster.yaml"]
+        folder / "state",
+        port=0,
+        kube_port=0,
+        runtime="noop",
+        configs=[folder / "cluster.yaml"],
+        container_runtime="host",
     )
     try:
         yield running

@@ -28,7 +28,9 @@ pytestmark = pytest.mark.skipif(
     "example", sorted(p.name for p in EXAMPLES.iterdir() if (p / "cluster.yaml").exists())
 )
 def test_an_example_runs_through_kubectl(example: str, tmp_path: Path) -> None:
-    running = start_server(tmp_path / "state", port=0, kube_port=0, single_user=True)
+    running = start_server(
+        tmp_path / "state", port=0, kube_port=0, single_user=True, container_runtime="host"
+    )
     try:
         ca = Path(json.loads((running.state_dir / "client.json").read_text())["kube_ca"])
         config = tmp_path / "kubeconfig"

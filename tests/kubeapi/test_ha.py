@@ -27,11 +27,22 @@ def test_a_standby_serves_reads_forwards_writes_and_watches(
     config.write_text(CLUSTER)
     state = tmp_path / "state"
     with start_server(
-        state, port=0, database=pg_database, runtime="noop", configs=[config], kube_port=0
+        state,
+        port=0,
+        database=pg_database,
+        runtime="noop",
+        configs=[config],
+        kube_port=0,
+        container_runtime="host",
     ) as leader:
         assert leader.leading
         with start_server(
-            state, port=0, database=pg_database, runtime="noop", kube_port=0
+            state,
+            port=0,
+            database=pg_database,
+            runtime="noop",
+            kube_port=0,
+            container_runtime="host",
         ) as standby:
             assert not standby.leading
             with kube_http(standby, leader.admin_token) as http:

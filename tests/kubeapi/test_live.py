@@ -168,7 +168,12 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     config.write_text(CLUSTER)
     # single_user: alice has no Unix account here; her jobs run as the server's user.
     running = start_server(
-        folder / "state", port=0, kube_port=0, configs=[config], single_user=True
+        folder / "state",
+        port=0,
+        kube_port=0,
+        configs=[config],
+        single_user=True,
+        container_runtime="host",
     )
     try:
         yield Kube(running, folder)
@@ -507,7 +512,9 @@ def test_watch_resumes_across_a_restart_and_expires_when_compacted(tmp_path: Pat
 
     config = tmp_path / "cluster.yaml"
     config.write_text(CLUSTER)
-    running = start_server(tmp_path / "state", port=0, kube_port=0, configs=[config])
+    running = start_server(
+        tmp_path / "state", port=0, kube_port=0, configs=[config], container_runtime="host"
+    )
     token = running.admin_token
     ca = json.loads((running.state_dir / "client.json").read_text())["kube_ca"]
     headers = {"Authorization": f"Bearer {token}"}
@@ -519,7 +526,7 @@ def test_watch_resumes_across_a_restart_and_expires_when_compacted(tmp_path: Pat
             rv = http.get(running.kube_url + path).json()["metadata"]["resourceVersion"]
     finally:
         running.stop()
-    running = start_server(tmp_path / "state", port=0, kube_port=0)
+    running = start_server(tmp_path / "state", port=0, kube_port=0, container_runtime="host")
     try:
         with httpx.Client(
             verify=ssl.create_default_context(cafile=ca), headers=headers, timeout=10

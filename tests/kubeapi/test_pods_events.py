@@ -23,7 +23,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kueue" / "indexed-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     state = tmp_path_factory.mktemp("kube-pods")
-    running = start_server(state, port=0, kube_port=0, runtime="local", configs=[EXAMPLE])
+    running = start_server(
+        state, port=0, kube_port=0, runtime="local", configs=[EXAMPLE], container_runtime="host"
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -24,7 +24,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     folder: Path = tmp_path_factory.mktemp("versions")
     (folder / "cluster.yaml").write_text(FLAVOR_AND_QUEUE)
     running = start_server(
-        folder / "state", port=0, kube_port=0, runtime="noop", configs=[folder / "cluster.yaml"]
+        folder / "state",
+        port=0,
+        kube_port=0,
+        runtime="noop",
+        configs=[folder / "cluster.yaml"],
+        container_runtime="host",
     )
     try:
         yield running

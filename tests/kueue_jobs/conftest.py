@@ -67,7 +67,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     config.mkdir()
     (config / "nodes.yaml").write_text(NODES)
     (config / "queues.yaml").write_text(QUEUES)
-    running = start_server(state / "phalanx", port=0, configs=[config])
+    running = start_server(state / "phalanx", port=0, configs=[config], container_runtime="host")
     try:
         yield running
     finally:

@@ -23,7 +23,9 @@ def test_configuration_at_start_on_apply_and_after_restart(tmp_path: Path) -> No
     (config / "nodes.yaml").write_text(NODES)
     (config / "kueue.yaml").write_text(CONFIGURATION.replace("TIMEOUT", "3m"))
     state = tmp_path / "state"
-    with start_server(state, port=0, configs=[config], preset="kueue") as server:
+    with start_server(
+        state, port=0, configs=[config], preset="kueue", container_runtime="host"
+    ) as server:
         wait = server.plane.config.wait_for_pods_ready
         assert wait is not None and wait.timeout_s == 180
         assert server.plane.config.preset == "kueue"
@@ -35,6 +37,6 @@ def test_configuration_at_start_on_apply_and_after_restart(tmp_path: Path) -> No
         wait = server.plane.engine.config.wait_for_pods_ready
         assert wait is not None and wait.timeout_s == 600
     # The stored Configuration is the engine's after a restart.
-    with start_server(state, port=0, preset="kueue") as server:
+    with start_server(state, port=0, preset="kueue", container_runtime="host") as server:
         wait = server.plane.engine.config.wait_for_pods_ready
         assert wait is not None and wait.timeout_s == 600

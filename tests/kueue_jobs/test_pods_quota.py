@@ -66,7 +66,9 @@ def _job(name: str, pods: int) -> dict[str, object]:
 def test_a_five_pod_quota_admits_three_pods_and_keeps_three_waiting(tmp_path: Path) -> None:
     config = tmp_path / "cluster.yaml"
     config.write_text(CLUSTER)
-    server = start_server(tmp_path / "state", port=0, configs=[config], preset="kueue")
+    server = start_server(
+        tmp_path / "state", port=0, configs=[config], preset="kueue", container_runtime="host"
+    )
     try:
         apply(server, kube_jobs(yaml.safe_dump(_job("a", 3))))
         apply(server, kube_jobs(yaml.safe_dump(_job("b", 3))))

@@ -49,7 +49,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     config.mkdir()
     for name, text in (("nodes", NODES), ("queues", QUEUES), ("kueue", CONFIGURATION)):
         (config / f"{name}.yaml").write_text(text)
-    running = start_server(state / "phalanx", port=0, configs=[config], preset="kueue")
+    running = start_server(
+        state / "phalanx", port=0, configs=[config], preset="kueue", container_runtime="host"
+    )
     try:
         yield running
     finally:

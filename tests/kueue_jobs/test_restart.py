@@ -34,7 +34,9 @@ def test_running_pods_survive_a_restart_without_a_pods_ready_timeout(tmp_path: P
         (config / f"{name}.yaml").write_text(text)
     state = tmp_path / "state"
     out = tmp_path / "out"
-    with start_server(state, port=0, configs=[config], preset="kueue") as server:
+    with start_server(
+        state, port=0, configs=[config], preset="kueue", container_runtime="host"
+    ) as server:
         apply(server, kube_jobs(JOB.replace("OUT", str(out))))
         job_id = job_row(server, "Job", "default", "survivor").id
         deadline = time.monotonic() + 30
@@ -43,7 +45,7 @@ def test_running_pods_survive_a_restart_without_a_pods_ready_timeout(tmp_path: P
             time.sleep(0.05)
     # Down for longer than the 2 s PodsReady timeout; the pods keep running.
     time.sleep(2.5)
-    with start_server(state, port=0, preset="kueue") as server:
+    with start_server(state, port=0, preset="kueue", container_runtime="host") as server:
         row = wait_finished(server, job_id)
         assert row.state == "COMPLETED", row.message
         kinds = [e.kind for e in server.plane.store.job_events(job_id)]

@@ -91,7 +91,9 @@ def _job(name: str, priority: str, seconds: int) -> dict[str, Any]:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     state = tmp_path_factory.mktemp("views")
     (state / "nodes.yaml").write_text(NODES)
-    running = start_server(state / "phalanx", port=0, configs=[state / "nodes.yaml"])
+    running = start_server(
+        state / "phalanx", port=0, configs=[state / "nodes.yaml"], container_runtime="host"
+    )
     try:
         yield running
     finally:

@@ -18,6 +18,7 @@ import click
 
 if TYPE_CHECKING:
     from phalanx.client import Client
+    from phalanx.runtime.containers.images import ImageStore
 
 __all__ = ["app"]
 
@@ -103,9 +104,11 @@ def presets() -> None:
 @click.option("--detect", is_flag=True, help="declare this machine's GPUs (NVML) as a node")
 @click.option(
     "--container-runtime",
-    type=click.Choice(["host"]),
-    default=None,
-    help="host: srun --container-image steps run on the host, without the image",
+    type=click.Choice(["builtin", "host"]),
+    default="builtin",
+    show_default=True,
+    help="builtin: srun --container-image steps and Kubernetes pods run in their images "
+    "(phalanx image import); host: on this machine, images ignored",
 )
 @click.option(
     "--runtime",
@@ -984,6 +987,115 @@ def token_list() -> None:
     render.print_table(
         ["ID", "NAME", "USER", "TENANTS", "ADMIN", "CREATED", "EXPIRES", "STATUS"], rows
     )
+
+
+# --------------------------------------------------------------------------- images
+
+
+@app.group(
+    name="image",
+    help="Import container images (OCI layout or archive, docker save archive, enroot "
+    ".sqsh) for srun --container-image and pods; list and remove them. Nothing is pulled "
+    "from a registry.",
+)
+def image_app() -> None:
+    pass
+
+
+def _image_store(state_dir: Path | None) -> ImageStore:
+    from phalanx.runtime.containers.images import ImageStore
+    from phalanx.statedir import default_state_dir
+
+    return ImageStore.in_state_dir(state_dir if state_dir is not None else default_state_dir())
+
+
+def _human_size(size: float) -> str:
+    """Decimal units, as docker prints them: 950B, 1.2MB, 3.4GB."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000:
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1000
+    return f"{size:.1f}TB"
+
+
+@image_app.command("import")
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option(
+    "--name",
+    metavar="REF",
+    help="the reference to find it by (docker://REF, REGISTRY#IMAGE[:TAG], NAME[:TAG]); "
+    "default: the name the image carries; picks one image of a multi-image archive",
+)
+@click.option("--state-dir", type=click.Path(path_type=Path), help="state directory")
+def image_import(source: Path, name: str | None, state_dir: Path | None) -> None:
+    """Import the image at SOURCE: an OCI image layout (a directory), an OCI or docker
+    save archive (.tar, .tar.gz) or an enroot squashfs image (.sqsh). OCI and docker
+    images are unpacked with umoci and squashed with mksquashfs (Debian's umoci and
+    squashfs-tools). An image is stored once; importing it again only adds the name."""
+    from phalanx.runtime.containers.images import ImageError
+    from phalanx.statedir import default_state_dir, make_state_dir
+
+    state = state_dir if state_dir is not None else default_state_dir()
+    try:
+        make_state_dir(state)
+        image = _image_store(state).import_image(source, name)
+    except ImageError as exc:
+        raise click.ClickException(str(exc)) from None
+    shown = image.refs[0] if image.refs else image.digest
+    _out(f"imported {shown} ({image.digest}, {_human_size(image.size)})\n")
+
+
+@image_app.command("ls")
+@click.option("--quiet", "-q", is_flag=True, help="print only the images' digests")
+@click.option("--state-dir", type=click.Path(path_type=Path), help="state directory")
+def image_ls(quiet: bool, state_dir: Path | None) -> None:
+    """List the imported images: one line per reference (<none> for an image known only
+    by its digest)."""
+    import time
+
+    from phalanx.runtime.containers.images import ImageError
+
+    try:
+        images = _image_store(state_dir).list()
+    except ImageError as exc:
+        raise click.ClickException(str(exc)) from None
+    if quiet:
+        _out("".join(f"{image.digest}\n" for image in images))
+        return
+    from phalanx.cli import render
+
+    rows = [
+        [
+            ref,
+            image.digest[:19],
+            _human_size(image.size),
+            time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(image.created)),
+        ]
+        for image in images
+        for ref in image.refs or ("<none>",)
+    ]
+    render.print_table(["REF", "DIGEST", "SIZE", "IMPORTED"], rows)
+
+
+@image_app.command("rm")
+@click.argument("refs", metavar="REF...", nargs=-1, required=True)
+@click.option("--state-dir", type=click.Path(path_type=Path), help="state directory")
+def image_rm(refs: tuple[str, ...], state_dir: Path | None) -> None:
+    """Remove references (REF) or images (sha256:DIGEST, or 12 or more of its hex
+    digits). An image is deleted when its last reference goes. Stops at the first REF
+    that names no image."""
+    from phalanx.runtime.containers.images import ImageError
+
+    store = _image_store(state_dir)
+    for ref in refs:
+        try:
+            image = store.remove(ref)
+            left = store.resolve(image.digest)
+        except ImageError as exc:
+            raise click.ClickException(str(exc)) from None
+        _out("".join(f"untagged {r}\n" for r in image.refs if left is None or r not in left.refs))
+        if left is None:
+            _out(f"deleted {image.digest}\n")
 
 
 # --------------------------------------------------------------------------- Slurm commands

@@ -77,6 +77,8 @@ def kube_launch(
     attempt: int,
     out: Path,
     err: Path | None,
+    *,
+    containers: dict[str, Any] | None = None,
 ) -> LaunchSpec:
     """The launch of an admitted Kubernetes job: one task per pod slot."""
     counts: dict[str, int] = {}
@@ -113,5 +115,6 @@ def kube_launch(
             "backoffLimit": kube.backoff_limit,
             "podNames": pod_names(kube, counts),
             "headRank": head_rank,
+            "containers": dict(containers or {}),
         },
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from phalanx.control.kubejobs import kube_launch
 from phalanx.control.registry import Registry
@@ -30,7 +31,19 @@ class Site:
     url: str = ""
     """The API's URL, for the jobs' environment."""
     container_runtime: str | None = None
-    """``host``: ``srun --container-image`` steps run on the host, without the image."""
+    """``builtin``: jobs' images run in phalanx's container runtime; ``host``: ``srun
+    --container-image`` steps and pods run on the host, without their images; ``None``:
+    containers are turned off."""
+    images: Path | None = None
+    """The image store (``phalanx image import``): ``STATE/images``."""
+
+    def containers(self) -> dict[str, Any]:
+        """What a job's tasks need to know of the container runtime."""
+        return {
+            "runtime": self.container_runtime,
+            "images": str(self.images) if self.images is not None else None,
+        }
+
     accounts: Callable[[str], Account] | None = None
     """The Unix account a user's jobs run as (raises :class:`~phalanx.errors.Forbidden`
     when there is none); ``None``: jobs run as the server's own user."""
@@ -71,7 +84,9 @@ class Launcher:
         run = submission.run
         out, err = self.output_paths(row)
         if run.kube is not None:
-            return kube_launch(row, run, run.kube, tasks, attempt, out, err)
+            return kube_launch(
+                row, run, run.kube, tasks, attempt, out, err, containers=self.site.containers()
+            )
         if run.script is not None:
             return slurm_launch(
                 row,
@@ -82,7 +97,7 @@ class Launcher:
                 err,
                 url=self.site.url,
                 registry=registry,
-                container_runtime=self.site.container_runtime,
+                containers=self.site.containers(),
             )
         return LaunchSpec(
             job_id=row.id,

@@ -142,12 +142,13 @@ def slurm_launch(
     *,
     url: str,
     registry: Registry,
-    container_runtime: str | None = None,
+    containers: dict[str, Any] | None = None,
 ) -> LaunchSpec:
     """A batch job: the script runs once on the first node; the allocation goes in ``slurm``."""
     run = submission.run
     context = slurm_context(row, submission, tasks, url=url, registry=registry)
-    context["containerRuntime"] = container_runtime
+    context["containers"] = dict(containers or {})
+    context["containerRuntime"] = context["containers"].get("runtime")
     # SLURM_RESTART_COUNT: the runs before this one (requeues after preemption or failure).
     context["restartCount"] = max(0, attempt - 1)
     first = tasks[0] if tasks else TaskSpec(node="", rank=0)

@@ -27,6 +27,7 @@ __all__ = [
     "KubeRun",
     "RunSpec",
     "SignalSpec",
+    "VolumeMount",
 ]
 
 MAX_ARRAY_TASKS = 4_000_001
@@ -56,14 +57,33 @@ class EnvVar(PhalanxModel):
     """``metadata.name`` or ``metadata.namespace`` (Kubernetes' ``valueFrom.fieldRef``)."""
 
 
+class VolumeMount(PhalanxModel):
+    """A container's ``volumeMounts`` entry, with the pod's volume it names resolved."""
+
+    name: str = Field(min_length=1)
+    kind: str = Field(min_length=1)
+    """``hostPath`` or ``emptyDir`` (mounted), or the volume's other kind (refused when
+    the pod runs in its image)."""
+    mount_path: str = Field(min_length=1)
+    read_only: bool = False
+    source: str = ""
+    """``hostPath``: the host path."""
+    sub_path: str = ""
+    field: str = ""
+    """The manifest path of the volume (for errors)."""
+
+
 class Container(PhalanxModel):
-    """A Kubernetes container as phalanx runs it: a process on the host.
+    """A Kubernetes container as phalanx runs it: in its image (the container runtime)
+    or, with ``--container-runtime host``, as a process on the host.
 
     ``command`` is the container's ``command`` followed by its ``args`` (their
-    ``$(VAR)`` references are expanded when the pod starts). Empty when the
-    manifest gives no ``command``: the image's entrypoint is unknown without a
-    container runtime, and the pod fails at start with a message naming
-    ``field`` (the manifest path of the container).
+    ``$(VAR)`` references are expanded when the pod starts): what runs on the host.
+    Empty when the manifest gives no ``command``: there the image's entrypoint is
+    unknown, and the pod fails at start with a message naming ``field`` (the
+    manifest path of the container). In its image, ``entrypoint`` (the manifest's
+    ``command``) replaces the image's ENTRYPOINT and ``args`` its CMD (Kubernetes'
+    rules).
     """
 
     name: str = ""
@@ -74,6 +94,12 @@ class Container(PhalanxModel):
     env: list[EnvVar] = Field(default_factory=list)
     ports: dict[str, int] = Field(default_factory=dict)
     """Named container ports (``pytorchjob-port``)."""
+    entrypoint: list[str] | None = None
+    args: list[str] | None = None
+    image_pull_policy: str | None = None
+    volume_mounts: list[VolumeMount] = Field(default_factory=list)
+    run_as_user: int | None = None
+    run_as_group: int | None = None
 
 
 class KubePodSet(PhalanxModel):

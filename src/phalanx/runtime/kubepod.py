@@ -113,22 +113,47 @@ class PodRunner:
             env["NSS_WRAPPER_HOSTNAME"] = str(pod["name"])
         return env
 
+    def in_image(self) -> bool:
+        """Containers run in their images (the builtin container runtime)."""
+        return (self.kube.get("containers") or {}).get("runtime") == "builtin"
+
     def start(self, pod: dict[str, Any], container: dict[str, Any]) -> subprocess.Popen[bytes]:
-        command = [str(part) for part in container.get("command") or ()]
-        if not command:
-            raise _CannotRun(
-                f"{container.get('field') or 'command'}: required: container "
-                f"{container.get('name')!r} of pod {pod['name']} has no command, and the "
-                f"entrypoint of image {container.get('image') or '(none)'!r} is unknown "
-                "without a container runtime"
-            )
-        workdir = container.get("workingDir") or self.workdir
+        if self.in_image():
+            from phalanx.runtime.containers import pyxis
+            from phalanx.runtime.containers.kube import KubeContainerError, container_spec
+
+            try:
+                spec, argv, env = container_spec(
+                    container,
+                    pod=str(pod["name"]),
+                    containers=self.kube.get("containers") or {},
+                    jobdir=self.jobdir,
+                    environ=os.environ,
+                )
+            except KubeContainerError as exc:
+                raise _CannotRun(
+                    f"pod {pod['name']} container {container.get('name')!r}: {exc}"
+                ) from None
+            os.makedirs(spec["scratch"], exist_ok=True)
+            command = pyxis.command(spec, argv)
+            workdir = "/"
+        else:
+            command = [str(part) for part in container.get("command") or ()]
+            if not command:
+                raise _CannotRun(
+                    f"{container.get('field') or 'command'}: required: container "
+                    f"{container.get('name')!r} of pod {pod['name']} has no command, and the "
+                    f"entrypoint of image {container.get('image') or '(none)'!r} is unknown "
+                    "without a container runtime"
+                )
+            workdir = container.get("workingDir") or self.workdir
+            env = self.container_env(pod, container)
         log = self.open_log(str(pod["name"]), str(container.get("name") or "main"))
         try:
             proc = subprocess.Popen(
                 command,
                 cwd=workdir,
-                env=self.container_env(pod, container),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE if log is not None else None,
                 stderr=subprocess.PIPE if log is not None else None,

@@ -51,18 +51,11 @@ PROXY = "phalanx.runtime.ray.proxy"
 __all__ = ["CONTAINER_ERROR", "SrunOptions", "UsageError", "main", "parse_args"]
 
 CONTAINER_ERROR = (
-    "srun: error: --container-image requires a container runtime (pyxis/enroot); "
-    "none is configured on this phalanx cluster (phalanx up --container-runtime host "
-    "runs such steps on the host, without the image)"
+    "srun: error: --container-image: containers are turned off on this phalanx cluster "
+    "(phalanx up --container-runtime host runs such steps on the host, without the image)"
 )
-CONTAINER_OPTIONS = frozenset(
+CONTAINER_FLAGS = frozenset(
     {
-        "--container-image",
-        "--container-mounts",
-        "--container-name",
-        "--container-workdir",
-        "--container-env",
-        "--container-save",
         "--container-mount-home",
         "--no-container-mount-home",
         "--container-remap-root",
@@ -71,8 +64,18 @@ CONTAINER_OPTIONS = frozenset(
         "--container-readonly",
         "--container-entrypoint",
         "--no-container-entrypoint",
+        "--container-entrypoint-log",
     }
 )
+CONTAINER_OPTIONS = CONTAINER_FLAGS | {
+    "--container-image",
+    "--container-mounts",
+    "--container-name",
+    "--container-workdir",
+    "--container-env",
+    "--container-save",
+    "--container-unshare",
+}
 IGNORED_WITH_VALUE = frozenset(
     {
         "--mpi",
@@ -167,6 +170,8 @@ class SrunOptions:
     chdir: str | None = None
     open_mode: str = "truncate"
     container: bool = False
+    container_args: list[tuple[str, str | None]] = field(default_factory=list)
+    """pyxis' options, in order: ``(option, value)``, flags with ``None``."""
     help: bool = False
     command: list[str] = field(default_factory=list)
 
@@ -219,15 +224,15 @@ def parse_args(argv: list[str]) -> SrunOptions:
             has_value = bool(eq)
             if option in CONTAINER_OPTIONS:
                 opts.container = True
-                if not has_value and option.startswith("--container-") and i + 1 < len(argv):
-                    flagless = option in ("--container-mount-home", "--container-remap-root")
-                    flagless = flagless or option in (
-                        "--container-writable",
-                        "--container-readonly",
-                    )
-                    flagless = flagless or option == "--container-entrypoint"
-                    if not flagless:
+                if option in CONTAINER_FLAGS:
+                    opts.container_args.append((option, None))
+                else:
+                    if not has_value:
+                        if i + 1 >= len(argv):
+                            raise UsageError(f"option '{option}' requires an argument")
                         i += 1
+                        value = argv[i]
+                    opts.container_args.append((option, value))
             elif option in WITH_VALUE or option in IGNORED_WITH_VALUE:
                 if not has_value:
                     if i + 1 >= len(argv):
@@ -364,10 +369,14 @@ def _say(message: str) -> None:
 class Step:
     """The tasks of one srun step, their output and their exit statuses."""
 
-    def __init__(self, ctx: Mapping[str, Any], jobdir: str, opts: SrunOptions) -> None:
+    def __init__(
+        self, ctx: Mapping[str, Any], jobdir: str, opts: SrunOptions, container: Any = None
+    ) -> None:
         self.ctx = ctx
         self.jobdir = jobdir
         self.opts = opts
+        self.container = container
+        """pyxis' options (:class:`phalanx.runtime.containers.pyxis.PyxisOptions`), if any."""
         self.pids: dict[int, int] = {}
         """pid -> index into ``self.tasks``."""
         self.status: dict[int, int] = {}
@@ -441,20 +450,30 @@ class Step:
         files: dict[str, int] = {}
         command = list(opts.command)
         agents, here, gpu_map = _ray_placement()
+        plans: list[tuple[list[str], dict[str, str]]] = []
+        for task in self.tasks:
+            env = {**base, **task.env}
+            if "NSS_WRAPPER_HOSTNAME" in env:
+                # The task's hostname is its own node's (the batch shell's is node 0's).
+                env["NSS_WRAPPER_HOSTNAME"] = task.node
+            remote = bool(agents) and task.node != here and task.node in agents
+            if not remote and gpu_map and env.get("CUDA_VISIBLE_DEVICES"):
+                devices = env["CUDA_VISIBLE_DEVICES"].split(",")
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_map.get(d, d) for d in devices)
+            argv = command
+            if self.container is not None:
+                failed = self.containerised(task, env, command)
+                if isinstance(failed, int):
+                    return failed
+                argv = failed
+            if remote:
+                # Another Ray node: its agent runs the task (phalanx.runtime.ray.proxy).
+                argv = [sys.executable, "-I", "-m", PROXY, agents[task.node], "--", *argv]
+            plans.append((argv, env))
         try:
             for index, task in enumerate(self.tasks):
                 out_fd, err_fd = self.task_outputs(task, files)
-                env = {**base, **task.env}
-                if "NSS_WRAPPER_HOSTNAME" in env:
-                    # The task's hostname is its own node's (the batch shell's is node 0's).
-                    env["NSS_WRAPPER_HOSTNAME"] = task.node
-                argv = command
-                if agents and task.node != here and task.node in agents:
-                    # Another Ray node: its agent runs the task (phalanx.runtime.ray.proxy).
-                    argv = [sys.executable, "-I", "-m", PROXY, agents[task.node], "--", *command]
-                elif gpu_map and env.get("CUDA_VISIBLE_DEVICES"):
-                    devices = env["CUDA_VISIBLE_DEVICES"].split(",")
-                    env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_map.get(d, d) for d in devices)
+                argv, env = plans[index]
                 pid = self.spawn(index, argv, env, out_fd, err_fd)
                 self.pids[pid] = index
         finally:
@@ -462,6 +481,39 @@ class Step:
                 os.close(fd)
         self.write_pids()
         return -1
+
+    def containerised(self, task: Any, env: dict[str, str], command: list[str]) -> list[str] | int:
+        """The command line that runs ``command`` in the task's container (pyxis), or
+        srun's exit status when the container cannot be had."""
+        from phalanx.runtime.containers import pyxis
+        from phalanx.runtime.containers.devices import gpu_devices
+
+        hosts = env.get("NSS_WRAPPER_HOSTS") or os.path.join(
+            os.path.dirname(os.path.dirname(os.path.dirname(self.jobdir))), "hosts"
+        )
+        try:
+            spec = pyxis.step_spec(
+                self.container,
+                ctx=self.ctx,
+                jobdir=self.jobdir,
+                node=task.node,
+                env=env,
+                cwd=self.opts.chdir or os.getcwd(),
+                hosts=hosts if os.path.exists(hosts) else None,
+                devices=gpu_devices(env.get("CUDA_VISIBLE_DEVICES")),
+            )
+        except pyxis.PyxisError as exc:
+            for line in str(exc).splitlines():
+                shown = line if line.startswith("pyxis:") else f"pyxis: {line}"
+                _say(f"slurmstepd: error: {shown}")
+            _say(
+                "slurmstepd: error: spank: required plugin spank_pyxis.so: "
+                "task_init() failed with rc=-1"
+            )
+            _say(f"srun: error: {task.node}: task {task.rank}: Exited with exit code 1")
+            return 1
+        os.makedirs(spec["scratch"], exist_ok=True)
+        return pyxis.command(spec, command)
 
     def task_outputs(self, task: Any, files: dict[str, int]) -> tuple[int, int]:
         """The fds a task writes to: files (``-o``/``-e``) or pipes to srun (negative: none)."""
@@ -778,15 +830,30 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         _say(f"srun: error: cannot read the job's context {context}: {exc}")
         return 1
+    container = None
     if opts.container:
-        if ctx.get("containerRuntime") != "host":
-            _say(CONTAINER_ERROR)
-            return 1
-        _say(
-            "srun: warning: the container runtime is 'host': the step runs on this machine, "
-            "without the image or its mounts (--container-* ignored)"
-        )
-    return Step(ctx, os.path.dirname(os.path.abspath(context)), opts).run()
+        runtime = (ctx.get("containers") or {}).get("runtime") or ctx.get("containerRuntime")
+        if runtime == "host":
+            _say(
+                "srun: warning: the container runtime is 'host': the step runs on this "
+                "machine, without the image or its mounts (--container-* ignored)"
+            )
+        else:
+            from phalanx.runtime.containers import pyxis
+
+            try:
+                container = pyxis.parse(opts.container_args, os.environ)
+            except pyxis.PyxisError as exc:
+                _say(f"srun: error: pyxis: {exc}")
+                return 1
+            for note in pyxis.ignored(container):
+                _say(note)
+            if not container.wanted:
+                container = None
+            elif runtime is None:
+                _say(CONTAINER_ERROR)
+                return 1
+    return Step(ctx, os.path.dirname(os.path.abspath(context)), opts, container).run()
 
 
 if __name__ == "__main__":

@@ -34,7 +34,9 @@ def test_example_runs(name: str, tmp_path: Path) -> None:
     kinds = {m.kind for m in manifests}
     assert "Node" in kinds and "ClusterQueue" in kinds and kinds & JOB_KINDS
     expected = sum(1 for m in manifests if m.kind in JOB_KINDS)
-    server = start_server(tmp_path / "state", port=0, configs=[EXAMPLES / name])
+    server = start_server(
+        tmp_path / "state", port=0, configs=[EXAMPLES / name], container_runtime="host"
+    )
     try:
         with Client(server.url, server.admin_token, state_dir=server.state_dir) as admin:
             jobs = list(admin.jobs())

@@ -68,7 +68,7 @@ description: page someone
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(tmp_path / "a", port=0, configs=[CLUSTER])
+    running = start_server(tmp_path / "a", port=0, configs=[CLUSTER], container_runtime="host")
     try:
         yield running
     finally:
@@ -77,7 +77,7 @@ def server(tmp_path: Path) -> Iterator[RunningServer]:
 
 @pytest.fixture
 def fresh(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(tmp_path / "b", port=0)
+    running = start_server(tmp_path / "b", port=0, container_runtime="host")
     try:
         yield running
     finally:

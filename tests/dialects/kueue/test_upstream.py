@@ -58,7 +58,7 @@ def upstream_files() -> list[str]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     # No Nodes: nothing is admitted, so the sample jobs stay pending here.
-    running = start_server(tmp_path_factory.mktemp("upstream"), port=0)
+    running = start_server(tmp_path_factory.mktemp("upstream"), port=0, container_runtime="host")
     try:
         yield running
     finally:

@@ -55,7 +55,14 @@ from phalanx.model.node import Toleration
 from phalanx.model.preemptmode import PREEMPTION_NOTICE_ANNOTATION, parse_preemption_notice
 from phalanx.model.quantity import QuantityError, parse_quantity
 from phalanx.model.resources import format_resources
-from phalanx.model.submission import Container, EnvVar, KubePodSet, KubeRun, SignalSpec
+from phalanx.model.submission import (
+    Container,
+    EnvVar,
+    KubePodSet,
+    KubeRun,
+    SignalSpec,
+    VolumeMount,
+)
 
 __all__ = [
     "JOB_KINDS",
@@ -238,7 +245,45 @@ def _mappings(
 # ---------------------------------------------------------------------- pods
 
 
-def _container(data: Any, path: Path) -> tuple[Container, dict[str, int]]:
+_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def _volumes(spec: Mapping[str, Any], path: Path) -> dict[str, tuple[str, str, str]]:
+    """The pod's volumes: name -> (kind, host path for ``hostPath``, manifest path)."""
+    out: dict[str, tuple[str, str, str]] = {}
+    for where, item in _mappings(spec, "volumes", path):
+        name = _str(item, "name", where)
+        if not name:
+            raise JobFieldError((*where, "name"), "required")
+        if name in out:
+            raise JobFieldError((*where, "name"), f"Duplicate value: {name!r}")
+        kinds = [key for key in item if key != "name"]
+        kind = kinds[0] if len(kinds) == 1 else "emptyDir" if not kinds else ""
+        if not kind:
+            raise JobFieldError(where, f"a volume has one source, got {', '.join(kinds)}")
+        source = ""
+        if kind == "hostPath":
+            host = _mapping(item, "hostPath", where, required=True)
+            source = _str(host, "path", (*where, "hostPath")) or ""
+            if not source.startswith("/"):
+                raise JobFieldError((*where, "hostPath", "path"), "expected an absolute path")
+        out[name] = (kind, source, _format_path(where))
+    return out
+
+
+def _security(data: Mapping[str, Any], path: Path) -> tuple[int | None, int | None]:
+    context = _mapping(data, "securityContext", path)
+    where = (*path, "securityContext")
+    user = _int(context, "runAsUser", where, minimum=0)
+    return user, _int(context, "runAsGroup", where, minimum=0)
+
+
+def _container(
+    data: Any,
+    path: Path,
+    volumes: Mapping[str, tuple[str, str, str]] | None = None,
+    pod_user: tuple[int | None, int | None] = (None, None),
+) -> tuple[Container, dict[str, int]]:
     """A container and its per-pod requests (``requests``, else ``limits``)."""
     if not isinstance(data, dict):
         raise JobFieldError(path, f"expected a mapping (a container), got {describe(data)}")
@@ -246,6 +291,41 @@ def _container(data: Any, path: Path) -> tuple[Container, dict[str, int]]:
     image = _str(data, "image", path, "") or ""
     command = _strings(data, "command", path)
     args = _strings(data, "args", path)
+    policy = _str(data, "imagePullPolicy", path)
+    if policy is not None and policy not in _PULL_POLICIES:
+        raise JobFieldError(
+            (*path, "imagePullPolicy"),
+            f"Unsupported value: {policy!r}: supported values: "
+            + ", ".join(f'"{p}"' for p in _PULL_POLICIES),
+        )
+    mounts: list[VolumeMount] = []
+    for where, item in _mappings(data, "volumeMounts", path):
+        volume = _str(item, "name", where)
+        target = _str(item, "mountPath", where)
+        if not volume:
+            raise JobFieldError((*where, "name"), "required")
+        if not target:
+            raise JobFieldError((*where, "mountPath"), "required")
+        if volume not in (volumes or {}):
+            raise JobFieldError((*where, "name"), f'Not found: "{volume}"')
+        kind, host, vfield = (volumes or {})[volume]
+        read_only = item.get("readOnly", False)
+        if not isinstance(read_only, bool):
+            raise JobFieldError(
+                (*where, "readOnly"), f"expected a boolean, got {describe(read_only)}"
+            )
+        mounts.append(
+            VolumeMount(
+                name=volume,
+                kind=kind,
+                mount_path=target,
+                read_only=read_only,
+                source=host,
+                sub_path=_str(item, "subPath", where) or "",
+                field=vfield,
+            )
+        )
+    user, group = _security(data, path)
     workdir = _str(data, "workingDir", path)
     env: list[EnvVar] = []
     for where, item in _mappings(data, "env", path):
@@ -293,6 +373,12 @@ def _container(data: Any, path: Path) -> tuple[Container, dict[str, int]]:
         working_dir=workdir,
         env=env,
         ports=ports,
+        entrypoint=command if "command" in data else None,
+        args=args if "args" in data else None,
+        image_pull_policy=policy,
+        volume_mounts=mounts,
+        run_as_user=user if user is not None else pod_user[0],
+        run_as_group=group if group is not None else pod_user[1],
     )
     return container, requests
 
@@ -350,14 +436,16 @@ def _pod_template(template: Any, path: Path) -> _Pod:
         raise JobFieldError((*spath, "containers"), "a pod needs at least one container")
     containers: list[Container] = []
     total: dict[str, int] = {}
+    volumes = _volumes(spec, spath)
+    pod_user = _security(spec, spath)
     for i, item in enumerate(items):
-        container, requests = _container(item, (*spath, "containers", i))
+        container, requests = _container(item, (*spath, "containers", i), volumes, pod_user)
         containers.append(container)
         for resource, amount in requests.items():
             total[resource] = total.get(resource, 0) + amount
     inits: list[Container] = []
     for i, item in enumerate(_list(spec, "initContainers", spath)):
-        container, requests = _container(item, (*spath, "initContainers", i))
+        container, requests = _container(item, (*spath, "initContainers", i), volumes, pod_user)
         inits.append(container)
         for resource, amount in requests.items():
             total[resource] = max(total.get(resource, 0), amount)
@@ -923,7 +1011,7 @@ def _resolved(
             # Kubernetes expands $(VAR) in a value from the variables defined before it.
             value = expand_vars(var.value, env)
         env[var.name] = value
-    return {
+    out: dict[str, Any] = {
         "name": container.name,
         "image": container.image,
         "command": [expand_vars(part, env) for part in container.command],
@@ -931,6 +1019,19 @@ def _resolved(
         "workingDir": container.working_dir,
         "env": env,
     }
+    if container.image_pull_policy is not None:
+        out["imagePullPolicy"] = container.image_pull_policy
+    if container.entrypoint is not None:
+        out["entrypoint"] = [expand_vars(part, env) for part in container.entrypoint]
+    if container.args is not None:
+        out["args"] = [expand_vars(part, env) for part in container.args]
+    if container.volume_mounts:
+        out["volumeMounts"] = [m.model_dump(by_alias=True) for m in container.volume_mounts]
+    if container.run_as_user is not None:
+        out["runAsUser"] = container.run_as_user
+    if container.run_as_group is not None:
+        out["runAsGroup"] = container.run_as_group
+    return out
 
 
 def pod_plan(kube: KubeRun, counts: Mapping[str, int]) -> dict[str, list[list[dict[str, Any]]]]:
