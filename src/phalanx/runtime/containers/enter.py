@@ -71,6 +71,7 @@ MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MS_RELATIME = 1 << 21
 MNT_DETACH = 2
+PR_SET_DUMPABLE = 4
 
 # statvfs f_flag bits that a bind remount must keep (the kernel refuses to clear
 # locked ones in a user namespace).
@@ -687,6 +688,9 @@ def _become(uid: Any, gid: Any, groups: list[int], remap: bool) -> None:
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
     if remap:
+        # Changing uid made the process non-dumpable: its /proc files are root's, and
+        # it could not write its own user namespace's maps.
+        _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         _unshare(CLONE_NEWUSER)
         _map_user(0, 0, uid, gid)
 

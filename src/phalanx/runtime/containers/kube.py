@@ -119,6 +119,7 @@ def _mounts(container: Mapping[str, Any], volumes_dir: str, pod: str) -> list[di
         elif kind == "emptyDir":
             source = os.path.join(volumes_dir, pod, str(mount.get("name")))
             os.makedirs(source, exist_ok=True)
+            os.chmod(source, 0o777)  # kubelet's emptyDir: any user of the pod writes
         else:
             raise KubeContainerError(
                 "CreateContainerConfigError",
