@@ -23,13 +23,22 @@ lint: venv
 # start a real server), nss_wrapper (virtual node names resolve inside jobs) and
 # a CPU build of torch (the sbatch proof trains on 16 ranks with gloo),
 # Chromium (the dashboard's browser tests drive it with Playwright) and iproute2
-# (the README's walkthroughs run in a network namespace of their own).
+# (the README's walkthroughs run in a network namespace of their own), and the
+# container runtime's tools: squashfs-tools and umoci import images, squashfuse and
+# fuse3 mount them for jobs that do not run as root, busybox-static and mmdebstrap
+# build the test images offline (busybox) and from the Debian archive (Python).
 test-deps: venv
 	@missing=""; \
 	command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	ls /usr/lib/*/libnss_wrapper.so /usr/lib/libnss_wrapper.so 2>/dev/null | grep -q . || missing="$$missing libnss-wrapper"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
+	command -v mksquashfs >/dev/null 2>&1 || missing="$$missing squashfs-tools"; \
+	command -v umoci >/dev/null 2>&1 || missing="$$missing umoci"; \
+	command -v squashfuse >/dev/null 2>&1 || missing="$$missing squashfuse"; \
+	command -v fusermount3 >/dev/null 2>&1 || missing="$$missing fuse3"; \
+	dpkg-query -W -f='$${Status}' busybox-static 2>/dev/null | grep -q "ok installed" || missing="$$missing busybox-static"; \
+	command -v mmdebstrap >/dev/null 2>&1 || missing="$$missing mmdebstrap"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
@@ -59,6 +68,7 @@ bench: venv test-deps
 	$(BIN)/python bench/faults.py --ha
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/kubeapi.py
+	$(BIN)/python bench/containers.py
 
 demo: venv
 	$(BIN)/python demo/run.py

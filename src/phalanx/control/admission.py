@@ -194,7 +194,8 @@ class Admission:
                 max(0.0, now - row.submit_time)
             )
         self.state.attempts.active[decision.job_id] = attempt
-        if submission.run.kube is not None:
+        if submission.run.kube is not None and self.launcher.site.container_runtime != "builtin":
+            # Without the container runtime the commands run on the host: say so.
             for message in image_events(submission.run.kube):
                 tx.add_event(decision.job_id, "ImageNotPulled", now, message=message)
         return self.launcher.launch_spec(row, submission, tasks, attempt, self.state.registry)
