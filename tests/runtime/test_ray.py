@@ -466,3 +466,46 @@ def test_a_node_dying_mid_job_is_node_fail_and_the_requeued_job_completes_elsewh
     assert phalanx.nodes()[victim]["status"]["state"] == "down"
     text = (phalanx.work / f"out-{job_id}.log").read_text()
     assert sorted(text.split()) == sorted(["second", "second", *job["nodes"]])
+
+
+def test_a_two_node_step_runs_in_its_image_on_two_ray_nodes(cluster: Any, tmp_path: Path) -> None:
+    from tests.runtime.containers.images_support import busybox_rootfs, require_tools, squashfs
+
+    if os.geteuid() != 0:
+        pytest.skip("the container runtime's loop mounts need root")
+    require_tools("mksquashfs")
+    work = tmp_path / "work"
+    work.mkdir()
+    rootfs = busybox_rootfs(work / "rootfs")
+    (rootfs / "etc").mkdir(exist_ok=True)
+    (rootfs / "etc" / "os-release").write_text("ID=phxbox-ray\n")
+    image = squashfs(rootfs, work / "img.sqsh")
+    p = Phalanx(cluster, tmp_path / "state", work, ["--container-runtime", "builtin"])
+    try:
+        (work / "job.sh").write_text(
+            "#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=1 --partition=gpu-h100-dedicated\n"
+            f"srun -l --container-image={image} sh -c "
+            "'echo $(hostname) $SLURM_PROCID $(cat /etc/os-release) $(test -e /etc/debian_version "
+            "&& echo host-visible || echo image-only)'\n"
+        )
+        done = subprocess.run(
+            [str(BIN / "phalanx"), "sbatch", "job.sh"],
+            cwd=work,
+            env=p.env,
+            capture_output=True,
+            text=True,
+        )
+        match = re.search(r"Submitted batch job (\d+)", done.stdout)
+        assert match, done.stderr
+        job_id = int(match.group(1))
+        job = p.finished(job_id)
+        out = (work / f"slurm-{job_id}.out").read_text()
+        assert job["state"] == "COMPLETED", out
+        lines = sorted(line for line in out.splitlines() if "ID=phxbox-ray" in line)
+        first, second = job["nodes"]
+        assert lines == [
+            f"0: {first} 0 ID=phxbox-ray image-only",
+            f"1: {second} 1 ID=phxbox-ray image-only",
+        ], out
+    finally:
+        p.stop()
