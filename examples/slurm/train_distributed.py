@@ -3,7 +3,7 @@
 Started by torchrun (c10d rendezvous at $MASTER_ADDR:$MASTER_PORT) on each node of
 the allocation. It uses the gloo backend on CPU, so it runs on the virtual GPU
 nodes of a laptop as on real ones; each rank reports the GPUs phalanx gave it.
-``--config`` is accepted and only printed: there is no model here.
+``--config`` is only printed, with whether the file is there: there is no model here.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def main() -> int:
         flush=True,
     )
     if rank == 0 and args.config:
-        print(f"config: {args.config}", flush=True)
+        found = "found" if os.path.isfile(args.config) else "not found"
+        print(f"config: {args.config} ({found})", flush=True)
     dist.barrier()
     dist.destroy_process_group()
     return 0 if tensor.item() == expected else 1

@@ -1,10 +1,12 @@
-"""The product brief's sbatch script, end to end: 16 torch.distributed ranks on 2 virtual nodes.
+"""The product brief's sbatch script, end to end: 16 torch.distributed ranks on 2 virtual
+nodes, inside the script's ``.sqsh`` image.
 
-A real ``phalanx up`` (with ``--container-runtime host``, since the script's
-``srun`` names a container image), ``phalanx import`` of a slurm.conf, and
-``phalanx sbatch`` of the script, which runs ``srun torchrun`` with a c10d
-rendezvous; ``examples/slurm/train_distributed.py`` stands in for the 70B
-fine-tune and all-reduces across every rank (gloo, on the CPU).
+A real ``phalanx up`` with its defaults (the builtin container runtime),
+``phalanx import`` of a slurm.conf, and ``phalanx sbatch`` of the script, whose
+``srun --container-image`` runs ``torchrun`` with a c10d rendezvous in the image
+``examples/containers/build-images.sh --python`` makes (Debian's python3, the
+venv's CPU torch, ``/workspace/train_distributed.py``, which stands in for the
+70B fine-tune and all-reduces across every rank with gloo).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import pytest
 from phalanx.control.spawn import spawn_server
 from phalanx.errors import PhalanxError
 from phalanx.runtime.local import NSS_WRAPPER
+from tests.images import pytorch_image
 from tests.needs import require
 from tests.shared import needs_shared, shared_path
 
@@ -41,7 +44,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     state = tmp_path_factory.mktemp("state")
     env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
     try:
-        server = spawn_server(state, ["--port", "0", "--container-runtime", "host"], env=env)
+        server = spawn_server(state, ["--port", "0", "--no-kube-api"], env=env)
     except PhalanxError as exc:
         pytest.fail(exc.detail)
     env.update(PHALANX_URL=server.url, PHALANX_TOKEN=server.token)
@@ -81,44 +84,63 @@ def ranks(log: Path) -> list[str]:
     return sorted(found)
 
 
-def workdir(tmp_path: Path, script: str) -> Path:
-    (tmp_path / "job.sbatch").write_text(script)
-    shutil.copy(EXAMPLE / "train_distributed.py", tmp_path)
-    return tmp_path / "job.sbatch"
+def example(tmp_path: Path) -> Path:
+    """A copy of ``examples/slurm`` beside ``containers/out/pytorch.sqsh``, as in a checkout
+    where ``examples/containers/build-images.sh --python`` ran."""
+    image = pytorch_image()
+    out = tmp_path / "containers" / "out"
+    out.mkdir(parents=True)
+    (out / "pytorch.sqsh").symlink_to(image)
+    shutil.copytree(EXAMPLE, tmp_path / "slurm")
+    return tmp_path / "slurm" / "llama3-70b-finetune.sbatch"
 
 
-def test_the_example_trains_on_16_ranks(server: dict[str, str], tmp_path: Path) -> None:
-    script = workdir(tmp_path, (EXAMPLE / "llama3-70b-finetune.sbatch").read_text())
+def test_the_example_trains_on_16_ranks_in_its_image(
+    server: dict[str, str], tmp_path: Path
+) -> None:
+    script = example(tmp_path)
+    # Only in the image: a copy on the host would not be what runs.
+    (script.parent / "train_distributed.py").unlink()
     job_id, stderr = sbatch(server, script)
     assert job_id is not None, stderr
     assert "torchrun" not in stderr  # the fixed script draws no warning
     job = finished(server, job_id)
-    out = tmp_path / "logs" / f"llama3-70b-finetune-{job_id}.out"
-    err = tmp_path / "logs" / f"llama3-70b-finetune-{job_id}.err"
+    out = script.parent / "logs" / f"llama3-70b-finetune-{job_id}.out"
+    err = script.parent / "logs" / f"llama3-70b-finetune-{job_id}.err"
     assert (job["state"], job["exit_code"]) == ("COMPLETED", 0), err.read_text()[-3000:]
     assert err.exists()
     assert ranks(out) == sorted(str(r) for r in range(16))
     assert set(re.findall(r"rank +\d+/16 local \d+ on (\w+)", out.read_text())) == {"gpu1", "gpu2"}
+    # --container-mounts: the configuration under /models is the submit dir's checkpoints/.
+    assert "config: /models/configs/finetune_70b.yaml (found)" in out.read_text()
 
 
 @needs_shared("examples", "seed", "llama3-70b-finetune.sbatch")
 def test_the_seed_script_with_only_its_comments_and_continuations_fixed(
     server: dict[str, str], tmp_path: Path
 ) -> None:
-    verbatim = workdir(tmp_path, SEED.read_text())
-    job_id, stderr = sbatch(server, verbatim)
+    script = example(tmp_path)
+    script.write_text(SEED.read_text())
+    job_id, stderr = sbatch(server, script)
     assert job_id is None
     assert "line 2: `//` is not a comment" in stderr and "line 24 ends with `\\\\`" in stderr
-    text = "\n".join(
-        ("#" + line[2:] if line.startswith("//") else line).replace("\\\\", "\\")
-        for line in SEED.read_text().split("\n")
-    ).replace("/workspace/train_distributed.py", '"$SLURM_SUBMIT_DIR/train_distributed.py"')
-    script = workdir(tmp_path, text)
+    # The brief's paths, here: its image and the folders it mounts.
+    folder = script.parent
+    text = (
+        "\n".join(
+            ("#" + line[2:] if line.startswith("//") else line).replace("\\\\", "\\")
+            for line in SEED.read_text().split("\n")
+        )
+        .replace("/shared/containers/pytorch-2.4-cuda12.sqsh", str(pytorch_image()))
+        .replace("/datasets:", f"{folder / 'datasets'}:")
+        .replace("/checkpoints:", f"{folder / 'checkpoints'}:")
+    )
+    script.write_text(text)
     job_id, stderr = sbatch(server, script)
     assert job_id is not None, stderr
     assert "line 24: srun starts one torchrun per task" in stderr
     job = finished(server, job_id)
-    out = tmp_path / "logs" / f"llama3-70b-finetune-{job_id}.out"
+    out = folder / "logs" / f"llama3-70b-finetune-{job_id}.out"
     # The 16 ranks rendezvous and all-reduce; the 14 extra torchrun agents srun
     # started (one per task) fail, and the job with them, as under Slurm.
     assert ranks(out) == sorted(str(r) for r in range(16))

@@ -41,10 +41,20 @@ pytestmark = [
 ]
 
 
+_BEFORE_UP = (".venv/bin/phalanx image ", "examples/containers/build-images.sh", "test -e ")
+"""What a walkthrough may do before its ``phalanx up -d``: make and import images."""
+
+
 def walkthroughs() -> list[str]:
-    """The README's ``sh`` blocks that start a server."""
+    """The README's ``sh`` blocks that start a server (after making and importing images)."""
     blocks = re.findall(r"^```sh\n(.*?)^```", README.read_text(), re.S | re.M)
-    return [b for b in blocks if b.startswith(".venv/bin/phalanx up -d")]
+    out = []
+    for block in blocks:
+        lines = block.splitlines()
+        ups = [i for i, line in enumerate(lines) if line.startswith(".venv/bin/phalanx up -d")]
+        if ups and all(line.startswith(_BEFORE_UP) for line in lines[: ups[0]]):
+            out.append(block)
+    return out
 
 
 def python_blocks() -> list[str]:
@@ -201,12 +211,31 @@ def _lock_free(path: Path) -> bool:
     return True
 
 
+def _images(tree: Path) -> None:
+    """The walkthroughs run without a network, where ``build-images.sh --python`` cannot
+    reach Debian's archive: its images are made before (as a user would have, once) and
+    put where the script writes them."""
+    from tests.images import pytorch_image
+
+    built = pytorch_image().parent
+    out = tree / "examples" / "containers" / "out"
+    out.mkdir(parents=True)
+    for item in built.iterdir():
+        if item.name.startswith("."):
+            continue
+        if item.is_dir():
+            shutil.copytree(item, out / item.name, symlinks=True)
+        else:
+            (out / item.name).symlink_to(item)
+
+
 @pytest.fixture
 def copy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     base = Path(tmp_path_factory.mktemp("readme"))
     base.chmod(0o755)
     tree = base / "phalanx"
     _copy_tree(tree)
+    _images(tree)
     yield tree
 
 

@@ -244,31 +244,44 @@ def test_a_two_node_gang_lands_on_two_ray_nodes_with_each_nodes_environment(
     assert {f["node"] for f in seen.values()} == set(job["nodes"])
 
 
-def test_the_slurm_example_all_reduces_across_two_ray_nodes(phalanx: Phalanx) -> None:
-    require(importlib.util.find_spec("torch") is not None, "torch (pip install torch==2.13.0)")
+def test_the_slurm_example_all_reduces_across_two_ray_nodes_in_its_image(
+    cluster: Any, tmp_path: Path
+) -> None:
+    from tests.images import pytorch_image
+
     require(NSS_WRAPPER is not None, "nss_wrapper (Debian package libnss-wrapper)")
-    work = phalanx.work
-    shutil.copy(EXAMPLE / "llama3-70b-finetune.sbatch", work / "job.sbatch")
-    shutil.copy(EXAMPLE / "train_distributed.py", work)
-    done = subprocess.run(
-        [str(BIN / "phalanx"), "sbatch", "job.sbatch"],
-        cwd=work,
-        env=phalanx.env,
-        capture_output=True,
-        text=True,
-    )
-    match = re.search(r"Submitted batch job (\d+)", done.stdout)
-    assert match, done.stderr
-    job_id = int(match.group(1))
-    job = phalanx.finished(job_id, timeout=400)
-    out = work / "logs" / f"llama3-70b-finetune-{job_id}.out"
-    err = work / "logs" / f"llama3-70b-finetune-{job_id}.err"
-    assert (job["state"], job["exit_code"]) == ("COMPLETED", 0), err.read_text()[-3000:]
-    text = out.read_text()
-    found = re.findall(r"rank +(\d+)/16 .*?all_reduce=136 \(expected 136\)", text)
-    assert sorted(found) == sorted(str(r) for r in range(16))
-    hosts = set(re.findall(r"rank +\d+/16 local \d+ on (\w+)", text))
-    assert hosts == set(job["nodes"]) and len(hosts) == 2
+    if os.geteuid() != 0:
+        pytest.skip("the container runtime's loop mounts need root")
+    image = pytorch_image()
+    work = tmp_path / "work"
+    (work / "containers" / "out").mkdir(parents=True)
+    (work / "containers" / "out" / "pytorch.sqsh").symlink_to(image)
+    shutil.copytree(EXAMPLE, work / "slurm")
+    folder = work / "slurm"
+    p = Phalanx(cluster, tmp_path / "state", work, ["--container-runtime", "builtin"])
+    try:
+        done = subprocess.run(
+            [str(BIN / "phalanx"), "sbatch", "llama3-70b-finetune.sbatch"],
+            cwd=folder,
+            env=p.env,
+            capture_output=True,
+            text=True,
+        )
+        match = re.search(r"Submitted batch job (\d+)", done.stdout)
+        assert match, done.stderr
+        job_id = int(match.group(1))
+        job = p.finished(job_id, timeout=400)
+        out = folder / "logs" / f"llama3-70b-finetune-{job_id}.out"
+        err = folder / "logs" / f"llama3-70b-finetune-{job_id}.err"
+        assert (job["state"], job["exit_code"]) == ("COMPLETED", 0), err.read_text()[-3000:]
+        text = out.read_text()
+        found = re.findall(r"rank +(\d+)/16 .*?all_reduce=136 \(expected 136\)", text)
+        assert sorted(found) == sorted(str(r) for r in range(16))
+        hosts = set(re.findall(r"rank +\d+/16 local \d+ on (\w+)", text))
+        assert hosts == set(job["nodes"]) and len(hosts) == 2
+        assert "config: /models/configs/finetune_70b.yaml (found)" in text
+    finally:
+        p.stop()
 
 
 def test_200_small_jobs_run_once_each(phalanx: Phalanx) -> None:
