@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import ssl
 import subprocess
 import sys
@@ -166,6 +167,22 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     folder = tmp_path_factory.mktemp("kube")
     config = folder / "cluster.yaml"
     config.write_text(CLUSTER)
+    # The jobs' images (busybox, and the quick start's agnhost: a shell is all they
+    # need) run in the container runtime where it can; else on the host.
+    runtime = "host"
+    if os.geteuid() == 0 and all(shutil.which(t) for t in ("umoci", "mksquashfs", "busybox")):
+        from phalanx.runtime.containers.images import ImageStore
+        from tests.runtime.containers.images_support import busybox_rootfs, oci_layout
+
+        layout = oci_layout(
+            folder / "layout",
+            busybox_rootfs(folder / "rootfs"),
+            env=["PATH=/usr/sbin:/usr/bin:/sbin:/bin"],
+        )
+        store = ImageStore(folder / "state" / "images")
+        for name in ("busybox", "registry.k8s.io/e2e-test-images/agnhost:2.53"):
+            store.import_image(layout, name)
+        runtime = "builtin"
     # single_user: alice has no Unix account here; her jobs run as the server's user.
     running = start_server(
         folder / "state",
@@ -173,7 +190,7 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
         kube_port=0,
         configs=[config],
         single_user=True,
-        container_runtime="host",
+        container_runtime=runtime,
     )
     try:
         yield Kube(running, folder)
