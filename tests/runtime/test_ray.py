@@ -171,6 +171,19 @@ class Phalanx:
     def finished(self, job_id: int, timeout: float = 180) -> dict[str, Any]:
         return self.wait(job_id, lambda j: bool(j["end_time"]), timeout)
 
+    def sbatch(self, folder: Path, script: str) -> int:
+        """``phalanx sbatch SCRIPT`` in ``folder``: the job's id."""
+        done = subprocess.run(
+            [str(BIN / "phalanx"), "sbatch", script],
+            cwd=folder,
+            env=self.env,
+            capture_output=True,
+            text=True,
+        )
+        match = re.search(r"Submitted batch job (\d+)", done.stdout)
+        assert match, done.stderr
+        return int(match.group(1))
+
     def nodes(self) -> dict[str, dict[str, Any]]:
         items = self.http.get("/api/v1/nodes").json()["items"]
         return {n["metadata"]["name"]: n for n in items}
@@ -260,16 +273,7 @@ def test_the_slurm_example_all_reduces_across_two_ray_nodes_in_its_image(
     folder = work / "slurm"
     p = Phalanx(cluster, tmp_path / "state", work, ["--container-runtime", "builtin"])
     try:
-        done = subprocess.run(
-            [str(BIN / "phalanx"), "sbatch", "llama3-70b-finetune.sbatch"],
-            cwd=folder,
-            env=p.env,
-            capture_output=True,
-            text=True,
-        )
-        match = re.search(r"Submitted batch job (\d+)", done.stdout)
-        assert match, done.stderr
-        job_id = int(match.group(1))
+        job_id = p.sbatch(folder, "llama3-70b-finetune.sbatch")
         job = p.finished(job_id, timeout=400)
         out = folder / "logs" / f"llama3-70b-finetune-{job_id}.out"
         err = folder / "logs" / f"llama3-70b-finetune-{job_id}.err"
@@ -501,16 +505,7 @@ def test_a_two_node_step_runs_in_its_image_on_two_ray_nodes(cluster: Any, tmp_pa
             "'echo $(hostname) $SLURM_PROCID $(cat /etc/os-release) $(test -e /etc/debian_version "
             "&& echo host-visible || echo image-only)'\n"
         )
-        done = subprocess.run(
-            [str(BIN / "phalanx"), "sbatch", "job.sh"],
-            cwd=work,
-            env=p.env,
-            capture_output=True,
-            text=True,
-        )
-        match = re.search(r"Submitted batch job (\d+)", done.stdout)
-        assert match, done.stderr
-        job_id = int(match.group(1))
+        job_id = p.sbatch(work, "job.sh")
         job = p.finished(job_id)
         out = (work / f"slurm-{job_id}.out").read_text()
         assert job["state"] == "COMPLETED", out
