@@ -92,6 +92,9 @@ class SlurmRequest(PhalanxModel):
     kill_on_invalid_dep: bool | None = None
     """``--kill-on-invalid-dep=yes|no``."""
     constraint: str | None = None
+    container: list[tuple[str, str | None]] | None = None
+    """pyxis' options given to sbatch (``--container-image``, ...): the batch script
+    runs in the image."""
     nodelist: str | None = None
     array_step: int | None = None
     """For a job array: ``SLURM_ARRAY_TASK_STEP`` (the step of ``--array``, else 1)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 
 from phalanx.runtime.spec import LaunchSpec
@@ -21,6 +22,8 @@ from phalanx.runtime.spec import LaunchSpec
 __all__ = ["JobFile", "slurm_files", "write_bin", "write_files"]
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+BATCH_CONTAINER = "phalanx.runtime.containers.batch"
+"""The module that puts a batch script in its image (``sbatch --container-image``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -62,6 +65,10 @@ def slurm_files(
     if spec.slurm is not None:
         wrapper = 'SLURM_TASK_PID=$$; export SLURM_TASK_PID; exec "$0" "$@"'
         command = ("/bin/sh", "-c", wrapper, *command)
+        runtime = (spec.slurm.get("containers") or {}).get("runtime")
+        if spec.slurm.get("container") and runtime == "builtin":
+            # sbatch --container-image: the batch script runs in the image (pyxis).
+            command = (sys.executable, "-I", "-m", BATCH_CONTAINER, "--", *command)
     return dataclasses.replace(spec, command=command, tasks=(task,)), files
 
 

@@ -103,11 +103,11 @@ def job(live: Live, job_id: int, timeout: float = 60) -> dict[str, object]:
         time.sleep(0.2)
 
 
-def sbatch(live: Live, body: str, *options: str) -> tuple[int, Path]:
+def sbatch(live: Live, body: str, *options: str, shell: str = "/bin/bash") -> tuple[int, Path]:
     folder = Path(live.work / f"job-{time.monotonic_ns()}")
     folder.mkdir()
     script = folder / "job.sh"
-    script.write_text("#!/bin/bash\n" + body)
+    script.write_text(f"#!{shell}\n" + body)
     out = phalanx(live.env, "sbatch", *options, script.name, cwd=folder)
     match = re.search(r"Submitted batch job (\d+)", out)
     assert match, out
@@ -233,6 +233,30 @@ def test_two_nodes_one_task_each(live: Live) -> None:
     )
     assert done["state"] == "COMPLETED", (done, out)
     assert sorted(out.split("\n")[:2]) == ["0: gpu1 0", "1: gpu2 1"], out
+
+
+def test_sbatch_container_image_runs_the_batch_script_in_the_image(live: Live) -> None:
+    job_id, folder = sbatch(
+        live,
+        f"#SBATCH --container-image={live.sqsh}\n#SBATCH --container-workdir=/app\n"
+        "cat /etc/os-release; pwd; echo JOB=$SLURM_JOB_ID; hostname\n",
+        shell="/bin/sh",  # the image's: busybox has no bash
+    )
+    done = job(live, job_id)
+    out = (folder / f"slurm-{job_id}.out").read_text()
+    assert done["state"] == "COMPLETED", (done, out)
+    assert 'NAME="phalanx busybox"' in out and "\n/app\n" in out, out
+    assert f"JOB={job_id}" in out and "gpu1" in out, out
+    # The command line's option wins over the script's, one option at a time.
+    job_id, folder = sbatch(
+        live,
+        f"#SBATCH --container-image={live.sqsh}\ntrue\n",
+        "--container-image=/no/such.sqsh",
+    )
+    done = job(live, job_id)
+    out = (folder / f"slurm-{job_id}.out").read_text()
+    assert done["state"] == "FAILED", (done, out)
+    assert "pyxis: failed to create container filesystem for image: /no/such.sqsh" in out
 
 
 @pytest.fixture

@@ -50,7 +50,7 @@ __all__ = [
 
 TRY_HELP = 'Try "sbatch --help" for more information'
 ArgKind = Literal["none", "required", "optional"]
-Support = Literal["yes", "ignored", "rejected"]
+Support = Literal["yes", "ignored", "rejected", "container"]
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,9 @@ class SbatchOptions:
     help: bool | None = None
     usage: bool | None = None
     version: bool | None = None
+    container: tuple[tuple[str, str | None], ...] | None = None
+    """pyxis' options (``--container-image=...``, flags with ``None``), in order: the
+    batch script runs in the image."""
     ignored: tuple[str, ...] = field(default=())
     """Options sbatch knows that phalanx accepts but does not act on (``--hint=...``)."""
 
@@ -152,8 +155,26 @@ class SbatchOptions:
         }
 
     def over(self, lower: SbatchOptions) -> SbatchOptions:
-        """These options taking precedence over ``lower`` (each given field wins)."""
-        return replace(lower, **self.given(), ignored=lower.ignored + self.ignored)
+        """These options taking precedence over ``lower`` (each given field wins; pyxis'
+        options one by one)."""
+        given = self.given()
+        if self.container and lower.container:
+            given["container"] = _container_over(self.container, lower.container)
+        return replace(lower, **given, ignored=lower.ignored + self.ignored)
+
+
+def _container_over(
+    upper: tuple[tuple[str, str | None], ...], lower: tuple[tuple[str, str | None], ...]
+) -> tuple[tuple[str, str | None], ...]:
+    """pyxis' options of a higher layer over a lower one's: an option (or either side of
+    a flag pair: ``--container-writable``/``--container-readonly``) replaces its own."""
+
+    def family(option: str) -> str:
+        bare = option.removeprefix("--no-").removeprefix("--")
+        return {"container-readonly": "container-writable"}.get(bare, bare)
+
+    mine = {family(option) for option, _ in upper}
+    return tuple(pair for pair in lower if family(pair[0]) not in mine) + upper
 
 
 class OptionError(Exception):
@@ -561,6 +582,10 @@ def _rej(long: str, short: str | None = None, arg: ArgKind = "required") -> Opti
     return Option(long, short, arg, None, support="rejected")
 
 
+def _pyxis(long: str, arg: ArgKind = "required") -> Option:
+    return Option(long, None, arg, "container", support="container")
+
+
 OPTIONS: tuple[Option, ...] = (
     _o("job-name", "J", "required", "job_name", _text),
     _o("nodes", "N", "required", "nodes", _nodes),
@@ -665,6 +690,32 @@ OPTIONS: tuple[Option, ...] = (
     _rej("thread-spec"),
     _rej("container"),
     _rej("container-id"),
+    *(
+        _pyxis(name)
+        for name in (
+            "container-image",
+            "container-mounts",
+            "container-workdir",
+            "container-name",
+            "container-env",
+            "container-save",
+            "container-unshare",
+        )
+    ),
+    *(
+        _pyxis(name, "none")
+        for name in (
+            "container-mount-home",
+            "no-container-mount-home",
+            "container-remap-root",
+            "no-container-remap-root",
+            "container-writable",
+            "container-readonly",
+            "container-entrypoint",
+            "no-container-entrypoint",
+            "container-entrypoint-log",
+        )
+    ),
     _rej("segment"),
     _rej("power"),
     _rej("het-group"),
@@ -737,6 +788,10 @@ def _store(values: dict[str, Any], ignored: list[str], opt: Option, raw: str | N
         )
     if opt.support == "ignored":
         ignored.append(f"--{opt.long}" + (f"={raw}" if raw is not None else ""))
+        return
+    if opt.support == "container":
+        pairs = values.get("container") or ()
+        values["container"] = (*pairs, (f"--{opt.long}", raw if opt.arg != "none" else None))
         return
     assert opt.field is not None
     if opt.count:

@@ -468,6 +468,7 @@ def _slurm_record(req: SbatchRequest, name: str, gpu_type: str | None) -> dict[s
         ),
         "killOnInvalidDep": o.kill_on_invalid_dep,
         "constraint": o.constraint,
+        "container": [list(pair) for pair in o.container] if o.container else None,
         "nodelist": o.nodelist,
         "arrayStep": None,
     }
