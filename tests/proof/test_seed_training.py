@@ -126,12 +126,15 @@ def test_the_seed_script_with_only_its_comments_and_continuations_fixed(
     assert "line 2: `//` is not a comment" in stderr and "line 24 ends with `\\\\`" in stderr
     # The brief's paths, here: its image and the folders it mounts.
     folder = script.parent
+    seed = SEED.read_text()
+    image = re.search(r"--container-image=(\S+)", seed)
+    assert image, "the seed script names its image"
     text = (
         "\n".join(
             ("#" + line[2:] if line.startswith("//") else line).replace("\\\\", "\\")
-            for line in SEED.read_text().split("\n")
+            for line in seed.split("\n")
         )
-        .replace("/shared/containers/pytorch-2.4-cuda12.sqsh", str(pytorch_image()))
+        .replace(image.group(1), str(pytorch_image()))
         .replace("/datasets:", f"{folder / 'datasets'}:")
         .replace("/checkpoints:", f"{folder / 'checkpoints'}:")
     )
