@@ -148,7 +148,6 @@ def slurm_launch(
     run = submission.run
     context = slurm_context(row, submission, tasks, url=url, registry=registry)
     context["containers"] = dict(containers or {})
-    context["containerRuntime"] = context["containers"].get("runtime")
     # SLURM_RESTART_COUNT: the runs before this one (requeues after preemption or failure).
     context["restartCount"] = max(0, attempt - 1)
     first = tasks[0] if tasks else TaskSpec(node="", rank=0)

@@ -134,7 +134,6 @@ class PodRunner:
                 raise _CannotRun(
                     f"pod {pod['name']} container {container.get('name')!r}: {exc}"
                 ) from None
-            os.makedirs(spec["scratch"], exist_ok=True)
             command = pyxis.command(spec, argv)
             workdir = "/"
         else:

@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.dialects.slurm.environment import STEP_CLEARED, StepRequest, step_env
+from phalanx.runtime.containers import FLAGS as PYXIS_FLAGS
+from phalanx.runtime.containers import OPTIONS as PYXIS_OPTIONS
 
 PROXY = "phalanx.runtime.ray.proxy"
 """The module srun runs in place of a task that belongs on another Ray node."""
@@ -54,28 +56,8 @@ CONTAINER_ERROR = (
     "srun: error: --container-image: containers are turned off on this phalanx cluster "
     "(phalanx up --container-runtime host runs such steps on the host, without the image)"
 )
-CONTAINER_FLAGS = frozenset(
-    {
-        "--container-mount-home",
-        "--no-container-mount-home",
-        "--container-remap-root",
-        "--no-container-remap-root",
-        "--container-writable",
-        "--container-readonly",
-        "--container-entrypoint",
-        "--no-container-entrypoint",
-        "--container-entrypoint-log",
-    }
-)
-CONTAINER_OPTIONS = CONTAINER_FLAGS | {
-    "--container-image",
-    "--container-mounts",
-    "--container-name",
-    "--container-workdir",
-    "--container-env",
-    "--container-save",
-    "--container-unshare",
-}
+CONTAINER_FLAGS = frozenset(PYXIS_FLAGS)
+CONTAINER_OPTIONS = CONTAINER_FLAGS | PYXIS_OPTIONS
 IGNORED_WITH_VALUE = frozenset(
     {
         "--mpi",
@@ -486,33 +468,25 @@ class Step:
         """The command line that runs ``command`` in the task's container (pyxis), or
         srun's exit status when the container cannot be had."""
         from phalanx.runtime.containers import pyxis
-        from phalanx.runtime.containers.devices import gpu_devices
 
-        hosts = env.get("NSS_WRAPPER_HOSTS") or os.path.join(
-            os.path.dirname(os.path.dirname(os.path.dirname(self.jobdir))), "hosts"
-        )
         try:
-            spec = pyxis.step_spec(
+            spec = pyxis.task_spec(
                 self.container,
                 ctx=self.ctx,
                 jobdir=self.jobdir,
                 node=task.node,
                 env=env,
                 cwd=self.opts.chdir or os.getcwd(),
-                hosts=hosts if os.path.exists(hosts) else None,
-                devices=gpu_devices(env.get("CUDA_VISIBLE_DEVICES")),
             )
         except pyxis.PyxisError as exc:
-            for line in str(exc).splitlines():
-                shown = line if line.startswith("pyxis:") else f"pyxis: {line}"
-                _say(f"slurmstepd: error: {shown}")
+            for line in pyxis.error_lines(exc):
+                _say(line)
             _say(
                 "slurmstepd: error: spank: required plugin spank_pyxis.so: "
                 "task_init() failed with rc=-1"
             )
             _say(f"srun: error: {task.node}: task {task.rank}: Exited with exit code 1")
             return 1
-        os.makedirs(spec["scratch"], exist_ok=True)
         return pyxis.command(spec, command)
 
     def task_outputs(self, task: Any, files: dict[str, int]) -> tuple[int, int]:
@@ -832,6 +806,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     container = None
     if opts.container:
+        # containerRuntime: the key of the jobs an earlier phalanx started (re-adopted).
         runtime = (ctx.get("containers") or {}).get("runtime") or ctx.get("containerRuntime")
         if runtime == "host":
             _say(

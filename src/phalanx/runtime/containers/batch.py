@@ -17,7 +17,6 @@ import os
 import sys
 
 from phalanx.runtime.containers import pyxis
-from phalanx.runtime.containers.devices import gpu_devices
 from phalanx.runtime.containers.enter import ContainerError, enter
 
 
@@ -41,29 +40,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     jobdir = os.path.dirname(os.path.abspath(context))
     node = os.environ.get("SLURMD_NODENAME") or (ctx.get("nodes") or [{}])[0].get("name", "")
-    hosts = os.environ.get("NSS_WRAPPER_HOSTS") or os.path.join(
-        os.path.dirname(os.path.dirname(os.path.dirname(jobdir))), "hosts"
-    )
     pairs = [(str(option), value) for option, value in ctx.get("container") or ()]
     try:
         opts = pyxis.parse(pairs, os.environ)
-        spec = pyxis.step_spec(
-            opts,
-            ctx=ctx,
-            jobdir=jobdir,
-            node=node,
-            env=os.environ,
-            cwd=os.getcwd(),
-            hosts=hosts if os.path.exists(hosts) else None,
-            devices=gpu_devices(os.environ.get("CUDA_VISIBLE_DEVICES")),
+        spec = pyxis.task_spec(
+            opts, ctx=ctx, jobdir=jobdir, node=node, env=os.environ, cwd=os.getcwd()
         )
     except pyxis.PyxisError as exc:
-        for line in str(exc).splitlines():
-            _say(f"slurmstepd: error: {line if line.startswith('pyxis:') else 'pyxis: ' + line}")
+        for line in pyxis.error_lines(exc):
+            _say(line)
         return 1
     script = os.path.join(jobdir, "script")
     spec["mounts"] = [*spec["mounts"], {"source": script, "target": script, "readOnly": True}]
-    os.makedirs(spec["scratch"], exist_ok=True)
     try:
         env = enter(spec)
     except (ContainerError, OSError) as exc:

@@ -392,36 +392,31 @@ def _lookup_user(spec_user: str) -> tuple[int, int | None]:
     the container's ``/etc/passwd`` and ``/etc/group``."""
     name, _, group = spec_user.partition(":")
 
-    def find(path: str, key: str, field: int) -> int | None:
-        if key.isdigit():
-            return int(key)
+    def entry(path: str, key: str) -> list[str] | None:
         try:
             with open(path, encoding="utf-8", errors="replace") as fh:
                 for line in fh:
                     parts = line.rstrip("\n").split(":")
-                    if len(parts) > field and parts[0] == key:
-                        return int(parts[field])
-        except (OSError, ValueError):
+                    if len(parts) > 3 and parts[0] == key and parts[2].isdigit():
+                        return parts
+        except OSError:
             return None
         return None
 
-    uid = find("/etc/passwd", name, 2)
-    if uid is None:
-        raise ContainerError(f"user {name!r} of the image is not in its /etc/passwd")
     gid: int | None = None
+    if name.isdigit():
+        uid = int(name)
+    else:
+        user = entry("/etc/passwd", name)
+        if user is None:
+            raise ContainerError(f"user {name!r} of the image is not in its /etc/passwd")
+        uid = int(user[2])
+        gid = int(user[3]) if user[3].isdigit() else None
     if group:
-        gid = find("/etc/group", group, 2)
-        if gid is None:
+        found = entry("/etc/group", group) if not group.isdigit() else None
+        if not group.isdigit() and found is None:
             raise ContainerError(f"group {group!r} of the image is not in its /etc/group")
-    elif not name.isdigit():
-        try:
-            with open("/etc/passwd", encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    parts = line.split(":")
-                    if len(parts) > 3 and parts[0] == name:
-                        gid = int(parts[3])
-        except (OSError, ValueError):
-            gid = None
+        gid = int(group) if found is None else int(found[2])
     return uid, gid
 
 
@@ -578,6 +573,7 @@ def enter(spec: Mapping[str, Any]) -> dict[str, str]:
         uid, gid = None, None  # already who the command will be
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     scratch = str(spec["scratch"])
+    os.makedirs(scratch, exist_ok=True)
     _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
     root = os.path.join(scratch, "root")
     os.mkdir(root, 0o755)

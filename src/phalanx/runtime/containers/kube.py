@@ -29,12 +29,12 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from phalanx.runtime.containers import DEFAULT_PATH
 from phalanx.runtime.containers.devices import gpu_devices
 
 __all__ = ["KubeContainerError", "container_spec", "pull_policy"]
 
 _TASK_VARIABLES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
-_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class KubeContainerError(Exception):
@@ -168,7 +168,7 @@ def container_spec(
     env.update({str(k): str(v) for k, v in (container.get("env") or {}).items()})
     image_env = [str(item) for item in config.get("Env") or ()]
     if not any(item.startswith("PATH=") for item in image_env) and "PATH" not in env:
-        env["PATH"] = _DEFAULT_PATH
+        env["PATH"] = DEFAULT_PATH
     spec: dict[str, Any] = {
         "image": image,
         "scratch": os.path.join(jobdir, "container"),

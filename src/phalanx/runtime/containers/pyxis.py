@@ -33,11 +33,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from phalanx.runtime.containers import DEFAULT_PATH, FLAGS, OPTIONS
+from phalanx.runtime.containers.devices import gpu_devices
 
 __all__ = [
     "FLAGS",
@@ -45,40 +47,16 @@ __all__ = [
     "PyxisError",
     "PyxisOptions",
     "command",
+    "error_lines",
     "parse",
     "step_spec",
+    "task_spec",
 ]
 
 EXEC_MODULE = "phalanx.runtime.containers.exec"
 ERROR_PREFIX = "slurmstepd: error: pyxis:"
 
-OPTIONS = frozenset(
-    {
-        "--container-image",
-        "--container-mounts",
-        "--container-workdir",
-        "--container-name",
-        "--container-save",
-        "--container-env",
-        "--container-unshare",
-    }
-)
-"""pyxis' options that take a value."""
-FLAGS = {
-    "--container-mount-home": ("mount_home", True),
-    "--no-container-mount-home": ("mount_home", False),
-    "--container-remap-root": ("remap_root", True),
-    "--no-container-remap-root": ("remap_root", False),
-    "--container-entrypoint": ("entrypoint", True),
-    "--no-container-entrypoint": ("entrypoint", False),
-    "--container-entrypoint-log": ("entrypoint_log", True),
-    "--container-writable": ("writable", True),
-    "--container-readonly": ("writable", False),
-}
-"""pyxis' flags: the setting each changes, and to what."""
-
 _ENV_DROPPED = ("LANG", "LANGUAGE", "LC_ALL")
-_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _MOUNT_FLAGS = frozenset(
     {
         "ro",
@@ -248,13 +226,15 @@ def _image(opts: PyxisOptions, images: str | None, cwd: str) -> tuple[str, dict[
                 f"pyxis:     [ERROR] No such file or directory: {path}"
             )
         return path, {}
+    from pathlib import Path
+
     from phalanx.runtime.containers.images import ImageError, ImageStore
 
     shown = ref if ref.startswith(("docker://", "dockerd://")) else f"docker://{ref}"
     found = None
     if images:
         try:
-            found = ImageStore(_path(images)).resolve(ref)
+            found = ImageStore(Path(images)).resolve(ref)
         except ImageError as exc:
             raise PyxisError(f"failed to import docker image: {shown}: {exc}") from None
     if found is None:
@@ -265,12 +245,6 @@ def _image(opts: PyxisOptions, images: str | None, cwd: str) -> tuple[str, dict[
             f"import it on this machine with: phalanx image import FILE|DIR --name {ref}"
         )
     return found.path, dict(found.config)
-
-
-def _path(text: str) -> Any:
-    from pathlib import Path
-
-    return Path(text)
 
 
 def step_spec(
@@ -314,7 +288,7 @@ def step_spec(
         "devices": devices,
         "mode": "pyxis",
         "unsetEnv": unset,
-        "defaultEnv": {"PATH": _DEFAULT_PATH},
+        "defaultEnv": {"PATH": DEFAULT_PATH},
         "keepEnv": keep,
         "etcEnvironment": True,
         "remapRoot": bool(opts.remap_root),
@@ -389,6 +363,8 @@ def _read_json(path: str) -> dict[str, Any]:
 
 def _unpack_named(image: str, folder: str, config: Mapping[str, Any]) -> None:
     """A named container's root file system: the image unpacked once (under a lock)."""
+    import subprocess
+
     os.makedirs(folder, exist_ok=True)
     fd = os.open(os.path.join(folder, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
@@ -419,6 +395,39 @@ def _unpack_named(image: str, folder: str, config: Mapping[str, Any]) -> None:
             fh.write("ready\n")
     finally:
         os.close(fd)
+
+
+def task_spec(
+    opts: PyxisOptions,
+    *,
+    ctx: Mapping[str, Any],
+    jobdir: str,
+    node: str,
+    env: Mapping[str, str],
+    cwd: str,
+) -> dict[str, Any]:
+    """:func:`step_spec` for a task of the job in ``jobdir`` on ``node`` with ``env``: its
+    ``/etc/hosts`` (nss_wrapper's file, else the runtime's ``STATE/runtime/hosts``) and
+    its GPUs' device nodes."""
+    hosts = env.get("NSS_WRAPPER_HOSTS") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(jobdir))), "hosts"
+    )
+    return step_spec(
+        opts,
+        ctx=ctx,
+        jobdir=jobdir,
+        node=node,
+        env=env,
+        cwd=cwd,
+        hosts=hosts if os.path.exists(hosts) else None,
+        devices=gpu_devices(env.get("CUDA_VISIBLE_DEVICES")),
+    )
+
+
+def error_lines(error: PyxisError) -> list[str]:
+    """``error`` as slurmstepd prints pyxis' errors, a line each."""
+    lines = str(error).splitlines()
+    return [f"slurmstepd: error: {'' if x.startswith('pyxis:') else 'pyxis: '}{x}" for x in lines]
 
 
 def command(spec: Mapping[str, Any], argv: list[str]) -> list[str]:
