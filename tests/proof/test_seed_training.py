@@ -145,6 +145,10 @@ def test_the_seed_script_with_only_its_comments_and_continuations_fixed(
     job = finished(server, job_id)
     out = folder / "logs" / f"llama3-70b-finetune-{job_id}.out"
     # The 16 ranks rendezvous and all-reduce; the 14 extra torchrun agents srun
-    # started (one per task) fail, and the job with them, as under Slurm.
-    assert ranks(out) == sorted(str(r) for r in range(16))
+    # started (one per task) fail, and the job with them, as under Slurm. Two of
+    # the extra agents may meet in a later rendezvous round and run 16 ranks more
+    # (it depends on when each one starts): every round that ran is whole.
+    seen = ranks(out)
+    rounds = len(seen) // 16
+    assert rounds >= 1 and seen == sorted(str(r) for r in range(16) for _ in range(rounds))
     assert (job["state"], job["exit_code"]) == ("FAILED", 1)
