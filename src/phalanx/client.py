@@ -351,6 +351,16 @@ class Client:
             if not token:
                 return
 
+    def steps_of(self, job_ids: Iterable[int]) -> dict[str, list[dict[str, Any]]]:
+        """The steps of each job (by id, as a string), in chunks of 500 ids."""
+        ids = [int(i) for i in job_ids]
+        found: dict[str, list[dict[str, Any]]] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ",".join(str(i) for i in ids[start : start + 500])
+            answer = self._json("GET", f"/api/v1/steps?jobs={chunk}")
+            found.update(answer.get("items") or {})
+        return found
+
     def cancel(self, job_id: int) -> dict[str, Any]:
         result: dict[str, Any] = self._json("DELETE", f"/api/v1/jobs/{int(job_id)}")
         return result

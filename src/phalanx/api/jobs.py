@@ -238,6 +238,36 @@ def job_events(plane: Plane, principal: Caller, job_id: JobId) -> Response:
     return JSONResponse({"items": [event_view(e) for e in plane.store.job_events(job_id)]})
 
 
+@router.get("/jobs/{job_id}/steps")
+def job_steps(
+    plane: Plane, principal: Caller, job_id: JobId, environment: bool = False
+) -> Response:
+    """The job's steps (Slurm's ``srun`` steps) and, while it runs, its step socket
+    (``?environment=true``: and its batch environment, for ``salloc``)."""
+    return JSONResponse(plane.job_steps(principal, job_id, environment=environment))
+
+
+@router.get("/jobs/{job_id}/steps/usage")
+def job_step_usage(plane: Plane, principal: Caller, job_id: JobId) -> Response:
+    """The running steps' usage, task by task (``sstat``)."""
+    plane.job(principal, job_id)
+    return JSONResponse({"jobId": job_id, "steps": plane.step_usage(principal, job_id)})
+
+
+@router.get("/steps")
+def steps(
+    plane: Plane,
+    principal: Caller,
+    jobs: Annotated[list[str], Query()] = [],  # noqa: B006
+) -> Response:
+    """The steps of the given jobs (``?jobs=1,2``), those the caller may see."""
+    ids = _ids(jobs) or []
+    if len(ids) > MAX_LIST:
+        raise Invalid(f"jobs: at most {MAX_LIST} ids per request")
+    found = plane.steps_of(principal, ids)
+    return JSONResponse({"items": {str(k): v for k, v in found.items()}})
+
+
 @router.get("/jobs/{job_id}/log", response_class=Response)
 def job_log(
     plane: Plane,

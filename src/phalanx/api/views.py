@@ -278,7 +278,8 @@ def job_view(
         "num_nodes": nodes,
         "num_tasks": tasks,
         "num_cpus": cpus,
-        "batch": run.get("script") is not None,
+        "batch": run.get("script") is not None and not (sub.get("slurm") or {}).get("allocation"),
+        "allocation": (sub.get("slurm") or {}).get("allocation"),
     }
 
 

@@ -28,6 +28,20 @@ def main(argv: list[str] | None = None) -> int:
 
         sys.stdout.write(f"phalanx {__version__}\n")
         return 0
+    if args[:1] in (["srun"], ["salloc"], ["sattach"], ["sstat"]):
+        # Slurm's interactive tools parse their own command lines: no click, no app.
+        from importlib import import_module
+
+        from phalanx.errors import PhalanxError
+
+        tool = import_module(f"phalanx.cli.slurm.{args[0]}")
+        try:
+            code: int = tool.run(args[1:])
+        except PhalanxError as exc:
+            for line in exc.detail.splitlines() or [exc.error]:
+                _error(line)
+            return 1
+        return code
     if args[:1] == ["sbatch"] and "--help" not in args[1:]:
         # sbatch parses its own command line, as Slurm's does: no click, no app.
         from phalanx.cli.slurm.sbatch import run

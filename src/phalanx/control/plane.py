@@ -63,13 +63,21 @@ from phalanx.control.queries import JobQueries
 from phalanx.control.recovery import Recovery, configuration
 from phalanx.control.runtime_events import RuntimeEvents
 from phalanx.control.state import LoopState
+from phalanx.control.steps import latest_steps
 from phalanx.control.tokens import Tokens
 from phalanx.control.validation import Validator
 from phalanx.engine import Admit, Decision, Engine, EngineConfig
 from phalanx.errors import Conflict, Forbidden, Invalid, NotLeader, PhalanxError
 from phalanx.model import JobState, JobSubmission, Node
 from phalanx.runtime.base import Runtime
-from phalanx.runtime.spec import Account, Checkpointed, Exited, LaunchSpec, Started
+from phalanx.runtime.spec import (
+    Account,
+    Checkpointed,
+    Exited,
+    LaunchSpec,
+    Started,
+    StepsReported,
+)
 from phalanx.store import JobRow, Store, TokenRow
 from phalanx.store.lease import Lease
 from phalanx.usage.ledger import UsageLedger
@@ -124,7 +132,7 @@ class ControlPlane:
         """Held while the loop changes the engine; status readers take it too."""
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._replay: list[Started | Exited | Checkpointed | EpilogDone] = []
+        self._replay: list[Started | Exited | Checkpointed | StepsReported | EpilogDone] = []
         """The runtime's events of the last iteration, until it commits."""
         self.state = LoopState(self.base_config)
         """The loop's memory, shared by the parts below; rebuilt from the store on start."""
@@ -455,6 +463,43 @@ class ControlPlane:
         """Where the job's standard output and standard error go (error None: merged)."""
         return self.launcher.output_paths(job)
 
+    def job_steps(
+        self, principal: Principal, job_id: int, *, environment: bool = False
+    ) -> dict[str, Any]:
+        """The job's steps (its current attempt's) and, while it runs, its step socket
+        (and with ``environment`` its batch environment: what ``salloc`` gives its shell)."""
+        row = self.job(principal, job_id)
+        steps = latest_steps(self.store.job_events(job_id), row.attempt)
+        answer: dict[str, Any] = {"jobId": job_id, "attempt": row.attempt, "steps": steps}
+        answer["state"] = row.state
+        answer["socket"] = None
+        finder = getattr(self.runtime, "step_socket", None)
+        owner = principal.admin or principal.user == row.user
+        answer["owner"] = owner
+        if row.state == JobState.RUNNING.value and finder is not None and owner:
+            # Only the job's own user (or the admin) starts steps in it or attaches.
+            answer["socket"] = finder(job_id)
+            if environment:
+                answer["environment"] = self.job_environment(principal, job_id)
+        return answer
+
+    def steps_of(self, principal: Principal, job_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+        """The steps of each of the jobs ``principal`` may see (``sacct``)."""
+        rows = [
+            row for row in self.store.list_jobs(ids=job_ids) if principal.may_act_for(row.tenant)
+        ]
+        histories = self.store.events_of([r.id for r in rows])
+        return {r.id: latest_steps(histories.get(r.id, []), r.attempt) for r in rows}
+
+    def step_usage(self, principal: Principal, job_id: int) -> list[dict[str, Any]]:
+        """The running steps' usage, task by task (``sstat``); [] when none runs."""
+        row = self.job(principal, job_id)
+        sampler = getattr(self.runtime, "step_usage", None)
+        if row.state != JobState.RUNNING.value or sampler is None:
+            return []
+        usage: list[dict[str, Any]] = sampler(job_id)
+        return usage
+
     def cluster_queue_status(self) -> dict[str, dict[str, Any]]:
         return self.status.cluster_queue_status()
 
@@ -589,7 +634,7 @@ class ControlPlane:
         # 1. Take the runtime's events. Events taken by an iteration that did not commit
         #    are handled again (after the rebuild); the runtime reports each one once.
         #    With them, the attempts whose node epilogs returned.
-        events: list[Started | Exited | Checkpointed | EpilogDone] = [
+        events: list[Started | Exited | Checkpointed | StepsReported | EpilogDone] = [
             *self._replay,
             *self.runtime.poll(),
         ]

@@ -26,7 +26,7 @@ from phalanx.control.state import LoopState
 from phalanx.engine import Checkpoint, Engine, Evict, Finish, PodsReady, ReplaceNodes, Requeue
 from phalanx.model import AdminState, JobState
 from phalanx.runtime.base import Runtime
-from phalanx.runtime.spec import Checkpointed, Exited, Started
+from phalanx.runtime.spec import Checkpointed, Exited, Started, StepsReported
 from phalanx.store import JobRow, Tx
 
 __all__ = ["MAX_LAUNCH_ATTEMPTS", "RuntimeEvents", "attempt_data", "healthy_nodes"]
@@ -48,11 +48,16 @@ class RuntimeEvents:
         self.on_exit: Callable[[Exited, list[str]], None] | None = None
         """Told of every current attempt that ended, with the job's nodes (in the loop:
         it must neither block nor raise; ``--drain-after-failures`` counts them)."""
+        self.steps_seen: dict[tuple[int, int, Any], tuple[Any, Any]] = {}
+        """The state and end of each step recorded (a step reported again is not)."""
         self.epilogs: Epilogs | None = None
         """Runs the node epilog after each attempt (``--epilog``), if there is one."""
 
     def handle(
-        self, tx: Tx, event: Started | Exited | Checkpointed | EpilogDone, now: float
+        self,
+        tx: Tx,
+        event: Started | Exited | Checkpointed | StepsReported | EpilogDone,
+        now: float,
     ) -> None:
         """Record a job's start, a checkpoint, or its stop: requeued, or ended in its
         final state; or the epilogs of an attempt that returned."""
@@ -60,6 +65,9 @@ class RuntimeEvents:
             self._epilog_done(tx, event, now)
             return
         attempt = self.state.attempts.active.get(event.job_id)
+        if isinstance(event, StepsReported):
+            self._steps(tx, event, now)
+            return
         if attempt is None or attempt != event.attempt:
             if not isinstance(event, Checkpointed):
                 self.runtime.forget(event.job_id, event.attempt)
@@ -87,6 +95,21 @@ class RuntimeEvents:
         if self.epilogs is not None and self._held_for_epilogs(tx, event):
             return
         self._ended(tx, event, now)
+
+    def _steps(self, tx: Tx, event: StepsReported, now: float) -> None:
+        """Record each job step that started or ended (a ``Step`` event per change: sacct's
+        step rows are the latest event of each step)."""
+        for step in event.steps:
+            key = (event.job_id, event.attempt, step.get("step"))
+            seen = (step.get("state"), step.get("end"))
+            if self.steps_seen.get(key) == seen:
+                continue
+            self.steps_seen[key] = seen
+            when = step.get("end") or step.get("start") or now
+            data = {**step, "attempt": event.attempt}
+            tx.add_event(event.job_id, "Step", float(when), data=data)
+        if len(self.steps_seen) > 100_000:
+            self.steps_seen.clear()
 
     def _held_for_epilogs(self, tx: Tx, event: Exited) -> bool:
         """Start the epilogs of an ended attempt on the job's nodes that are not down;

@@ -255,6 +255,7 @@ def slurm_context(
         "dependency": submission.dependency,
         "timeLimitS": submission.run.time_limit,
         "container": [list(pair) for pair in slurm.container] if slurm.container else None,
+        "allocation": slurm.allocation,
         "url": url,
         "token": None,
     }

@@ -98,3 +98,6 @@ class SlurmRequest(PhalanxModel):
     nodelist: str | None = None
     array_step: int | None = None
     """For a job array: ``SLURM_ARRAY_TASK_STEP`` (the step of ``--array``, else 1)."""
+    allocation: str | None = None
+    """A job without a batch script: ``srun`` (made by srun for its step), ``salloc``
+    (a salloc shell's), ``noshell`` (``salloc --no-shell``)."""

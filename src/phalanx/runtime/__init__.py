@@ -18,6 +18,7 @@ from phalanx.runtime.spec import (
     LaunchSpec,
     RuntimeEvent,
     Started,
+    StepsReported,
     TaskSpec,
 )
 
@@ -33,6 +34,7 @@ __all__ = [
     "LocalRuntime",
     "RuntimeEvent",
     "Started",
+    "StepsReported",
     "TaskSpec",
     "detect_gpus",
 ]

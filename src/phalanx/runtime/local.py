@@ -61,6 +61,7 @@ from phalanx.runtime.spec import (
     LaunchSpec,
     RuntimeEvent,
     Started,
+    StepsReported,
 )
 
 __all__ = ["LocalRuntime"]
@@ -104,6 +105,7 @@ class _Attempt:
     started: bool = False
     exited: bool = False
     checkpoint_at: float | None = None
+    steps: list[Any] | None = None
     next_liveness: float = 0.0
     tracked_at: float = field(default_factory=time.monotonic)
 
@@ -523,6 +525,10 @@ class LocalRuntime:
         if isinstance(checkpoint, (int, float)) and checkpoint != record.checkpoint_at:
             record.checkpoint_at = float(checkpoint)
             self._backlog.append(Checkpointed(record.job_id, record.attempt, float(checkpoint)))
+        steps = status.get("steps")
+        if isinstance(steps, list) and steps != record.steps:
+            record.steps = steps
+            self._backlog.append(StepsReported(record.job_id, record.attempt, tuple(steps)))
         if state == "exited":
             record.exited = True
             self._backlog.append(
@@ -570,6 +576,23 @@ class LocalRuntime:
                 message=message,
             )
         )
+
+    def step_socket(self, job_id: int) -> str | None:
+        """The running job's step socket (:mod:`phalanx.runtime.stepd`), if it listens."""
+        attempt = self._current_attempt(job_id)
+        if attempt is None:
+            return None
+        path = self.attempt_dir(job_id, attempt) / "step.sock"
+        return str(path) if path.exists() else None
+
+    def step_usage(self, job_id: int) -> list[dict[str, Any]]:
+        """The running steps' usage, read from ``/proc`` (``sstat``)."""
+        from phalanx.runtime.stepd import step_usage
+
+        attempt = self._current_attempt(job_id)
+        if attempt is None:
+            return []
+        return step_usage(str(self.attempt_dir(job_id, attempt)))
 
     def _current_attempt(self, job_id: int) -> int | None:
         tracked = [a for (j, a) in self._attempts if j == job_id]

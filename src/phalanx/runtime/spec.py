@@ -13,6 +13,7 @@ __all__ = [
     "LaunchSpec",
     "RuntimeEvent",
     "Started",
+    "StepsReported",
     "TaskSpec",
 ]
 
@@ -127,4 +128,14 @@ class Checkpointed:
     time: float
 
 
-RuntimeEvent = Started | Exited | Checkpointed
+@dataclass(frozen=True, slots=True)
+class StepsReported:
+    """The records of the attempt's job steps changed (Slurm's ``srun`` steps: each a
+    dict as :mod:`phalanx.runtime.srun` writes it, ``{"step", "name", "state", ...}``)."""
+
+    job_id: int
+    attempt: int
+    steps: tuple[dict[str, Any], ...]
+
+
+RuntimeEvent = Started | Exited | Checkpointed | StepsReported

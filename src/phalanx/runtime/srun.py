@@ -38,6 +38,7 @@ import select
 import signal
 import socket
 import sys
+import termios
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from typing import Any
 from phalanx.dialects.slurm.environment import STEP_CLEARED, StepRequest, step_env
 from phalanx.runtime.containers import FLAGS as PYXIS_FLAGS
 from phalanx.runtime.containers import OPTIONS as PYXIS_OPTIONS
+from phalanx.runtime.stepd import AttachPoint, next_step_id
 
 PROXY = "phalanx.runtime.ray.proxy"
 """The module srun runs in place of a task that belongs on another Ray node."""
@@ -86,6 +88,12 @@ IGNORED_WITH_VALUE = frozenset(
         "--constraint",
         "--tres-per-task",
         "--threads-per-core",
+        "--mem-bind",
+        "--slurmd-debug",
+        "--epilog",
+        "--prolog",
+        "--task-epilog",
+        "--task-prolog",
     }
 )
 IGNORED_SHORT_WITH_VALUE = {"m": "--distribution", "G": "--gpus", "t": "--time", "p": "--partition"}
@@ -118,6 +126,7 @@ WITH_VALUE = {
     "--job-name": "job_name",
     "--chdir": "chdir",
     "--open-mode": "open_mode",
+    "--input": "input",
 }
 SHORT_WITH_VALUE = {
     "N": "--nodes",
@@ -127,7 +136,17 @@ SHORT_WITH_VALUE = {
     "e": "--error",
     "J": "--job-name",
     "D": "--chdir",
+    "i": "--input",
 }
+ALLOCATION_UNSET = (
+    "SLURM_DISTRIBUTION",
+    "SLURM_MEM_PER_CPU",
+    "SLURM_NODE_ALIASES",
+    "SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0",
+    "SLURM_GPUS_PER_NODE",
+    "SLURM_JOB_GPUS",
+)
+"""Batch variables a step of an srun or salloc allocation does not have (Slurm 22.05)."""
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 FORWARDED = (*HANDLED, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGCONT)
 
@@ -155,6 +174,12 @@ class SrunOptions:
     container_args: list[tuple[str, str | None]] = field(default_factory=list)
     """pyxis' options, in order: ``(option, value)``, flags with ``None``."""
     help: bool = False
+    input: str = "all"
+    """``--input``: ``all`` tasks get srun's standard input (Slurm's default), a task
+    number only that task, ``none`` none of them, else a file every task reads."""
+    pty: bool = False
+    """``--pty``: task 0 on srun's terminal (as its controlling terminal); the others'
+    output is dropped."""
     command: list[str] = field(default_factory=list)
 
 
@@ -225,6 +250,8 @@ def parse_args(argv: list[str]) -> SrunOptions:
                     _set(opts, option, value)
             elif option == "--label":
                 opts.label = True
+            elif option == "--pty":
+                opts.pty = True
             elif option == "--kill-on-bad-exit":
                 opts.kill_on_bad_exit = _kill_on_bad_exit(value if has_value else None)
             elif option == "--help" or option == "--usage":
@@ -267,22 +294,6 @@ def parse_args(argv: list[str]) -> SrunOptions:
 
 
 # -- the job directory -----------------------------------------------------------
-
-
-def _next_step_id(jobdir: str) -> int:
-    steps = os.path.join(jobdir, "steps")
-    os.makedirs(steps, exist_ok=True)
-    fd = os.open(os.path.join(steps, "next"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        raw = os.read(fd, 64).strip()
-        step = int(raw) if raw else 0
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{step + 1}\n".encode())
-        return step
-    finally:
-        os.close(fd)
 
 
 def _kill_wait(jobdir: str) -> float:
@@ -369,6 +380,21 @@ class Step:
         self.cancelled = False
         self.terminate_at: float | None = None
         self.killed = False
+        self.usage: dict[int, tuple[float, float, int]] = {}
+        """index -> (user CPU s, system CPU s, max RSS KiB) of each ended task."""
+        self.start_time = time.time()
+        self.tasks: list[Any] = []
+        self.pty = opts.pty and os.isatty(0)
+        self.devnull = os.open(os.devnull, os.O_WRONLY) if self.pty else -1
+        self.stdin_for: dict[int, int] = {}
+        """task index -> the fd it gets as standard input (absent: srun's own)."""
+        self.task_ends: list[int] = []
+        """fds only the tasks need (closed once they are started)."""
+        self.broadcast: dict[int, bytearray] = {}
+        """Each task's input pipe (write end) and what is pending for it (``--input=all``)."""
+        self.reading_stdin = False
+        self.attach: AttachPoint | None = None
+        """``steps/S.sock``: where ``sattach`` gets this step's output."""
 
     # .. environment ..
 
@@ -376,6 +402,7 @@ class Step:
         env = dict(os.environ)
         for name in STEP_CLEARED:
             env.pop(name, None)
+
         export = self.opts.export
         if export is None or export.upper() == "ALL":
             return env
@@ -400,7 +427,8 @@ class Step:
 
     def launch(self) -> int:
         opts = self.opts
-        step_id = _next_step_id(self.jobdir)
+        given = os.environ.pop("PHALANX_STEP_ID", "")
+        step_id = int(given) if given.isdigit() else next_step_id(self.jobdir)
         self.step_id = step_id
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind(("127.0.0.1", 0))
@@ -435,6 +463,11 @@ class Step:
         plans: list[tuple[list[str], dict[str, str]]] = []
         for task in self.tasks:
             env = {**base, **task.env}
+            if self.ctx.get("allocation"):
+                # A job that srun or salloc made has no batch environment: Slurm's steps
+                # there do not have these.
+                for name in ALLOCATION_UNSET:
+                    env.pop(name, None)
             if "NSS_WRAPPER_HOSTNAME" in env:
                 # The task's hostname is its own node's (the batch shell's is node 0's).
                 env["NSS_WRAPPER_HOSTNAME"] = task.node
@@ -453,16 +486,88 @@ class Step:
                 argv = [sys.executable, "-I", "-m", PROXY, agents[task.node], "--", *argv]
             plans.append((argv, env))
         try:
+            self.plan_input()
+        except OSError as exc:
+            _say(f"srun: error: Could not open stdin file: {exc.strerror}")
+            return 1
+        try:
             for index, task in enumerate(self.tasks):
                 out_fd, err_fd = self.task_outputs(task, files)
+                if self.pty:
+                    # Task 0 has srun's terminal; the others' output goes nowhere (Slurm).
+                    out_fd, err_fd = (-3, -3) if index == 0 else (self.devnull, self.devnull)
                 argv, env = plans[index]
                 pid = self.spawn(index, argv, env, out_fd, err_fd)
                 self.pids[pid] = index
         finally:
             for fd in files.values():
                 os.close(fd)
+        for fd in self.task_ends:
+            os.close(fd)
+        self.task_ends.clear()
         self.write_pids()
+        self.start_time = time.time()
+        self.write_record()
+        self.attach = AttachPoint(self.jobdir, step_id)
         return -1
+
+    def plan_input(self) -> None:
+        """Which standard input each task gets (``--input``): srun's own (task 0 alone,
+        or every task when srun's is not a pipe worth sharing), a pipe srun copies its
+        input into for each task (several tasks, ``all``), ``/dev/null``, or a file."""
+        mode = self.opts.input
+        count = len(self.tasks)
+        null = os.open(os.devnull, os.O_RDONLY)
+        self.task_ends.append(null)
+        if mode == "none":
+            self.stdin_for = dict.fromkeys(range(count), null)
+        elif mode.isdigit():
+            self.stdin_for = {i: (-1 if i == int(mode) else null) for i in range(count)}
+        elif mode != "all":
+            path = _expand(mode, self.ctx, self.step_id, 0, self.tasks[0].node, 0)
+            source = os.open(path, os.O_RDONLY)
+            self.task_ends.append(source)
+            self.stdin_for = dict.fromkeys(range(count), source)
+        elif count == 1 or _is_null(0):
+            self.stdin_for = {}
+        else:
+            # Every task gets what srun reads, as Slurm's srun broadcasts it.
+            for index in range(count):
+                r, w = os.pipe()
+                os.set_blocking(w, False)
+                self.stdin_for[index] = r
+                self.task_ends.append(r)
+                self.broadcast[w] = bytearray()
+            self.reading_stdin = True
+
+    def copy_input(self, readable: list[int], writable: list[int]) -> None:
+        """Copy srun's standard input to every task's pipe, without blocking."""
+        if self.reading_stdin and 0 in readable:
+            try:
+                data = os.read(0, 1 << 16)
+            except OSError:
+                data = b""
+            if data:
+                for pending in self.broadcast.values():
+                    pending += data
+            else:
+                self.reading_stdin = False
+        for fd in list(self.broadcast):
+            pending = self.broadcast[fd]
+            if pending and fd in writable:
+                try:
+                    n = os.write(fd, pending)
+                    del pending[:n]
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    pending.clear()
+                    os.close(fd)
+                    del self.broadcast[fd]
+                    continue
+            if not pending and not self.reading_stdin:
+                os.close(fd)
+                del self.broadcast[fd]
 
     def containerised(self, task: Any, env: dict[str, str], command: list[str]) -> list[str] | int:
         """The command line that runs ``command`` in the task's container (pyxis), or
@@ -495,6 +600,8 @@ class Step:
 
         def open_file(pattern: str) -> int:
             path = _expand(pattern, self.ctx, self.step_id, task.rank, task.node, task.node_id)
+            if pattern.lower() == "none":
+                path = os.devnull
             if path not in files:
                 flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
                 if opts.open_mode == "truncate":
@@ -513,6 +620,11 @@ class Step:
 
     def spawn(self, index: int, command: list[str], env: dict[str, str], out: int, err: int) -> int:
         pipes: list[tuple[int, int, int]] = []  # (read end, write end, target)
+        if out == -3:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child execs at once
+                self.child(index, command, env, out, err)
+            return pid
         if out == -1:
             r, w = os.pipe()
             pipes.append((r, w, 1))
@@ -537,11 +649,16 @@ class Step:
             for sig in (*FORWARDED, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ):
                 signal.signal(sig, signal.SIG_DFL)
             signal.set_wakeup_fd(-1)
-            if index != 0:
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0)
-            os.dup2(out, 1)
-            os.dup2(err, 2)
+            if out == -3:
+                # srun --pty: a session of its own, with the terminal as its controlling one.
+                os.setsid()
+                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            else:
+                source = self.stdin_for.get(index, -1)
+                if source >= 0:
+                    os.dup2(source, 0)
+                os.dup2(out, 1)
+                os.dup2(err, 2)
             os.closerange(3, 1 << 16)
             if self.opts.chdir:
                 try:
@@ -619,11 +736,13 @@ class Step:
             if index in self.status:
                 continue
             try:
-                done, status = os.waitpid(pid, os.WNOHANG)
+                done, status, usage = os.wait4(pid, os.WNOHANG)
             except ChildProcessError:
-                done, status = pid, 0
+                done, status, usage = pid, 0, None
             if done:
                 self.status[index] = status
+                if usage is not None:
+                    self.usage[index] = (usage.ru_utime, usage.ru_stime, usage.ru_maxrss)
                 finished.append(index)
         if finished:
             self.report(finished)
@@ -657,11 +776,22 @@ class Step:
 
     def pump(self, timeout: float) -> None:
         fds = list(self.streams)
+        attach = self.attach.fds() if self.attach is not None else []
+        stdin = [0] if self.reading_stdin else []
+        out = [fd for fd, pending in self.broadcast.items() if pending]
         try:
-            ready, _, _ = select.select([*fds, self.wakeup], [], [], timeout)
+            ready, writable, _ = select.select(
+                [*fds, self.wakeup, *attach, *stdin], out, [], timeout
+            )
         except InterruptedError:  # pragma: no cover - PEP 475 retries select
             return
+        if stdin or out:
+            self.copy_input(ready, writable)
+        if self.attach is not None and attach:
+            self.attach.handle(ready)
         for fd in ready:
+            if fd in attach or fd in stdin:
+                continue
             if fd == self.wakeup:
                 with contextlib.suppress(BlockingIOError):
                     while os.read(fd, 512):
@@ -693,10 +823,13 @@ class Step:
         self.emit(index, target, chunk)
 
     def emit(self, index: int, target: int, chunk: bytes | bytearray) -> None:
+        raw = chunk
         if self.opts.label:
             label = self.labels[index]
             lines = bytes(chunk).splitlines(keepends=True)
             chunk = b"".join(label + line for line in lines)
+        if self.attach is not None:
+            self.attach.send(target, index, bytes(raw))
         _write_all(target, bytes(chunk))
 
     def run(self) -> int:
@@ -734,13 +867,81 @@ class Step:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.jobdir, "steps", f"{self.step_id}.pids"))
             self.listener.close()
-        return self.exit_code()
+        code = self.exit_code()
+        if not self.cancelled and any(
+            os.WIFSIGNALED(s) and os.WTERMSIG(s) in (signal.SIGKILL, signal.SIGTERM)
+            for s in self.status.values()
+        ):
+            _say(f"srun: Force Terminated StepId={self.ctx['jobId']}.{self.step_id}")
+        self.write_record(code)
+        if self.attach is not None:
+            statuses = [self.status.get(i, 0) for i in range(len(self.tasks))]
+            self.attach.close(
+                code,
+                [-os.WTERMSIG(st) if os.WIFSIGNALED(st) else os.WEXITSTATUS(st) for st in statuses],
+            )
+        return code
+
+    def write_record(self, code: int | None = None) -> None:
+        """``steps/S.json``: the step as sacct shows it (the supervisor reports it), at its
+        start and again at its end (``code``: srun's exit status)."""
+        record: dict[str, Any] = {
+            "step": self.step_id,
+            "name": os.path.basename(self.opts.command[0]) if self.opts.command else "",
+            "nodes": list(dict.fromkeys(t.node for t in self.tasks)),
+            "taskNodes": [t.node for t in self.tasks],
+            "ntasks": len(self.tasks),
+            "cpusPerTask": self.opts.cpus_per_task or _env_int("SRUN_CPUS_PER_TASK") or 1,
+            "start": self.start_time,
+            "state": "RUNNING",
+        }
+        if code is not None:
+            signaled = [os.WTERMSIG(s) for s in self.status.values() if os.WIFSIGNALED(s)]
+            exits = [os.WEXITSTATUS(s) for s in self.status.values() if os.WIFEXITED(s)]
+            if (self.cancelled and self.terminate_at is None) or signaled:
+                state = "CANCELLED"  # as Slurm records a step whose task a signal ended
+            elif any(exits):
+                state = "FAILED"
+            else:
+                state = "COMPLETED"
+            user = sum(u[0] for u in self.usage.values())
+            system = sum(u[1] for u in self.usage.values())
+            rss = max(self.usage.items(), key=lambda item: item[1][2], default=None)
+            record.update(
+                state=state,
+                end=time.time(),
+                exitCode=max(exits, default=0),
+                signal=max(signaled) if signaled else None,
+                userCpu=round(user, 6),
+                systemCpu=round(system, 6),
+                maxRssKb=int(rss[1][2]) if rss else 0,
+                maxRssTask=rss[0] if rss else 0,
+            )
+        path = os.path.join(self.jobdir, "steps", f"{self.step_id}.json")
+        tmp = f"{path}.tmp"
+        with contextlib.suppress(OSError):
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(record, fh)
+            os.replace(tmp, path)
 
     def exit_code(self) -> int:
         signaled = [os.WTERMSIG(s) for s in self.status.values() if os.WIFSIGNALED(s)]
         if signaled:
             return 128 + max(signaled)
         return max((os.WEXITSTATUS(s) for s in self.status.values()), default=0)
+
+
+def _is_null(fd: int) -> bool:
+    """Whether ``fd`` is ``/dev/null`` (or not open): nothing to share among tasks."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return True
+    try:
+        null = os.stat(os.devnull)
+    except OSError:
+        return False
+    return st.st_rdev == null.st_rdev and (st.st_mode & 0o170000) == 0o020000
 
 
 def _ray_placement() -> tuple[dict[str, str], str, dict[str, str]]:

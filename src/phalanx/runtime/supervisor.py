@@ -113,6 +113,9 @@ BASE_ENV = ("PATH", "HOME", "LANG")
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
+CLAIM_WAIT_S = 60.0
+"""How long an ``srun``/``salloc`` allocation waits for its srun or salloc to connect."""
+
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
     tmp = f"{path}.tmp.{os.getpid()}"
@@ -206,6 +209,14 @@ class Supervisor:
         self.limit_mtime: int | None = None
         self.parent: int | None = None
         """With ``--foreground``: the pid whose death means the node is lost."""
+        slurm = self.spec.get("slurm") or {}
+        self.allocation: str | None = slurm.get("allocation")
+        """``srun``/``salloc``: a job without a batch script, held until released
+        (``noshell``: ``salloc --no-shell``, held until cancelled or its time limit)."""
+        self.steps: Any = None
+        """The step socket (:class:`phalanx.runtime.stepd.StepServer`) of a Slurm job."""
+        self.claimed = False
+        self.steps_mtime: int | None = None
         self.status: dict[str, Any] = {
             "state": "starting",
             "pid": os.getpid(),
@@ -367,6 +378,11 @@ class Supervisor:
         for proc in self.procs:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signum)
+        if self.steps is not None:
+            self.steps.signal(signum)
+            if signum == signal.SIGKILL:
+                # srun --pty's task 0 leads a session of its own, outside its srun's group.
+                self.signal_steps(signum)
 
     def signal_steps(self, signum: int) -> None:
         """Signal the tasks of the running ``srun`` steps (``steps/<id>.pids``), not the shell."""
@@ -470,6 +486,8 @@ class Supervisor:
 
     def groups_alive(self) -> bool:
         """True while any task's process group still has a member (``srun`` tasks included)."""
+        if self.steps is not None and self.steps.alive():
+            return True
         for proc in self.procs:
             try:
                 os.killpg(proc.pid, 0)
@@ -507,7 +525,60 @@ class Supervisor:
                     self.returncodes[proc.pid] = rc
 
     def alive(self) -> bool:
+        if self.allocation:
+            return self.steps is not None and self.steps.released is None
         return len(self.returncodes) < len(self.procs)
+
+    # -- steps from outside the job (srun, salloc, sattach) -----------------------
+
+    def serve_steps(self) -> None:
+        """Listen on ``JOBDIR/step.sock`` (a Slurm job): see :mod:`phalanx.runtime.stepd`."""
+        if not self.spec.get("slurm"):
+            return
+        from phalanx.runtime import stepd
+
+        tasks = self.spec.get("tasks") or [{}]
+        env = self.task_env(tasks[0]) if tasks[0] else {}
+        try:
+            self.steps = stepd.StepServer(self.jobdir, env)
+        except OSError as exc:
+            print(f"supervisor: no step socket: {exc}", file=sys.stderr)
+
+    def hold_expired(self, started: float) -> bool:
+        """An allocation that no srun or salloc claimed within :data:`CLAIM_WAIT_S`."""
+        if self.allocation in (None, "noshell") or self.steps is None:
+            return False
+        if self.steps.relays or self.steps.holders:
+            self.claimed = True
+        return not self.claimed and time.monotonic() - started > CLAIM_WAIT_S
+
+    def collect_steps(self, final: bool = False) -> None:
+        """The steps' records (``steps/S.json``, written by srun) into ``status.json``;
+        ``final``: the job ended, a step whose srun was killed ended with it."""
+        try:
+            mtime = os.stat(self.steps_dir).st_mtime_ns
+        except OSError:
+            return
+        if mtime == self.steps_mtime and not final:
+            return
+        self.steps_mtime = mtime
+        records = []
+        for name in os.listdir(self.steps_dir):
+            if not name.endswith(".json"):
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                with open(os.path.join(self.steps_dir, name), encoding="utf-8") as fh:
+                    record = json.load(fh)
+                if isinstance(record, dict):
+                    records.append(record)
+        records.sort(key=lambda r: int(r.get("step") or 0))
+        if final:
+            state = "NODE_FAIL" if self.reason == "NODE_FAIL" else "CANCELLED"
+            for record in records:
+                if record.get("state") == "RUNNING":
+                    record.update(state=state, end=time.time(), signal=signal.SIGKILL)
+        if records != self.status.get("steps"):
+            self.write_status(steps=records)
 
     def begin_termination(self, reason: str) -> None:
         notice = self.spec.get("preemption_notice")
@@ -547,7 +618,8 @@ class Supervisor:
             return
         self.start_time = time.time()
         started = time.monotonic()
-        failure = self.start_tasks()
+        failure = None if self.allocation else self.start_tasks()
+        self.serve_steps()
         kube = self.spec.get("kube") is not None
         self.write_status(
             state="running",
@@ -579,7 +651,17 @@ class Supervisor:
                 if self.spec.get("signal") and deadline is not None:
                     signal_at = max(started, deadline - float(self.spec["signal"][1]))
             self.deliver_requested_signals()
-            if not self.alive() and (self.reason is None or self.killed or not self.groups_alive()):
+            if self.steps is not None:
+                self.steps.reap()
+                if self.reason is None and self.hold_expired(started):
+                    self.steps.released = (0, None, False)
+            self.collect_steps()
+            if self.allocation and self.reason is not None:
+                if self.killed or not self.groups_alive():
+                    break
+            elif not self.alive() and (
+                self.reason is None or self.killed or not self.groups_alive()
+            ):
                 # On cancel and time limit the tasks' children (srun's tasks) get
                 # kill_wait seconds too, even when the batch shell died at once.
                 break
@@ -617,8 +699,11 @@ class Supervisor:
                     timeout = min(timeout, max(0.0, due - now))
             self.sleep(wakeup, timeout)
         # Leftover processes in the tasks' groups die with the job, as under Slurm.
+        if self.steps is not None:
+            self.steps.close()
         self.signal_groups(signal.SIGKILL)
         self.check_checkpoint()
+        self.collect_steps(final=True)
         self.conclude()
 
     def node_lost(self) -> None:
@@ -629,16 +714,29 @@ class Supervisor:
         self.finish("NODE_FAIL", None, None, "the node's agent died")
 
     def sleep(self, wakeup: int, timeout: float) -> None:
+        steps = self.steps.fds() if self.steps is not None else []
         try:
-            ready, _, _ = select.select([wakeup], [], [], timeout)
+            ready, _, _ = select.select([wakeup, *steps], [], [], timeout)
         except InterruptedError:  # pragma: no cover - PEP 475 retries select
             return
-        if ready:
+        if self.steps is not None and ready:
+            self.steps.handle(ready, bool(self.allocation))
+        if wakeup in ready:
             with contextlib.suppress(BlockingIOError):
                 while os.read(wakeup, 512):
                     pass
 
     def conclude(self) -> None:
+        if self.allocation and self.reason is None:
+            released = self.steps.released if self.steps is not None else None
+            code, sig, clean = released or (0, None, False)
+            if not clean:
+                self.finish("CANCELLED", 0, None, "no srun or salloc holds the allocation")
+            elif code == 0 and sig is None:
+                self.finish("COMPLETED", 0, None)
+            else:
+                self.finish("FAILED", code, sig)
+            return
         codes = [self.returncodes[proc.pid] for proc in self.procs]
         exit_code = max((c for c in codes if c >= 0), default=0)
         sig = next((-c for c in codes if c < 0), None)

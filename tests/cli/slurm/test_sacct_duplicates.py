@@ -98,10 +98,21 @@ def test_preempted_batch_jobs_requeue_only_with_requeue(
     assert f"*** JOB {dropped} ON " in dropped_out and "DUE TO PREEMPTION ***" in dropped_out
     assert (tmp_path / f"ckpt-{dropped}").read_text() == "saved\n"
     jobs = f"{kept},{dropped}"
-    assert main(["sacct", "-D", "-P", "-j", jobs, "-o", "JobID,JobName,State,ExitCode"]) == 0
+    fields = ["-o", "JobID,JobName,State,ExitCode"]
+    assert main(["sacct", "-X", "-D", "-P", "-j", jobs, *fields]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "JobID|JobName|State|ExitCode",
         f"{kept}|kept|PREEMPTED|0:0",
         f"{kept}|kept|COMPLETED|0:0",
         f"{dropped}|dropped|PREEMPTED|0:0",
+    ]
+    # Without -X each job's current run is followed by its batch step (killed: 0:15).
+    assert main(["sacct", "-D", "-P", "-j", jobs, *fields]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "JobID|JobName|State|ExitCode",
+        f"{kept}|kept|PREEMPTED|0:0",
+        f"{kept}|kept|COMPLETED|0:0",
+        f"{kept}.batch|batch|COMPLETED|0:0",
+        f"{dropped}|dropped|PREEMPTED|0:0",
+        f"{dropped}.batch|batch|CANCELLED|0:15",
     ]

@@ -125,7 +125,7 @@ def sinfo(**opts: Any) -> int:
 @click.option("--jobs", "-j", "jobs", multiple=True, help="job ids")
 @click.option("--format", "-o", "fields", help="fields (JobID,JobName%30,...)")
 @click.option("--brief", "-b", is_flag=True, help="JobID, State, ExitCode")
-@click.option("--allocations", "-X", is_flag=True, help="allocations only (always, in phalanx)")
+@click.option("--allocations", "-X", is_flag=True, help="jobs only, without their steps")
 @click.option("--noheader", "-n", is_flag=True, help="no header lines")
 @click.option("--parsable", "-p", is_flag=True, help="'|'-separated, trailing '|'")
 @click.option("--parsable2", "-P", is_flag=True, help="'|'-separated")
@@ -160,6 +160,7 @@ def sacct(**opts: Any) -> int:
         names=_split(opts["names"]),
         as_json=opts["as_json"],
         duplicates=opts["duplicates"],
+        allocations=opts["allocations"],
     )
 
 

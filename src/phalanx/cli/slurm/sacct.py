@@ -4,8 +4,9 @@ Default fields ``JobID JobName Partition Account AllocCPUS State ExitCode``
 with sacct's widths, each field followed by one space, a ``-`` underline
 row; ``-P`` joins with ``|`` (no trailing one), ``-p`` ends every line with
 ``|``. Values longer than their field end in ``+`` as sacct truncates them.
-phalanx keeps no job steps in accounting yet, so every line is an allocation
-line (``-X`` changes nothing): there are no ``.batch``/``.extern``/``.0`` rows.
+After each job come its steps: ``N.batch`` (a batch job's script, with the job's
+times) and ``N.0``, ``N.1``, ... (its ``srun`` steps, as the runtime reported
+them); ``-X`` shows the jobs alone, ``-j N.S`` that step alone.
 ``AllocTRES`` and the phalanx fields ``Charged`` (billable TRES-seconds charged,
 undecayed) and ``GPUHours`` read the control plane's usage ledger.
 ``-D/--duplicates`` adds a job's earlier runs, oldest first, before its current
@@ -36,6 +37,9 @@ DEFAULT_FIELDS = "jobid,jobname,partition,account,alloccpus,state,exitcode"
 BRIEF_FIELDS = "jobid,state,exitcode"
 
 Getter = Callable[[dict[str, Any], float], str]
+
+STEP = "step_label"
+"""A step row's key: ``batch`` or the step's number (``N.batch``, ``N.0``)."""
 
 
 def _exit(job: dict[str, Any]) -> str:
@@ -196,8 +200,13 @@ FIELDS: dict[str, tuple[str, int, Getter]] = {
     "end": ("End", 19, lambda j, n: slurm_time(j.get("end_time"), "Unknown")),
     "exitcode": ("ExitCode", 8, lambda j, n: _exit(j)),
     "gpuhours": ("GPUHours", 10, lambda j, n: _gpu_hours(j)),
-    "jobid": ("JobID", -12, lambda j, n: job_display_id(j)),
-    "jobidraw": ("JobIDRaw", -12, lambda j, n: str(j["id"])),
+    "jobid": ("JobID", -12, lambda j, n: _step_suffixed(job_display_id(j), j)),
+    "jobidraw": ("JobIDRaw", -12, lambda j, n: _step_suffixed(str(j["id"]), j)),
+    "ntasks": ("NTasks", 8, lambda j, n: str(j.get("step_tasks") or "")),
+    "totalcpu": ("TotalCPU", 10, lambda j, n: _cpu_time(j.get("step_cpu"))),
+    "usercpu": ("UserCPU", 10, lambda j, n: _cpu_time(j.get("step_user_cpu"))),
+    "systemcpu": ("SystemCPU", 10, lambda j, n: _cpu_time(j.get("step_system_cpu"))),
+    "maxrss": ("MaxRSS", 10, lambda j, n: _kilobytes(j.get("step_max_rss"))),
     "jobname": ("JobName", 10, lambda j, n: str(j.get("name") or "")),
     "ncpus": ("NCPUS", 10, lambda j, n: _alloc_cpus(j)),
     "nnodes": ("NNodes", 8, lambda j, n: _nnodes(j)),
@@ -209,7 +218,11 @@ FIELDS: dict[str, tuple[str, int, Getter]] = {
     "partition": (
         "Partition",
         10,
-        lambda j, n: str(j.get("partition") or j.get("cluster_queue") or ""),
+        lambda j, n: (
+            ""
+            if j.get(STEP) is not None
+            else str(j.get("partition") or j.get("cluster_queue") or "")
+        ),
     ),
     "priority": (
         "Priority",
@@ -239,6 +252,82 @@ FIELDS: dict[str, tuple[str, int, Getter]] = {
 """sacct fields: header, width (negative: left-justified), value."""
 
 Field = tuple[str, int, Getter]
+
+
+def _step_suffixed(text: str, row: dict[str, Any]) -> str:
+    label = row.get(STEP)
+    return text if label is None else f"{text}.{label}"
+
+
+def _cpu_time(seconds: Any) -> str:
+    """sacct's CPU times: ``MM:SS.mmm``, ``HH:MM:SS`` from an hour, ``D-HH:MM:SS``."""
+    if seconds is None:
+        return ""
+    total = float(seconds)
+    whole = int(total)
+    if whole < 3600:
+        millis = round((total - whole) * 1000)
+        if millis == 1000:
+            whole, millis = whole + 1, 0
+        return f"{whole // 60:02d}:{whole % 60:02d}.{millis:03d}"
+    return secs2time(whole)
+
+
+def _kilobytes(kb: Any) -> str:
+    if kb is None:
+        return ""
+    return f"{int(kb)}K"
+
+
+_BATCH_STATE = {"TIMEOUT": "CANCELLED", "PREEMPTED": "CANCELLED", "NODE_FAIL": "CANCELLED"}
+"""The batch step's state when the job's end was not the script's own (Slurm kills it)."""
+
+
+def step_rows(job: dict[str, Any], steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The job's step rows after it: ``N.batch`` (a batch job that started) and one per
+    ``srun`` step, each a job view with the step's name, times, state and usage."""
+    rows: list[dict[str, Any]] = []
+    common = {"slurm_reason": None}
+    nodes = list(job.get("nodes") or [])
+    if job.get("batch") and job.get("start_time") is not None:
+        state = str(job.get("state") or "")
+        batch: dict[str, Any] = {**job, **common, STEP: "batch", "name": "batch"}
+        if state in ("CANCELLED", *_BATCH_STATE):
+            # The script was killed: Slurm records SIGTERM on the batch step.
+            batch.update(state=_BATCH_STATE.get(state, "CANCELLED"), exit_code=0, signal=15)
+        # The batch shell's node alone: its CPUs, one task.
+        cpus = int(job.get("num_cpus") or 0) // max(1, len(nodes))
+        batch.update(nodes=nodes[:1], num_nodes=1, num_cpus=cpus or None, step_tasks=1)
+        rows.append(batch)
+    for step in steps:
+        end = step.get("end")
+        step_nodes = list(step.get("nodes") or [])
+        ntasks = int(step.get("ntasks") or 0)
+        cpus = ntasks * int(step.get("cpusPerTask") or 1)
+        user, system = step.get("userCpu"), step.get("systemCpu")
+        rows.append(
+            {
+                **job,
+                **common,
+                STEP: str(step.get("step")),
+                "name": str(step.get("name") or ""),
+                "state": str(step.get("state") or "RUNNING"),
+                "exit_code": int(step.get("exitCode") or 0),
+                "signal": step.get("signal"),
+                "start_time": _rfc3339(step.get("start")),
+                "end_time": _rfc3339(end) if end is not None else None,
+                "nodes": step_nodes,
+                "num_nodes": len(step_nodes),
+                "num_cpus": cpus,
+                "step_tasks": ntasks,
+                "step_cpu": None if user is None else float(user) + float(system or 0),
+                "step_user_cpu": user,
+                "step_system_cpu": system,
+                "step_max_rss": step.get("maxRssKb"),
+                "time_limit": None,
+            }
+        )
+    return rows
 
 
 def parse_fields(text: str) -> list[Field]:
@@ -367,6 +456,7 @@ def run(
     names: list[str] | None,
     as_json: bool,
     duplicates: bool = False,
+    allocations: bool = False,
 ) -> int:
     """The sacct command; returns the exit status."""
     import os
@@ -389,12 +479,17 @@ def run(
         tool_error("sacct", exc.detail)
         return 1
     refs = []
+    only_steps: dict[str, set[str]] = {}
+    """``-j N.S``: the job's rows shown are that step's only."""
     for text in jobs or []:
-        ref = parse_job_ref(text.split(".", 1)[0])
+        base, dot, label = text.partition(".")
+        ref = parse_job_ref(base)
         if ref is None:
             tool_error("sacct", f"Invalid job id: {text}")
             return 1
         refs.append(ref)
+        if dot:
+            only_steps.setdefault(base, set()).add(label)
     if start is None and not refs and not states:
         start = parse_when("midnight")
     try:
@@ -411,11 +506,20 @@ def run(
                 and (not partitions or (j.get("partition") or j.get("cluster_queue")) in partitions)
                 and (not names or j.get("name") in names)
             ]
+            steps: dict[str, list[dict[str, Any]]] = {}
+            if not allocations and chosen_jobs:
+                steps = client.steps_of(int(j["id"]) for j in chosen_jobs)
             runs: list[dict[str, Any]] = []
             for j in chosen_jobs:
                 if duplicates and _restarted(j):
                     runs += earlier_runs(j, client.events(int(j["id"])))
-                runs.append(j)
+                rows = [j]
+                if not allocations:
+                    rows += step_rows(j, steps.get(str(j["id"])) or [])
+                wanted_steps = only_steps.get(job_display_id(j)) or only_steps.get(str(j["id"]))
+                if wanted_steps is not None:
+                    rows = [r for r in rows if r.get(STEP) in wanted_steps]
+                runs += rows
     except PhalanxError as exc:
         tool_error("sacct", exc.detail)
         return 1

@@ -1,8 +1,9 @@
 """``phalanx shims DIR``: executable ``sbatch``, ``squeue``, ... wrappers for tools that call them.
 
-Each wrapper execs this Python with ``-m phalanx.cli.main TOOL "$@"``. ``srun``
-is provided inside jobs by the runtime; the ``srun`` written here only says,
-as Slurm's does outside an allocation, that it needs one.
+Each wrapper execs this Python with ``-m phalanx.cli.main TOOL "$@"``. Inside a
+job the runtime's own ``srun`` comes first on ``PATH``; the ``srun`` written here
+is the login shell's: it allocates and runs a step, or runs one in a job
+(``--jobid``, ``salloc``'s shell).
 """
 
 from __future__ import annotations
@@ -14,14 +15,20 @@ from pathlib import Path
 
 __all__ = ["TOOLS", "write_shims"]
 
-TOOLS = ("sbatch", "squeue", "scancel", "sinfo", "sacct", "scontrol", "sprio", "sshare")
-
-_SRUN = """#!/bin/sh
-# phalanx shim: srun runs inside a phalanx job (the runtime puts its own srun on PATH).
-echo "srun: error: Unable to allocate resources: No allocation found (phalanx: srun works inside \
-a job; submit with sbatch)" >&2
-exit 1
-"""
+TOOLS = (
+    "sbatch",
+    "srun",
+    "salloc",
+    "sattach",
+    "squeue",
+    "scancel",
+    "sinfo",
+    "sacct",
+    "sstat",
+    "scontrol",
+    "sprio",
+    "sshare",
+)
 
 
 def write_shims(directory: Path, python: str | None = None) -> list[Path]:
@@ -36,9 +43,6 @@ def write_shims(directory: Path, python: str | None = None) -> list[Path]:
             f'exec {shlex.quote(python)} -m phalanx.cli.main {tool} "$@"\n'
         )
         written.append(path)
-    srun = directory / "srun"
-    srun.write_text(_SRUN)
-    written.append(srun)
     for path in written:
         path.chmod(0o755)
     return written

@@ -53,6 +53,7 @@ from phalanx.runtime.spec import (
     LaunchSpec,
     RuntimeEvent,
     Started,
+    StepsReported,
 )
 
 __all__ = ["RayRuntime"]
@@ -133,6 +134,8 @@ class _Attempt:
     exited: bool = False
     checkpoint_at: float | None = None
     """The latest checkpoint reported (a Checkpointed event went out for it)."""
+    steps: list[Any] | None = None
+    """The job steps last reported (a StepsReported event went out for them)."""
     tracked_at: float = field(default_factory=time.monotonic)
 
 
@@ -409,6 +412,18 @@ class RayRuntime:
     def set_node_names(self, names: Iterable[str]) -> None:
         """Nothing to do: the hosts files come from the Ray nodes' addresses."""
 
+    def step_socket(self, job_id: int) -> str | None:
+        """The running job's step socket (:mod:`phalanx.runtime.stepd`), on the node of
+        its batch shell (reachable from that machine only)."""
+        record = self._current(job_id)
+        if record is None or record.exited:
+            return None
+        for part in record.parts:
+            if part.runs_tasks:
+                path = f"{self.jobdir(job_id, record.attempt, part.bundle)}/step.sock"
+                return path if os.path.exists(path) else None
+        return None
+
     def cancel(self, job_id: int, *, preempt_grace_s: float | None = None) -> None:
         record = self._current(job_id)
         if record is None or record.exited:
@@ -644,6 +659,12 @@ class RayRuntime:
         if latest is not None and (record.checkpoint_at is None or latest > record.checkpoint_at):
             record.checkpoint_at = latest
             self._backlog.append(Checkpointed(record.job_id, record.attempt, latest))
+        # The batch shell's node runs srun, which records the steps there.
+        for part in working:
+            steps = part.status.get("steps")
+            if isinstance(steps, list) and steps != record.steps:
+                record.steps = steps
+                self._backlog.append(StepsReported(record.job_id, record.attempt, tuple(steps)))
         known = [float(s) for s in starts if s is not None]
         if lost:
             record.exited = True
