@@ -152,3 +152,41 @@ def test_the_seed_script_with_only_its_comments_and_continuations_fixed(
     rounds = len(seen) // 16
     assert rounds >= 1 and seen == sorted(str(r) for r in range(16) for _ in range(rounds))
     assert (job["state"], job["exit_code"]) == ("FAILED", 1)
+
+
+def test_srun_from_a_login_shell_trains_the_example_on_two_nodes(
+    server: dict[str, str], tmp_path: Path
+) -> None:
+    """``srun`` outside a job, as a user types it: an allocation of 2 nodes, one
+    torchrun per node (8 ranks, gloo), the ranks' lines streamed back as they come
+    with each node's task label (``-l``), srun's status 0, and sacct's job and step."""
+    shims = tmp_path / "shims"
+    subprocess.run([str(BIN / "phalanx"), "shims", str(shims)], env=server, check=True)
+    env = {**server, "PATH": f"{shims}:{server['PATH']}"}
+    work = tmp_path / "slurm"
+    shutil.copytree(EXAMPLE, work)
+    command = (
+        "torchrun --nnodes=$SLURM_NNODES --nproc_per_node=4 --rdzv_id=$SLURM_JOB_ID "
+        "--rdzv_backend=c10d "
+        '--rdzv_endpoint=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1):29512 '
+        "train_distributed.py"
+    )
+    done = subprocess.run(
+        ["srun", "-p", "gpu-h100-dedicated", "-N2", "--ntasks-per-node=1", "--gpus-per-node=8",
+         "-l", "sh", "-c", command],
+        cwd=work, env=env, capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = re.findall(r"rank +(\d+)/8 .*?all_reduce=36 \(expected 36\)", done.stdout)
+    assert sorted(found, key=int) == [str(r) for r in range(8)], done.stdout
+    labelled = [line for line in done.stdout.splitlines() if "all_reduce=" in line]
+    assert {line[:3] for line in labelled} == {"0: ", "1: "}, done.stdout
+    job = re.search(r"rank +\d+/8 local \d on (\S+)", done.stdout)
+    assert job, done.stdout
+    listed = subprocess.run(
+        ["sacct", "-n", "-P", "-o", "JobID,JobName,State,ExitCode", "--name", "sh"],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    rows = listed.stdout.splitlines()[-2:]
+    job_id = rows[0].split("|")[0]
+    assert rows == [f"{job_id}|sh|COMPLETED|0:0", f"{job_id}.0|sh|COMPLETED|0:0"], rows

@@ -517,3 +517,42 @@ def test_a_two_node_step_runs_in_its_image_on_two_ray_nodes(cluster: Any, tmp_pa
         ], out
     finally:
         p.stop()
+
+
+def test_srun_and_salloc_from_a_login_shell_run_steps_on_the_ray_nodes(
+    phalanx: Phalanx, tmp_path: Path
+) -> None:
+    """``srun`` outside a job makes an allocation on two Ray nodes and runs its step
+    there (each node's task where Ray placed its bundle); ``salloc`` holds one while
+    ``srun`` in its shell runs steps; sacct shows the steps."""
+    shims = tmp_path / "shims"
+    subprocess.run([str(BIN / "phalanx"), "shims", str(shims)], env=phalanx.env, check=True)
+    env = {**phalanx.env, "PATH": f"{shims}:{phalanx.env['PATH']}"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(args), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180
+        )
+
+    done = run(
+        "srun", "-p", "gpu-h100-dedicated", "-N2", "--ntasks-per-node=1", "--gpus-per-node=8",
+        "-l", "sh", "-c", "echo $SLURM_PROCID $SLURMD_NODENAME $SLURM_STEP_ID",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = sorted(done.stdout.splitlines())
+    assert [line.split()[0] for line in lines] == ["0:", "1:"], done.stdout
+    nodes = {line.split()[2] for line in lines}
+    assert len(nodes) == 2 and nodes <= {"gpu1", "gpu2", "gpu3"}, done.stdout
+    held = run(
+        "salloc", "-p", "gpu-h100-dedicated", "-N2", "sh", "-c",
+        "srun -l sh -c 'echo $SLURMD_NODENAME' | sort; exit 3",
+    )  # fmt: skip
+    assert held.returncode == 3, held.stderr
+    job = re.search(r"Granted job allocation (\d+)", held.stderr)
+    assert job, held.stderr
+    assert len(held.stdout.splitlines()) == 2, held.stdout
+    rows = run("sacct", "-n", "-P", "-j", job.group(1), "-o", "JobID,JobName,State,ExitCode")
+    assert rows.stdout.splitlines() == [
+        f"{job.group(1)}|interactive|FAILED|3:0",
+        f"{job.group(1)}.0|sh|COMPLETED|0:0",
+    ], rows.stdout

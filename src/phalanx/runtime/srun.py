@@ -101,7 +101,6 @@ IGNORED_SHORT_WITH_VALUE.update({"A": "--account", "W": "--wait", "x": "--exclud
 IGNORED_SHORT_WITH_VALUE.update({"w": "--nodelist", "C": "--constraint"})
 IGNORED_FLAGS = frozenset(
     {
-        "--unbuffered",
         "--exclusive",
         "--overlap",
         "--overcommit",
@@ -113,7 +112,7 @@ IGNORED_FLAGS = frozenset(
         "--preserve-env",
     }
 )
-IGNORED_SHORT_FLAGS = frozenset("uOvQkE")
+IGNORED_SHORT_FLAGS = frozenset("OvQkE")
 WITH_VALUE = {
     "--nodes": "nodes",
     "--ntasks": "ntasks",
@@ -174,6 +173,8 @@ class SrunOptions:
     container_args: list[tuple[str, str | None]] = field(default_factory=list)
     """pyxis' options, in order: ``(option, value)``, flags with ``None``."""
     help: bool = False
+    unbuffered: bool = False
+    """``-u``: output passes on as it comes, without waiting for the end of its line."""
     input: str = "all"
     """``--input``: ``all`` tasks get srun's standard input (Slurm's default), a task
     number only that task, ``none`` none of them, else a file every task reads."""
@@ -252,6 +253,8 @@ def parse_args(argv: list[str]) -> SrunOptions:
                 opts.label = True
             elif option == "--pty":
                 opts.pty = True
+            elif option == "--unbuffered":
+                opts.unbuffered = True
             elif option == "--kill-on-bad-exit":
                 opts.kill_on_bad_exit = _kill_on_bad_exit(value if has_value else None)
             elif option == "--help" or option == "--usage":
@@ -283,6 +286,8 @@ def parse_args(argv: list[str]) -> SrunOptions:
                 break
             if letter == "l":
                 opts.label = True
+            elif letter == "u":
+                opts.unbuffered = True
             elif letter == "h":
                 opts.help = True
             elif letter not in IGNORED_SHORT_FLAGS:
@@ -812,6 +817,11 @@ class Step:
             del self.streams[fd]
             return
         pending += data
+        if self.opts.unbuffered and not self.opts.label:
+            # -u: a prompt without a newline shows at once (with -l lines still wait).
+            self.emit(index, target, bytes(pending))
+            pending.clear()
+            return
         cut = pending.rfind(b"\n")
         if cut < 0:
             if len(pending) > 1 << 16:
@@ -991,11 +1001,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     context = os.environ.get("PHALANX_SLURM_CONTEXT")
     if not context:
-        _say(
-            "srun: error: no job allocation: phalanx runs srun only inside a job; "
-            "submit a batch script with sbatch (salloc and srun without a job are not supported)"
-        )
-        return 1
+        # Not in a job's task: srun as a login shell's (allocate, or --jobid).
+        from phalanx.cli.slurm.srun import run
+
+        return run(args)
     if not opts.command:
         _say("srun: fatal: No command given to execute.")
         return 1

@@ -361,7 +361,10 @@ def test_sattach_sstat_and_step_records(env: dict[str, str], batch_job: str) -> 
         "sattach: error: task 0 exited with exit code 4",
         "sattach: error: task 1 exited with exit code 4",
     ]
-    rows = sacct(env, batch_job)
+    deadline = time.monotonic() + 30  # the step's end reaches the store a moment later
+    while (rows := sacct(env, batch_job))[2].split("|")[2] == "RUNNING":
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.2)
     assert rows[:3] == [
         f"{batch_job}|wrap|RUNNING|0:0",
         f"{batch_job}.batch|batch|RUNNING|0:0",
@@ -463,3 +466,24 @@ def test_srun_usage_errors(env: dict[str, str]) -> None:
     assert done.returncode == 1
     assert done.stderr.startswith("srun: error: ") and "no-such-partition" in done.stderr
     assert sys.executable
+
+
+def test_srun_unbuffered_passes_a_partial_line_on_at_once(env: dict[str, str]) -> None:
+    proc = subprocess.Popen(
+        ["srun", "-p", PARTITION, "-u", "sh", "-c", "printf 'name? '; sleep 4; echo done"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        started = time.monotonic()
+        select.select([proc.stdout], [], [], 60)
+        first = os.read(proc.stdout.fileno(), 100)
+        assert first == b"name? ", first
+        assert time.monotonic() - started < 30
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (proc.returncode, first + rest) == (0, b"name? done\n")
