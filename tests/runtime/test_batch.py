@@ -284,11 +284,14 @@ def test_cancel_reaches_srun_tasks(runtime: LocalRuntime, tmp_path: Path) -> Non
     assert "*** STEP 22.0 ON gpu1 CANCELLED AT" in err
 
 
-def test_srun_outside_a_job() -> None:
+def test_srun_outside_a_job_is_the_login_shells() -> None:
+    """Outside a job's task the job's srun is a login shell's: it asks the server for an
+    allocation (here there is none to ask: one error line)."""
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k != "PHALANX_SLURM_CONTEXT"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PHALANX_", "SLURM_"))}
+    env["PHALANX_URL"] = "http://127.0.0.1:1"
     proc = subprocess.run(
         [sys.executable, "-I", "-m", "phalanx.runtime.srun", "hostname"],
         env=env,
@@ -297,4 +300,6 @@ def test_srun_outside_a_job() -> None:
         check=False,
     )
     assert proc.returncode == 1
-    assert proc.stderr.startswith("srun: error: ") and "sbatch" in proc.stderr
+    assert proc.stderr == (
+        "srun: error: no phalanx server at http://127.0.0.1:1: start one with `phalanx up`\n"
+    )

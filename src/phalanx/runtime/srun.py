@@ -146,6 +146,8 @@ ALLOCATION_UNSET = (
     "SLURM_JOB_GPUS",
 )
 """Batch variables a step of an srun or salloc allocation does not have (Slurm 22.05)."""
+GATHER_S = 0.1
+"""How long a failed task's report waits for others that end with it (one line each)."""
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 FORWARDED = (*HANDLED, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGCONT)
 
@@ -385,6 +387,9 @@ class Step:
         self.cancelled = False
         self.terminate_at: float | None = None
         self.killed = False
+        self.unreported: dict[tuple[str, str], list[int]] = {}
+        """Failed tasks not reported yet: (node, status) -> ranks (see flush_errors)."""
+        self.unreported_at = 0.0
         self.usage: dict[int, tuple[float, float, int]] = {}
         """index -> (user CPU s, system CPU s, max RSS KiB) of each ended task."""
         self.start_time = time.time()
@@ -773,11 +778,21 @@ class Step:
                 if os.WCOREDUMP(status):
                     text += " (core dumped)"
             groups.setdefault((task.node, text), []).append(task.rank)
-        for (node, text), ranks in groups.items():
+        if groups and not self.unreported:
+            self.unreported_at = time.monotonic()
+        for key, ranks in groups.items():
+            self.unreported.setdefault(key, []).extend(ranks)
+        if bad and self.opts.kill_on_bad_exit and len(self.status) < len(self.tasks):
+            self.flush_errors()
+            self.terminate()
+
+    def flush_errors(self) -> None:
+        """``srun: error: NODE: task(s) N: ...``, one line per node and status: tasks that
+        end together are reported together, as slurmstepd reports them."""
+        for (node, text), ranks in self.unreported.items():
             word = "task" if len(ranks) == 1 else "tasks"
             _say(f"srun: error: {node}: {word} {_ranges(ranks)}: {text}")
-        if bad and self.opts.kill_on_bad_exit and len(self.status) < len(self.tasks):
-            self.terminate()
+        self.unreported.clear()
 
     def pump(self, timeout: float) -> None:
         fds = list(self.streams)
@@ -860,6 +875,10 @@ class Step:
                 self.handle_signals()
                 self.reap()
                 now = time.monotonic()
+                if self.unreported and (
+                    len(self.status) == len(self.tasks) or now - self.unreported_at >= GATHER_S
+                ):
+                    self.flush_errors()
                 if self.terminate_at is not None and not self.killed and now >= self.terminate_at:
                     self.forward(signal.SIGKILL)
                     self.killed = True
@@ -897,7 +916,8 @@ class Step:
         start and again at its end (``code``: srun's exit status)."""
         record: dict[str, Any] = {
             "step": self.step_id,
-            "name": os.path.basename(self.opts.command[0]) if self.opts.command else "",
+            "name": self.opts.job_name
+            or (os.path.basename(self.opts.command[0]) if self.opts.command else ""),
             "nodes": list(dict.fromkeys(t.node for t in self.tasks)),
             "taskNodes": [t.node for t in self.tasks],
             "ntasks": len(self.tasks),
