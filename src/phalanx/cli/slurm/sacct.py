@@ -31,7 +31,7 @@ from phalanx.cli.slurm.common import (
     slurm_time,
 )
 
-__all__ = ["DEFAULT_FIELDS", "earlier_runs", "format_jobs", "parse_fields"]
+__all__ = ["DEFAULT_FIELDS", "cell", "earlier_runs", "format_jobs", "parse_fields"]
 
 DEFAULT_FIELDS = "jobid,jobname,partition,account,alloccpus,state,exitcode"
 BRIEF_FIELDS = "jobid,state,exitcode"
@@ -353,7 +353,9 @@ def parse_fields(text: str) -> list[Field]:
     return out
 
 
-def _cell(text: str, size: int) -> str:
+def cell(text: str, size: int) -> str:
+    """``text`` in a field ``size`` wide (negative: left-justified), cut with ``+`` as
+    sacct cuts a value too long for its field."""
     width = abs(size)
     if len(text) > width:
         text = text[: width - 1] + "+" if width > 1 else text[:width]
@@ -379,10 +381,10 @@ def format_jobs(
         lines += ["|".join(row) + end for row in rows]
     else:
         if header:
-            lines.append("".join(_cell(f[0], f[1]) + " " for f in fields))
+            lines.append("".join(cell(f[0], f[1]) + " " for f in fields))
             lines.append("".join("-" * abs(f[1]) + " " for f in fields))
         lines += [
-            "".join(_cell(v, f[1]) + " " for v, f in zip(row, fields, strict=True)) for row in rows
+            "".join(cell(v, f[1]) + " " for v, f in zip(row, fields, strict=True)) for row in rows
         ]
     return "".join(line + "\n" for line in lines)
 

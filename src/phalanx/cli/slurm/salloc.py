@@ -181,8 +181,7 @@ def _salloc(
     client: Any, words: list[str], command: list[str], no_shell: bool, immediate: float | None
 ) -> int:
     from phalanx.cli.slurm.srun import allocation_submission, wait_for_allocation
-    from phalanx.cli.slurm.stepclient import StepAnswer, step_socket
-    from phalanx.runtime import stepd
+    from phalanx.cli.slurm.stepclient import StepAnswer, connect_step
 
     # Slurm names salloc's jobs so, whatever the command (-J names them otherwise).
     name = "no-shell" if no_shell else "interactive"
@@ -210,11 +209,10 @@ def _salloc(
     if no_shell:
         return 0
     try:
-        answer = step_socket(client, job_id, environment=True)
-        holder = stepd.connect(str(answer["socket"]))
-    except (StepAnswer, OSError) as exc:
+        holder, answer = connect_step(client, job_id, environment=True)
+    except StepAnswer as exc:
         client.cancel(job_id)
-        _say(f"salloc: error: Job {job_id}: {getattr(exc, 'message', exc)}")
+        _say(f"salloc: {exc.message}")
         return 1
     holder.control({"op": "hold"})
     held = holder.read_control(HOLD_WAIT_S)

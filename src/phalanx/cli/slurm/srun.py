@@ -336,9 +336,8 @@ def _step_words(args: SrunArgs) -> list[str]:
 
 def _in_job(client: Any, jobid: str, args: SrunArgs) -> int:
     """A step in a running job (``--jobid``, or the ``salloc`` shell's job)."""
-    from phalanx.cli.slurm.stepclient import StepAnswer, run_step, step_socket
+    from phalanx.cli.slurm.stepclient import StepAnswer, connect_step, run_step
     from phalanx.errors import NotFound
-    from phalanx.runtime import stepd
 
     if not jobid.isdigit():
         _say(f'srun: error: Invalid numeric value "{jobid}" for --jobid.')
@@ -357,17 +356,14 @@ def _in_job(client: Any, jobid: str, args: SrunArgs) -> int:
         _say(
             f"srun: error: Unable to confirm allocation for job {job_id}: Job is pending execution"
         )
+        _say(f"srun: Check SLURM_JOB_ID environment variable. Expired or invalid job {job_id}")
         return 1
     if state != "RUNNING":
         _say(f"srun: error: Slurm job {job_id} has expired")
         _say(f"srun: Check SLURM_JOB_ID environment variable. Expired or invalid job {job_id}")
         return 1
     try:
-        answer = step_socket(client, job_id)
-        try:
-            channel = stepd.connect(str(answer["socket"]))
-        except OSError as exc:
-            raise StepAnswer(f"error: Job {job_id}: cannot reach its step socket: {exc}") from None
+        channel, _ = connect_step(client, job_id)
         return run_step(channel, job_id, _step_words(args), pty=args.pty, release=False)
     except StepAnswer as exc:
         _say(f"srun: {exc.message}")
@@ -378,8 +374,7 @@ def _allocate_and_run(client: Any, args: SrunArgs) -> int:
     """Make the allocation, run the step on it, end the job with the step."""
     import signal
 
-    from phalanx.cli.slurm.stepclient import StepAnswer, run_step, step_socket
-    from phalanx.runtime import stepd
+    from phalanx.cli.slurm.stepclient import StepAnswer, connect_step, run_step
 
     name = args.job_name or os.path.basename(args.command[0])
     submission = allocation_submission(args.allocation, kind="srun", name=name, tool="srun")
@@ -411,11 +406,7 @@ def _allocate_and_run(client: Any, args: SrunArgs) -> int:
     if job is None:
         return 1
     try:
-        answer = step_socket(client, job_id)
-        try:
-            channel = stepd.connect(str(answer["socket"]))
-        except OSError as exc:
-            raise StepAnswer(f"error: Job {job_id}: cannot reach its step socket: {exc}") from None
+        channel, _ = connect_step(client, job_id)
         return run_step(
             channel, job_id, _step_words(args), pty=args.pty, release=True, on_hangup=cancel
         )

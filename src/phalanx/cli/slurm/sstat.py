@@ -195,16 +195,11 @@ def _parse(argv: Sequence[str]) -> dict[str, Any]:
     return opts
 
 
-def _cell(text: str, size: int) -> str:
-    width = abs(size)
-    if len(text) > width:
-        text = text[: width - 1] + "+" if width > 1 else text[:width]
-    return text.ljust(width) if size < 0 else text.rjust(width)
-
-
 def render(rows: Sequence[Row], fields: Sequence[tuple[str, int, Getter]], *, header: bool,
            parsable: str | None) -> str:  # fmt: skip
-    """sstat's text for ``rows`` (one per step)."""
+    """sstat's text for ``rows`` (one per step), in sacct's layouts."""
+    from phalanx.cli.slurm.sacct import cell
+
     lines: list[str] = []
     values = [[get(row) for _, _, get in fields] for row in rows]
     if parsable is not None:
@@ -214,10 +209,10 @@ def render(rows: Sequence[Row], fields: Sequence[tuple[str, int, Getter]], *, he
         lines += ["|".join(v) + end for v in values]
     else:
         if header:
-            lines.append(" ".join(_cell(f[0], f[1]) for f in fields) + " ")
+            lines.append(" ".join(cell(f[0], f[1]) for f in fields) + " ")
             lines.append(" ".join("-" * abs(f[1]) for f in fields) + " ")
         lines += [
-            " ".join(_cell(v, f[1]) for v, f in zip(row, fields, strict=True)) + " "
+            " ".join(cell(v, f[1]) for v, f in zip(row, fields, strict=True)) + " "
             for row in values
         ]
     return "".join(line + "\n" for line in lines)

@@ -21,7 +21,7 @@ from typing import Any
 
 from phalanx.runtime import stepd
 
-__all__ = ["StepAnswer", "run_step", "step_socket"]
+__all__ = ["StepAnswer", "attach", "connect_step", "run_step", "step_socket"]
 
 FORWARDED = (signal.SIGTERM, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
 SOCKET_WAIT_S = 15.0
@@ -63,6 +63,17 @@ def step_socket(client: Any, job_id: int, *, environment: bool = False) -> dict[
                 "the job run on the machine of its first node"
             )
         time.sleep(0.05)
+
+
+def connect_step(
+    client: Any, job_id: int, *, environment: bool = False
+) -> tuple[stepd.Channel, dict[str, Any]]:
+    """A connection to the running job's step socket, and the job's steps answer."""
+    answer = step_socket(client, job_id, environment=environment)
+    try:
+        return stepd.connect(str(answer["socket"])), answer
+    except OSError as exc:
+        raise StepAnswer(f"error: Job {job_id}: cannot reach its step socket: {exc}") from None
 
 
 def _ranges(ranks: list[int]) -> str:
