@@ -556,3 +556,27 @@ def test_srun_and_salloc_from_a_login_shell_run_steps_on_the_ray_nodes(
         f"{job.group(1)}|interactive|FAILED|3:0",
         f"{job.group(1)}.0|sh|COMPLETED|0:0",
     ], rows.stdout
+
+
+def test_sstat_samples_each_task_on_its_own_ray_node(phalanx: Phalanx, tmp_path: Path) -> None:
+    """A running step's usage: the batch shell's node samples its task, the other node
+    the task it runs (not the proxy srun keeps for it)."""
+    (tmp_path / "job.sh").write_text(
+        "#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=1 --partition=gpu-h100-dedicated\n"
+        'srun python3 -c \'x = bytearray(96 << 20); x[::4096] = b"1" * len(x[::4096]); '
+        "import time; time.sleep(120)'\n"
+    )
+    job_id = phalanx.sbatch(tmp_path, "job.sh")
+    try:
+        deadline = time.monotonic() + 120
+        tasks: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            steps = phalanx.http.get(f"/api/v1/jobs/{job_id}/steps/usage").json()["steps"]
+            tasks = steps[0]["tasks"] if steps else []
+            if len(tasks) == 2 and all(t["rssKb"] > 90 * 1024 for t in tasks):
+                break
+            time.sleep(1)
+        assert [t["rank"] for t in tasks] == [0, 1], tasks
+        assert all(t["rssKb"] > 90 * 1024 for t in tasks), tasks
+    finally:
+        phalanx.http.delete(f"/api/v1/jobs/{job_id}")

@@ -876,7 +876,7 @@ def _write_all(fd: int, data: bytes) -> None:
 # -- usage of running steps (sstat) -----------------------------------------------------
 
 
-def _proc_table() -> dict[int, list[int]]:
+def proc_table() -> dict[int, list[int]]:
     """Each process's children, from ``/proc/*/stat``."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
@@ -928,33 +928,39 @@ def step_usage(jobdir: str) -> list[dict[str, Any]]:
     )
     if not running:
         return []
-    children = _proc_table()
+    children = proc_table()
     out: list[dict[str, Any]] = []
     for step in running:
-        tasks: list[dict[str, Any]] = []
-        for rank, pid in enumerate(step_pids(jobdir, step)):
-            todo, total = [pid], [0.0, 0, 0, 0, 0]
-            seen: set[int] = set()
-            while todo:
-                current = todo.pop()
-                if current in seen:
-                    continue
-                seen.add(current)
-                usage = _process_usage(current)
-                if usage is not None:
-                    for i, value in enumerate(usage):
-                        total[i] += value
-                todo.extend(children.get(current, ()))
-            tasks.append(
-                {
-                    "rank": rank,
-                    "pid": pid,
-                    "cpu": round(float(total[0]), 3),
-                    "rssKb": int(total[1]),
-                    "maxRssKb": int(total[2]),
-                    "vmSizeKb": int(total[3]),
-                    "pages": int(total[4]),
-                }
-            )
+        tasks = [
+            {"rank": rank, **tree_usage(pid, children)}
+            for rank, pid in enumerate(step_pids(jobdir, step))
+        ]
         out.append({"step": step, "tasks": tasks})
     return out
+
+
+def tree_usage(pid: int, children: dict[int, list[int]] | None = None) -> dict[str, Any]:
+    """The usage of process ``pid`` and its descendants (``children``: from
+    :func:`proc_table`, read once for many calls): ``{"pid", "cpu", "rssKb",
+    "maxRssKb", "vmSizeKb", "pages"}``."""
+    children = proc_table() if children is None else children
+    todo, total = [pid], [0.0, 0, 0, 0, 0]
+    seen: set[int] = set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        usage = _process_usage(current)
+        if usage is not None:
+            for i, value in enumerate(usage):
+                total[i] += value
+        todo.extend(children.get(current, ()))
+    return {
+        "pid": pid,
+        "cpu": round(float(total[0]), 3),
+        "rssKb": int(total[1]),
+        "maxRssKb": int(total[2]),
+        "vmSizeKb": int(total[3]),
+        "pages": int(total[4]),
+    }

@@ -88,10 +88,15 @@ class _Spawner:
 
 
 class _StepTask:
-    def __init__(self, proc: subprocess.Popen[bytes], out: Path, err: Path) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], out: Path, err: Path, env: dict[str, str]
+    ) -> None:
         self.proc = proc
         self.out = out
         self.err = err
+        self.step = env.get("SLURM_STEP_ID", "")
+        """Which step and rank it is (``SLURM_STEP_ID``, ``SLURM_PROCID``): for sstat."""
+        self.rank = env.get("SLURM_PROCID", "")
 
 
 class NodeAgent:
@@ -336,8 +341,29 @@ class NodeAgent:
         except OSError as exc:
             err.write_text(f"slurmstepd: error: execve(): {command[0]}: {exc.strerror}\n")
             proc = subprocess.Popen(["/bin/sh", "-c", "exit 2"])
-        self.steps[key] = _StepTask(proc, out, err)
+        self.steps[key] = _StepTask(proc, out, err, env)
         return key
+
+    def step_usage(self) -> list[dict[str, Any]]:
+        """The running steps of this node's batch shell, task by task (see
+        :func:`phalanx.runtime.stepd.step_usage`; a task on another node is its proxy
+        here, :meth:`remote_usage` of that node's agent has the task's own)."""
+        from phalanx.runtime.stepd import step_usage
+
+        return step_usage(str(self.jobdir))
+
+    def remote_usage(self) -> list[dict[str, Any]]:
+        """The usage of the step tasks running here for srun on another node:
+        ``[{"step", "rank", "cpu", ...}]``."""
+        from phalanx.runtime.stepd import proc_table, tree_usage
+
+        children = proc_table()
+        out = []
+        for task in list(self.steps.values()):
+            if task.proc.poll() is None and task.step.isdigit() and task.rank.isdigit():
+                usage = tree_usage(task.proc.pid, children)
+                out.append({"step": int(task.step), "rank": int(task.rank), **usage})
+        return out
 
     def step_read(
         self, key: int, out_at: int, err_at: int, timeout: float

@@ -412,6 +412,33 @@ class RayRuntime:
     def set_node_names(self, names: Iterable[str]) -> None:
         """Nothing to do: the hosts files come from the Ray nodes' addresses."""
 
+    def step_usage(self, job_id: int) -> list[dict[str, Any]]:
+        """The running steps' usage (``sstat``): the batch shell's node samples its
+        tasks, each other node the tasks it runs for them."""
+        record = self._current(job_id)
+        if record is None or record.exited:
+            return []
+        head = [p for p in record.parts if p.runs_tasks and p.actor is not None]
+        others = [p for p in record.parts if not p.runs_tasks and p.actor is not None]
+        if not head:
+            return []
+        try:
+            steps: list[dict[str, Any]] = self._ray.get(
+                head[0].actor.step_usage.remote(), timeout=10
+            )
+            remote = self._ray.get([p.actor.remote_usage.remote() for p in others], timeout=10)
+        except Exception as exc:
+            log.warning("sstat of job %s: %s", job_id, exc)
+            return []
+        found = {(u["step"], u["rank"]): u for node in remote for u in node}
+        for step in steps:
+            step["tasks"] = [
+                {**task, **found.get((step["step"], task["rank"]), {})} for task in step["tasks"]
+            ]
+            for task in step["tasks"]:
+                task.pop("step", None)
+        return steps
+
     def step_socket(self, job_id: int) -> str | None:
         """The running job's step socket (:mod:`phalanx.runtime.stepd`), on the node of
         its batch shell (reachable from that machine only)."""
