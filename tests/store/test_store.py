@@ -200,6 +200,20 @@ def test_insert_jobs_returns_ids_in_order_and_increasing(store: Store, new_job: 
     assert store.max_job_id() == max(second)
 
 
+def test_a_heterogeneous_job_reserves_its_components_ids(store: Store, new_job: MakeJob) -> None:
+    """A job with ``id_span`` N takes the N-1 ids after its own (Slurm's component ids):
+    no later job gets them, in the same batch or a later one."""
+    het = dataclasses.replace(new_job(0), id_span=3)
+    (first,) = _insert(store, [het])
+    (after,) = _insert(store, [new_job(1)])
+    assert after == first + 3
+    ids = _insert(store, [new_job(2), dataclasses.replace(new_job(3), id_span=2), new_job(4)])
+    assert ids == [after + 1, after + 2, after + 4]
+    (last,) = _insert(store, [dataclasses.replace(new_job(5), id_span=2)])
+    assert _insert(store, [new_job(6)]) == [last + 2]
+    assert {j.id for j in store.list_jobs()} == {first, after, *ids, last, last + 2}
+
+
 def test_insert_jobs_adds_submitted_events(store: Store, new_job: MakeJob) -> None:
     ids = _insert(store, [new_job(i) for i in range(3)])
     for i, job_id in enumerate(ids):

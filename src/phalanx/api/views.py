@@ -113,6 +113,11 @@ class JobView(BaseModel):
     num_cpus: int
     batch: bool = False
     """Submitted as a batch script (sbatch)."""
+    het_components: list[dict[str, Any]] | None = None
+    """A Slurm heterogeneous job's components, in order (null for any other job): each
+    with ``het_job_id`` (this job's id), ``het_job_offset`` (N), ``id`` (its own id in
+    Slurm's numbering: the job's + N), ``pod_set``, ``partition``, ``nodes`` (placed,
+    in order), ``num_nodes``, ``num_tasks``, ``num_cpus`` and ``gpus``."""
 
 
 class JobList(BaseModel):
@@ -167,8 +172,53 @@ def _pod_sets(row: JobRow) -> list[dict[str, Any]]:
     return views
 
 
-def _sizes(row: JobRow) -> tuple[int, int, int]:
-    """``(nodes, tasks, cpus)``: placed ones once admitted, requested ones before."""
+def _het_components(row: JobRow) -> list[dict[str, Any]] | None:
+    """A heterogeneous job's components (see :attr:`JobView.het_components`); ``None``
+    for any other job."""
+    slurm = row.slurm_request
+    if slurm is None or slurm.components is None:
+        return None
+    placed: dict[str, dict[str, Any]] = {}
+    if row.assignment:
+        for p in (row.assignment.get("admit") or {}).get("pod_sets", []):
+            placed[p.get("name", "")] = p
+    out: list[dict[str, Any]] = []
+    pod_sets = row.submission.get("podSets") or []
+    for index, (part, pod_set) in enumerate(zip(slurm.components, pod_sets, strict=False)):
+        name = str(pod_set.get("name", ""))
+        nodes = [str(n.get("node")) for n in placed.get(name, {}).get("nodes") or []]
+        count = int(pod_set.get("count", 1))
+        requests = pod_set.get("requests") or {}
+        num_nodes = len(nodes) or part.nodes or _requested_nodes([pod_set])
+        tasks = part.ntasks or 0
+        if not tasks and part.ntasks_per_node:
+            tasks = part.ntasks_per_node * num_nodes
+        if not tasks:
+            tasks = num_nodes if part.nodes else count
+        cpu_milli = count * _cpu_milli(requests.get("cpu", 0))
+        out.append(
+            {
+                "het_job_id": row.id,
+                "het_job_offset": index,
+                "id": row.id + index,
+                "pod_set": name,
+                "partition": part.partition or row.cluster_queue,
+                "nodes": nodes,
+                "num_nodes": num_nodes,
+                "num_tasks": tasks,
+                "num_cpus": max(1, -(-cpu_milli // 1000)) if cpu_milli else tasks,
+                "gpus": count * int(_cpu_milli(requests.get(GPU, 0)) // 1000),
+            }
+        )
+    return out
+
+
+def _sizes(row: JobRow, het: list[dict[str, Any]] | None = None) -> tuple[int, int, int]:
+    """``(nodes, tasks, cpus)``: placed ones once admitted, requested ones before (a
+    heterogeneous job's: its components' together)."""
+    if het:
+        nodes = len(row.nodes) or sum(int(c["num_nodes"]) for c in het)
+        return nodes, sum(int(c["num_tasks"]) for c in het), sum(int(c["num_cpus"]) for c in het)
     sub = row.submission
     slurm = row.slurm_request or SlurmRequest()
     pod_sets = sub.get("podSets") or []
@@ -228,7 +278,8 @@ def job_view(
     sub = row.submission
     gpu_indices = (row.assignment or {}).get("gpus") or {}
     stdout, stderr = paths if paths is not None else (None, None)
-    nodes, tasks, cpus = _sizes(row)
+    het = _het_components(row)
+    nodes, tasks, cpus = _sizes(row, het)
     array = sub.get("array") or {}
     pending = row.state == "PENDING"
     return {
@@ -278,6 +329,7 @@ def job_view(
         "num_nodes": nodes,
         "num_tasks": tasks,
         "num_cpus": cpus,
+        "het_components": het,
         "batch": run.get("script") is not None and not (sub.get("slurm") or {}).get("allocation"),
         "allocation": (sub.get("slurm") or {}).get("allocation"),
     }

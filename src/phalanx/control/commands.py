@@ -537,4 +537,5 @@ def _new_job(
         array_task_id=array_task,
         array_start=array_start,
         hold=submission.hold,
+        id_span=len(submission.slurm.parts()) if submission.slurm is not None else 1,
     )

@@ -16,7 +16,16 @@ from typing import Any
 
 from phalanx.control.gate import DependencyStatus, GatedJob
 from phalanx.control.registry import Registry
-from phalanx.model import CPU, MEMORY, Job, JobState, JobSubmission, SlurmRequest
+from phalanx.model import (
+    CPU,
+    MEMORY,
+    Job,
+    JobState,
+    JobSubmission,
+    PodSet,
+    SlurmComponent,
+    SlurmRequest,
+)
 from phalanx.runtime.spec import LaunchSpec, TaskSpec
 from phalanx.store import JobRow, Tx
 
@@ -150,9 +159,13 @@ def slurm_launch(
     context["containers"] = dict(containers or {})
     # SLURM_RESTART_COUNT: the runs before this one (requeues after preemption or failure).
     context["restartCount"] = max(0, attempt - 1)
-    first = tasks[0] if tasks else TaskSpec(node="", rank=0)
-    node_gpus = context["nodes"][0]["gpus"] if context["nodes"] else []
-    batch = TaskSpec(node=first.node, rank=0, gpus=tuple(node_gpus))
+    # The script runs on the first node of the (first component's) allocation.
+    nodes: list[dict[str, Any]] = context["nodes"]
+    batch = TaskSpec(
+        node=str(nodes[0]["name"]) if nodes else "",
+        rank=0,
+        gpus=tuple(int(g) for g in nodes[0]["gpus"]) if nodes else (),
+    )
     return LaunchSpec(
         job_id=row.id,
         attempt=attempt,
@@ -188,9 +201,78 @@ def slurm_context(
     url: str,
     registry: Registry,
 ) -> dict[str, Any]:
-    """The allocation and request of a batch job, as ``dialects/slurm/environment`` reads it."""
+    """The allocation and request of a batch job, as ``dialects/slurm/environment`` reads it.
+
+    A heterogeneous job's context is its first component's (where the batch script
+    runs, what the plain ``SLURM_*`` names describe) with ``components``: every
+    component's own (its id, the job's id + N, its nodes and options), from which the
+    ``SLURM_*_HET_GROUP_N`` variables and ``srun --het-group`` steps are made.
+    """
     slurm = submission.slurm or SlurmRequest()
-    pod_set = submission.pod_sets[0]
+    parts = slurm.parts()
+    components: list[dict[str, Any]] = []
+    for index, part in enumerate(parts):
+        if slurm.components is None:
+            pod_set, mine = submission.pod_sets[0], tasks
+        else:
+            pod_set = submission.pod_sets[index]
+            mine = [t for t in tasks if t.pod_set == pod_set.name]
+        components.append(
+            {
+                "jobId": row.id + index,
+                "jobName": row.name,
+                "partition": row.cluster_queue,
+                "account": row.tenant,
+                "qos": row.priority_class,
+                "nodes": _component_nodes(part, pod_set, mine, registry),
+                "ntasks": part.ntasks,
+                "ntasksPerNode": part.ntasks_per_node,
+                "cpusPerTask": part.cpus_per_task,
+                "gpus": part.gpus,
+                "gpusPerNode": part.gpus_per_node,
+                "gpusPerTask": part.gpus_per_task,
+                "memPerNodeMb": part.mem_per_node_mb,
+                "memPerCpuMb": part.mem_per_cpu_mb,
+                "memPerGpuMb": part.mem_per_gpu_mb,
+            }
+        )
+    array = None
+    if row.array_job_id is not None and submission.array is not None:
+        indices = submission.array.indices
+        array = {
+            "jobId": row.array_job_id,
+            "taskId": row.array_task_id,
+            "min": min(indices),
+            "max": max(indices),
+            "count": len(indices),
+            "step": _step(indices),
+        }
+    context: dict[str, Any] = {
+        **components[0],
+        "user": row.user,
+        "uid": os.getuid(),
+        "gid": os.getgid(),
+        "submitDir": slurm.submit_dir or submission.run.working_dir,
+        "submitHost": slurm.submit_host or os.uname().nodename,
+        "clusterName": CLUSTER_NAME,
+        "array": array,
+        "dependency": submission.dependency,
+        "timeLimitS": submission.run.time_limit,
+        "container": [list(pair) for pair in slurm.container] if slurm.container else None,
+        "allocation": slurm.allocation,
+        "url": url,
+        "token": None,
+    }
+    if slurm.components is not None:
+        context["components"] = components
+    return context
+
+
+def _component_nodes(
+    part: SlurmComponent, pod_set: PodSet, tasks: list[TaskSpec], registry: Registry
+) -> list[dict[str, Any]]:
+    """The nodes of one component (an ordinary job's only one), in placement order:
+    name, CPUs, global GPU indices, memory and tasks on each."""
     per_unit_cpu = pod_set.requests.get(CPU, 0)
     per_unit_mem = pod_set.requests.get(MEMORY, 0)
     units: dict[str, int] = {}
@@ -199,7 +281,7 @@ def slurm_context(
         units[t.node] = units.get(t.node, 0) + 1
         gpus.setdefault(t.node, []).extend(t.gpus)
     names = list(units)
-    per_node_tasks = _tasks_per_node(slurm, names, units)
+    per_node_tasks = _tasks_per_node(part, names, units)
     nodes = []
     for name in names:
         node = registry.get("Node", name)
@@ -218,50 +300,12 @@ def slurm_context(
                 "tasks": per_node_tasks[name],
             }
         )
-    array = None
-    if row.array_job_id is not None and submission.array is not None:
-        indices = submission.array.indices
-        array = {
-            "jobId": row.array_job_id,
-            "taskId": row.array_task_id,
-            "min": min(indices),
-            "max": max(indices),
-            "count": len(indices),
-            "step": _step(indices),
-        }
-    return {
-        "jobId": row.id,
-        "jobName": row.name,
-        "partition": row.cluster_queue,
-        "account": row.tenant,
-        "qos": row.priority_class,
-        "user": row.user,
-        "uid": os.getuid(),
-        "gid": os.getgid(),
-        "submitDir": slurm.submit_dir or submission.run.working_dir,
-        "submitHost": slurm.submit_host or os.uname().nodename,
-        "clusterName": CLUSTER_NAME,
-        "nodes": nodes,
-        "ntasks": slurm.ntasks,
-        "ntasksPerNode": slurm.ntasks_per_node,
-        "cpusPerTask": slurm.cpus_per_task,
-        "gpus": slurm.gpus,
-        "gpusPerNode": slurm.gpus_per_node,
-        "gpusPerTask": slurm.gpus_per_task,
-        "memPerNodeMb": slurm.mem_per_node_mb,
-        "memPerCpuMb": slurm.mem_per_cpu_mb,
-        "memPerGpuMb": slurm.mem_per_gpu_mb,
-        "array": array,
-        "dependency": submission.dependency,
-        "timeLimitS": submission.run.time_limit,
-        "container": [list(pair) for pair in slurm.container] if slurm.container else None,
-        "allocation": slurm.allocation,
-        "url": url,
-        "token": None,
-    }
+    return nodes
 
 
-def _tasks_per_node(slurm: SlurmRequest, names: list[str], units: dict[str, int]) -> dict[str, int]:
+def _tasks_per_node(
+    slurm: SlurmComponent, names: list[str], units: dict[str, int]
+) -> dict[str, int]:
     """Tasks on each node: ``--ntasks-per-node``, else ``--ntasks`` in blocks, else per unit."""
     if slurm.nodes is None:
         # One placement unit per task: the engine's counts are the tasks.

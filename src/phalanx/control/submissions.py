@@ -91,6 +91,10 @@ def resolve_submissions(
                     f'mark a ClusterQueue with the annotation {DEFAULT_PARTITION}: "true"'
                 )
                 continue
+        het_problem = _het_partition_problem(sub, cluster_queue, registry)
+        if het_problem:
+            problems.append(f"{where}{het_problem}")
+            continue
         if cluster_queue is not None:
             if registry.get("ClusterQueue", cluster_queue) is None:
                 problems.append(f"{where}clusterQueue: no ClusterQueue named {cluster_queue!r}")
@@ -181,6 +185,33 @@ def default_partition(registry: Registry) -> str | None:
     if marked:
         return marked[0]
     return next(iter(queues)) if len(queues) == 1 else None
+
+
+def _het_partition_problem(
+    sub: JobSubmission, cluster_queue: str | None, registry: Registry
+) -> str | None:
+    """A heterogeneous job runs in one partition in phalanx: a component without
+    ``--partition`` is in the default partition (as in Slurm), which must then be the
+    one the others name."""
+    if sub.slurm is None or sub.slurm.components is None:
+        return None
+    default = default_partition(registry)
+    named = [part.partition or default for part in sub.slurm.components]
+    if None in named:
+        return (
+            f"partition: heterogeneous job component {named.index(None)} has no --partition "
+            "and there is no default partition: give every component the same --partition"
+        )
+    if len(set(named)) > 1 or (cluster_queue is not None and named[0] != cluster_queue):
+        where = ", ".join(
+            f"component {i}: {p}" + ("" if sub.slurm.components[i].partition else " (default)")
+            for i, p in enumerate(named)
+        )
+        return (
+            "partition: heterogeneous job components in different partitions are not "
+            f"supported by phalanx yet ({where}); give every component the same --partition"
+        )
+    return None
 
 
 def _array_problem(sub: JobSubmission, max_array_size: int) -> str | None:

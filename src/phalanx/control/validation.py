@@ -92,21 +92,24 @@ class Validator:
             run = sub.run.model_copy(update={"time_limit": int(default_time)})
             sub = sub.model_copy(update={"run": run})
         mem_per_cpu = annotations.get(DEF_MEM_PER_CPU, "")
-        asked = (request.mem_per_node_mb, request.mem_per_cpu_mb, request.mem_per_gpu_mb)
-        if mem_per_cpu.isdigit() and not any(asked):
-            per_cpu = int(mem_per_cpu) << 20
-            pod_sets = [
-                p.model_copy(
-                    update={
-                        "requests": {
-                            **p.requests,
-                            MEMORY: -(-p.requests.get(CPU, 1000) // 1000) * per_cpu,
-                        }
-                    }
-                )
-                for p in sub.pod_sets
-            ]
-            slurm = request.model_copy(update={"mem_per_cpu_mb": int(mem_per_cpu)})
+        if not mem_per_cpu.isdigit():
+            return job, sub
+        # Each component that asks for no memory (an ordinary job is one component, its
+        # only pod set; a heterogeneous job's component N is its pod set N).
+        per_cpu = int(mem_per_cpu) << 20
+        pod_sets = list(sub.pod_sets)
+        slurm = request
+        parts = request.parts()
+        for index, part in enumerate(parts):
+            if any((part.mem_per_node_mb, part.mem_per_cpu_mb, part.mem_per_gpu_mb)):
+                continue
+            chosen = range(len(pod_sets)) if len(parts) == 1 else [index]
+            for i in chosen:
+                p = pod_sets[i]
+                memory = -(-p.requests.get(CPU, 1000) // 1000) * per_cpu
+                pod_sets[i] = p.model_copy(update={"requests": {**p.requests, MEMORY: memory}})
+            slurm = slurm.with_part(index, mem_per_cpu_mb=int(mem_per_cpu))
+        if slurm is not request:
             sub = sub.model_copy(update={"pod_sets": pod_sets, "slurm": slurm})
             job = job.model_copy(update={"pod_sets": pod_sets})
         return job, sub

@@ -49,7 +49,7 @@ from phalanx.model.queue import (
     WhenCanPreempt,
 )
 from phalanx.model.resources import FlavorQuotas, ResourceGroup, ResourceQuota
-from phalanx.model.slurmrequest import SlurmRequest, SlurmSwitches
+from phalanx.model.slurmrequest import SlurmComponent, SlurmRequest, SlurmSwitches
 from phalanx.model.submission import (
     DEFAULT_KILL_WAIT_S,
     ArraySpec,
@@ -99,6 +99,7 @@ __all__ = [
     "ResourceQuota",
     "RunSpec",
     "SignalSpec",
+    "SlurmComponent",
     "SlurmRequest",
     "SlurmSwitches",
     "StopPolicy",

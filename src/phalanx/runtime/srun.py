@@ -47,6 +47,8 @@ from typing import Any
 from phalanx.dialects.slurm.environment import STEP_CLEARED, StepRequest, step_env
 from phalanx.runtime.containers import FLAGS as PYXIS_FLAGS
 from phalanx.runtime.containers import OPTIONS as PYXIS_OPTIONS
+from phalanx.runtime.srunhet import HetError, HetStep
+from phalanx.runtime.srunhet import plan as het_plan
 from phalanx.runtime.stepd import AttachPoint, next_step_id
 
 PROXY = "phalanx.runtime.ray.proxy"
@@ -126,6 +128,8 @@ WITH_VALUE = {
     "--chdir": "chdir",
     "--open-mode": "open_mode",
     "--input": "input",
+    "--het-group": "het_group",
+    "--pack-group": "het_group",
 }
 SHORT_WITH_VALUE = {
     "N": "--nodes",
@@ -183,6 +187,9 @@ class SrunOptions:
     pty: bool = False
     """``--pty``: task 0 on srun's terminal (as its controlling terminal); the others'
     output is dropped."""
+    het_group: str | None = None
+    """``--het-group``: the heterogeneous job components the step runs on (see
+    :mod:`phalanx.runtime.srunhet`)."""
     command: list[str] = field(default_factory=list)
 
 
@@ -369,6 +376,9 @@ def _say(message: str) -> None:
 class Step:
     """The tasks of one srun step, their output and their exit statuses."""
 
+    het: HetStep | None = None
+    """In a heterogeneous job: the components the step runs on, each with its command."""
+
     def __init__(
         self, ctx: Mapping[str, Any], jobdir: str, opts: SrunOptions, container: Any = None
     ) -> None:
@@ -455,7 +465,9 @@ class Step:
             umask=_umask(),
         )
         try:
-            self.tasks = step_env(self.ctx, request)
+            self.tasks = (
+                self.het.tasks(self.ctx, request) if self.het else step_env(self.ctx, request)
+            )
         except ValueError as exc:
             _say(f"srun: error: {exc}")
             return 1
@@ -485,9 +497,9 @@ class Step:
             if not remote and gpu_map and env.get("CUDA_VISIBLE_DEVICES"):
                 devices = env["CUDA_VISIBLE_DEVICES"].split(",")
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_map.get(d, d) for d in devices)
-            argv = command
+            argv = self.het.command(task, command) if self.het else command
             if self.container is not None:
-                failed = self.containerised(task, env, command)
+                failed = self.containerised(task, env, argv)
                 if isinstance(failed, int):
                     return failed
                 argv = failed
@@ -925,6 +937,8 @@ class Step:
             "start": self.start_time,
             "state": "RUNNING",
         }
+        if self.het:
+            record.update(self.het.record(self.tasks))
         if code is not None:
             signaled = [os.WTERMSIG(s) for s in self.status.values() if os.WIFSIGNALED(s)]
             exits = [os.WEXITSTATUS(s) for s in self.status.values() if os.WIFEXITED(s)]
@@ -1058,7 +1072,14 @@ def main(argv: list[str] | None = None) -> int:
             elif runtime is None:
                 _say(CONTAINER_ERROR)
                 return 1
-    return Step(ctx, os.path.dirname(os.path.abspath(context)), opts, container).run()
+    step = Step(ctx, os.path.dirname(os.path.abspath(context)), opts, container)
+    try:
+        step.het = het_plan(opts, ctx, parse_args)
+    except (HetError, UsageError) as exc:
+        for line in exc.lines if isinstance(exc, HetError) else (f"srun: {exc}",):
+            _say(line)
+        return exc.code if isinstance(exc, HetError) else 1
+    return step.run()
 
 
 if __name__ == "__main__":

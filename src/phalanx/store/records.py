@@ -48,6 +48,9 @@ class NewJob:
     array_start: bool = False
     """The first task of an array (the tasks of one array follow it, in order)."""
     hold: bool = False
+    id_span: int = 1
+    """How many ids the job takes: a heterogeneous job's components have the ids after
+    its own (``SLURM_JOB_ID_HET_GROUP_N`` is the job's id + N, as in Slurm)."""
 
 
 class _Parsed:

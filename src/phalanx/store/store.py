@@ -14,6 +14,7 @@ through psycopg 3 (``postgresql+psycopg://...``).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import threading
 import time
@@ -395,6 +396,9 @@ class Tx:
     def insert_jobs(self, new_jobs: Sequence[NewJob]) -> list[int]:
         """Insert PENDING jobs; return their database ids in input order.
 
+        A job with an ``id_span`` above 1 (a heterogeneous job) also takes the ids after
+        its own, which no other job gets (its components' ids, as in Slurm).
+
         The ids come from the database (PostgreSQL: the ``jobs.id`` sequence; SQLite:
         the AUTOINCREMENT counter, read under the write lock this transaction holds)
         and are increasing in input order. Each job also gets a ``Submitted`` event at
@@ -403,7 +407,9 @@ class Tx:
         self._check()
         if not new_jobs:
             return []
-        ids = self._allocate_job_ids(len(new_jobs))
+        spans = [max(1, j.id_span) for j in new_jobs]
+        reserved = self._allocate_job_ids(sum(spans))
+        ids = [reserved[at] for at in itertools.accumulate([0, *spans[:-1]])]
         pending = JobState.PENDING.value
         # Tuples in _JOB_FIELDS order.
         rows: list[tuple[Any, ...]] = [
@@ -447,6 +453,24 @@ class Tx:
             for job_id, j in zip(ids, new_jobs, strict=True)
         ]
         _bulk_insert(self._conn, "jobs", _JOB_FIELDS, rows, json_at=_JOB_JSON_POSITIONS)
+        if reserved[-1] > ids[-1] and self._conn.dialect.name != "postgresql":
+            # The ids a heterogeneous job's components take after the last row: SQLite's
+            # counter must not hand them out again (PostgreSQL's sequence is past them).
+            top = {"top": reserved[-1]}
+            counted = self._conn.execute(
+                text("SELECT count(*) FROM sqlite_sequence WHERE name = 'jobs'")
+            ).scalar()
+            if counted:
+                self._conn.execute(
+                    text(
+                        "UPDATE sqlite_sequence SET seq = :top WHERE name = 'jobs' AND seq < :top"
+                    ),
+                    top,
+                )
+            else:
+                self._conn.execute(
+                    text("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', :top)"), top
+                )
         self.add_events(events)
         self._inserted.update(ids)
         return ids

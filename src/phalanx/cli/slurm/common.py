@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FINISHED",
+    "HET_MAX_COMPONENTS",
     "STATE_CODES",
     "ArrayRef",
     "collapse_ranges",
@@ -33,6 +34,9 @@ __all__ = [
     "expand_hostlist",
     "expand_ranges",
     "fit",
+    "het_matches",
+    "het_rows",
+    "het_selected",
     "job_display_id",
     "mark_unavailable_nodes",
     "parse_job_ref",
@@ -286,7 +290,10 @@ def collapse_ranges(values: Iterable[int]) -> str:
 
 
 def job_display_id(job: dict[str, Any]) -> str:
-    """squeue ``%i``: ``12``, ``12_3`` (array task) or ``12_[3-15%4]`` (pending summary)."""
+    """squeue ``%i``: ``12``, ``12_3`` (array task), ``12_[3-15%4]`` (pending summary) or
+    ``12+1`` (a heterogeneous job's component, see :func:`het_rows`)."""
+    if job.get("het_job_offset") is not None:
+        return f"{job['het_job_id']}+{job['het_job_offset']}"
     array_id = job.get("array_job_id")
     if array_id is None:
         return str(job["id"])
@@ -298,15 +305,20 @@ def job_display_id(job: dict[str, Any]) -> str:
 
 
 class ArrayRef:
-    """A job reference on the command line: ``12``, ``12_3`` or ``12_[1-3]``."""
+    """A job reference on the command line: ``12``, ``12_3``, ``12_[1-3]`` or ``12+1`` (a
+    heterogeneous job's component)."""
 
-    __slots__ = ("job_id", "tasks", "text")
+    __slots__ = ("het_offset", "job_id", "tasks", "text")
 
-    def __init__(self, text: str, job_id: int, tasks: list[int] | None) -> None:
+    def __init__(
+        self, text: str, job_id: int, tasks: list[int] | None, het_offset: int | None = None
+    ) -> None:
         self.text = text
         self.job_id = job_id
         self.tasks = tasks
         """``None``: the job (or the whole array); else the array task indices."""
+        self.het_offset = het_offset
+        """``12+1``: the heterogeneous job component (``None``: no ``+``)."""
 
     def __repr__(self) -> str:
         return f"ArrayRef({self.text!r}, {self.job_id}, {self.tasks})"
@@ -320,11 +332,15 @@ class ArrayRef:
 
 
 _REF = re.compile(r"(\d+)(?:_(\d+|\[[0-9,\-:%]+\]))?")
+_HET_REF = re.compile(r"(\d+)\+(\d+)")
 
 
 def parse_job_ref(text: str) -> ArrayRef | None:
-    """``12`` / ``12_3`` / ``12_[1-3,5]``; ``None`` when it is not a job id."""
+    """``12`` / ``12_3`` / ``12_[1-3,5]`` / ``12+1``; ``None`` when it is not a job id."""
     text = text.strip()
+    het = _HET_REF.fullmatch(text)
+    if het is not None:
+        return ArrayRef(text, int(het.group(1)), None, int(het.group(2)))
     m = _REF.fullmatch(text)
     if not m:
         return None
@@ -338,6 +354,75 @@ def parse_job_ref(text: str) -> ArrayRef | None:
         except ValueError:
             return None
     return ArrayRef(text, job_id, [int(task)])
+
+
+# --------------------------------------------------------------------------- heterogeneous jobs
+
+HET_MAX_COMPONENTS = 18
+"""The most components of a heterogeneous job (``phalanx.model``'s, spelled here: the
+tools do not load the models)."""
+
+
+def het_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """A heterogeneous job as Slurm's tools list it: one row per component (``12+0``,
+    ``12+1``), each the job's view with the component's own id (the job's + N), nodes,
+    sizes, GPUs, partition and pod set; any other job as itself."""
+    components = job.get("het_components")
+    if not components:
+        return [job]
+    pod_sets = {p.get("name"): p for p in job.get("pod_sets") or []}
+    rows = []
+    for component in components:
+        pod_set = pod_sets.get(component.get("pod_set"))
+        nodes = list(component.get("nodes") or [])
+        indices = job.get("gpu_indices") or {}
+        rows.append(
+            {
+                **job,
+                "id": component["id"],
+                "het_job_id": component["het_job_id"],
+                "het_job_offset": component["het_job_offset"],
+                "het_job_size": len(components),
+                "partition": component.get("partition") or job.get("partition"),
+                "nodes": nodes,
+                "num_nodes": component.get("num_nodes"),
+                "num_tasks": component.get("num_tasks"),
+                "num_cpus": component.get("num_cpus"),
+                "gpus": component.get("gpus") or 0,
+                "pod_sets": [pod_set] if pod_set is not None else [],
+                "gpu_indices": {n: indices[n] for n in nodes if n in indices},
+                # The batch script runs in the first component only.
+                "batch": bool(job.get("batch")) and component["het_job_offset"] == 0,
+            }
+        )
+    return rows
+
+
+def het_matches(job: dict[str, Any], refs: Iterable[ArrayRef]) -> bool:
+    """Whether ``refs`` name one of a heterogeneous job's components by its own id
+    (``13`` for ``12+1``) or as ``12+1``."""
+    components = job.get("het_components") or []
+    ids = {int(c["id"]) for c in components}
+    return any(
+        ref.job_id in ids or (ref.het_offset is not None and ref.job_id == int(job["id"]))
+        for ref in refs
+    )
+
+
+def het_selected(row: dict[str, Any], refs: Iterable[ArrayRef], *, whole: bool) -> bool:
+    """Whether a component row (:func:`het_rows`) is among ``refs``: the job's own id names
+    every component, a component's id (``13``) that one; ``12+1`` names that one unless
+    ``whole`` (squeue shows every component for it, as Slurm's does)."""
+    if row.get("het_job_offset") is None:
+        return True
+    leader, offset = int(row["het_job_id"]), int(row["het_job_offset"])
+    for ref in refs:
+        if ref.het_offset is not None:
+            if ref.job_id == leader and (whole or ref.het_offset == offset):
+                return True
+        elif ref.job_id == leader or (offset and ref.job_id == leader + offset):
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------- hostlists

@@ -25,6 +25,9 @@ from phalanx.cli.slurm.common import (
     compress_hostlist,
     elapsed,
     epoch,
+    het_matches,
+    het_rows,
+    het_selected,
     job_display_id,
     secs2time,
     slurm_state,
@@ -114,7 +117,8 @@ def _alloc_tres(job: dict[str, Any]) -> str:
     """``billing=N,cpu=N,gres/gpu=N,mem=N[MGT],node=N``: the ledger's allocation, billed
     with its ClusterQueue's weights."""
     charge = job.get(CHARGE_KEY)
-    if not charge:
+    if not charge or job.get("het_job_offset") is not None:
+        # A heterogeneous job's component: its own allocation (the ledger's is the job's).
         return _tres(job, True)
     alloc = dict(charge.get("alloc_tres") or {})
     alloc["billing"] = int(float(charge.get("billing") or 0))
@@ -330,6 +334,65 @@ def step_rows(job: dict[str, Any], steps: Sequence[dict[str, Any]]) -> list[dict
     return rows
 
 
+def het_job_rows(
+    job: dict[str, Any],
+    steps: Sequence[dict[str, Any]],
+    *,
+    earlier: Sequence[dict[str, Any]] = (),
+    with_steps: bool = True,
+    refs: Sequence[Any] = (),
+    only_steps: dict[str, set[str]] | None = None,
+) -> list[dict[str, Any]]:
+    """A heterogeneous job's lines, as Slurm's sacct: per component ``N+K`` (its earlier
+    runs first with ``-D``), then its steps: ``N+0.batch`` and each step that ran
+    tasks in it (``N+K.S``, with the component's tasks, nodes and command). ``refs``
+    (``-j``) keep the components they name; ``only_steps`` (``-j N+K.S``) the steps."""
+    out: list[dict[str, Any]] = []
+    before = [het_rows(run) for run in earlier]
+    for component in het_rows(job):
+        if refs and not het_selected(component, refs, whole=False):
+            continue
+        offset = int(component["het_job_offset"])
+        out += [rows[offset] for rows in before if offset < len(rows)]
+        rows = [component]
+        if with_steps:
+            rows += step_rows(component, _component_steps(steps, offset))
+        wanted = (only_steps or {}).get(job_display_id(component))
+        if wanted is None and offset == 0:
+            wanted = (only_steps or {}).get(str(job["id"]))
+        if wanted is not None:
+            rows = [r for r in rows if r.get(STEP) in wanted]
+        out += rows
+    return out
+
+
+def _component_steps(steps: Sequence[dict[str, Any]], offset: int) -> list[dict[str, Any]]:
+    """The steps of a heterogeneous job that ran tasks in component ``offset``, each with
+    those tasks alone (a step without ``taskComponents`` ran in component 0)."""
+    out: list[dict[str, Any]] = []
+    for step in steps:
+        owners = step.get("taskComponents")
+        if owners is None:
+            if offset == 0:
+                out.append(step)
+            continue
+        task_nodes = step.get("taskNodes") or []
+        nodes = [n for n, k in zip(task_nodes, owners, strict=False) if k == offset]
+        if not nodes:
+            continue
+        names = step.get("componentNames") or {}
+        out.append(
+            {
+                **step,
+                "nodes": list(dict.fromkeys(nodes)),
+                "taskNodes": nodes,
+                "ntasks": len(nodes),
+                "name": names.get(str(offset), step.get("name")),
+            }
+        )
+    return out
+
+
 def parse_fields(text: str) -> list[Field]:
     """``-o jobid,jobname%30,state``: sacct field names with optional ``%width``."""
     from phalanx.errors import Invalid
@@ -504,7 +567,7 @@ def run(
             chosen_jobs = [
                 j
                 for j in listed
-                if (not refs or _matches_refs(j, refs))
+                if (not refs or _matches_refs(j, refs) or het_matches(j, refs))
                 and (not partitions or (j.get("partition") or j.get("cluster_queue")) in partitions)
                 and (not names or j.get("name") in names)
             ]
@@ -513,6 +576,20 @@ def run(
                 steps = client.steps_of(int(j["id"]) for j in chosen_jobs)
             runs: list[dict[str, Any]] = []
             for j in chosen_jobs:
+                if j.get("het_components"):
+                    runs += het_job_rows(
+                        j,
+                        steps.get(str(j["id"])) or [],
+                        earlier=(
+                            earlier_runs(j, client.events(int(j["id"])))
+                            if duplicates and _restarted(j)
+                            else []
+                        ),
+                        with_steps=not allocations,
+                        refs=refs,
+                        only_steps=only_steps,
+                    )
+                    continue
                 if duplicates and _restarted(j):
                     runs += earlier_runs(j, client.events(int(j["id"])))
                 rows = [j]

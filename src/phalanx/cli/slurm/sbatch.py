@@ -49,12 +49,16 @@ _LONG_FLAGS = {
 
 
 def find_script(argv: Sequence[str]) -> int | None:
-    """Index of the script argument (the first operand), or ``None`` (stdin / ``--wrap``)."""
+    """Index of the script argument (the first operand, ``:`` between the components of a
+    heterogeneous job aside), or ``None`` (stdin / ``--wrap``)."""
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
             return i + 1 if i + 1 < len(argv) else None
+        if arg == ":":
+            i += 1
+            continue
         if arg.startswith("--"):
             if "=" not in arg and arg not in _LONG_FLAGS:
                 i += 1

@@ -138,6 +138,14 @@ def run(
         if ref is None:
             tool_error("scancel", f"Invalid job id {text}")
             return 1
+        if ref.het_offset is not None:
+            # Slurm cancels that component alone; a phalanx job is one gang.
+            tool_error(
+                "scancel",
+                f"Kill job error on job id {text}: phalanx runs a heterogeneous job as one "
+                f"job and cancels it whole: scancel {ref.job_id}",
+            )
+            return 1
         refs.append(ref)
     filters = bool(users or names or states or partitions or accounts or me)
     if not refs and not filters:

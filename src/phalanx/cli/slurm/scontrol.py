@@ -15,10 +15,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from phalanx.cli.slurm.common import (
+    HET_MAX_COMPONENTS,
     compress_hostlist,
     elapsed,
     expand_hostlist,
+    het_rows,
+    het_selected,
     mark_unavailable_nodes,
+    parse_job_ref,
     reason_of,
     secs2time,
     slurm_state,
@@ -61,6 +65,8 @@ def job_record(job: dict[str, Any], now: float | None = None) -> Record:
         first.append(f"ArrayJobId={job['array_job_id']}")
         task = job.get("array_task_id")
         first.append(f"ArrayTaskId={task if task is not None else job.get('array_spec') or ''}")
+    elif job.get("het_job_offset") is not None:
+        first += [f"HetJobId={job['het_job_id']}", f"HetJobOffset={job['het_job_offset']}"]
     first.append(f"JobName={job.get('name') or ''}")
     code = job.get("exit_code")
     sig = job.get("signal")
@@ -70,8 +76,14 @@ def job_record(job: dict[str, Any], now: float | None = None) -> Record:
     account = job.get("account") or job.get("tenant") or ""
     qos = job.get("qos") or job.get("priority_class") or "normal"
     start = job.get("start_time") or job.get("estimated_start")
+    het_set: list[str] = []
+    if job.get("het_job_offset") is not None:
+        leader = int(job["het_job_id"])
+        last = leader + int(job.get("het_job_size") or 1) - 1
+        het_set = [f"HetJobIdSet={leader}-{last}" if last > leader else f"HetJobIdSet={leader}"]
     return [
         first,
+        het_set,
         [f"UserId={_user(str(job.get('user') or ''))}"],
         [
             f"Priority={job.get('priority') if job.get('priority') is not None else 0}",
@@ -276,6 +288,31 @@ def run(args: Sequence[str], *, oneliner: bool, details: bool) -> int:
     return 1
 
 
+def _het_leaders(client: Any, text: str) -> list[dict[str, Any]]:
+    """The heterogeneous jobs whose components ``text`` names by their own ids (``13``
+    for ``12+1``): the job before the id (components take the ids after their job's)."""
+    from phalanx.errors import NotFound
+
+    found: list[dict[str, Any]] = []
+    for part in text.split(","):
+        ref = parse_job_ref(part)
+        if ref is None or ref.tasks is not None or ref.het_offset is not None:
+            return []
+        for back in range(1, min(ref.job_id, HET_MAX_COMPONENTS)):
+            try:
+                job = client.get(ref.job_id - back)
+            except NotFound:
+                continue
+            ids = {int(c["id"]) for c in job.get("het_components") or []}
+            if ref.job_id not in ids:
+                return []
+            found.append(job)
+            break
+        else:
+            return []
+    return found
+
+
 def _slurm_error(exc: Exception) -> str:
     from phalanx import errors
 
@@ -300,10 +337,21 @@ def _show(client: Any, rest: list[str], *, oneliner: bool) -> int:
         else:
             ids = _job_ids(client, target)
             if ids is None:
+                # A heterogeneous job's component by its own id (the job's + N)?
+                ids = [int(j["id"]) for j in _het_leaders(client, target)] or None
+            if ids is None:
                 sys.stderr.write("slurm_load_jobs error: Invalid job id specified\n")
                 return 1
             jobs = [client.get(i) for i in ids]
         mark_unavailable_nodes(client, jobs)
+        # A heterogeneous job: a record per component (JobId=13 HetJobId=12 HetJobOffset=1).
+        refs = [r for r in map(parse_job_ref, (target or "").split(",")) if r is not None]
+        jobs = [
+            row
+            for job in jobs
+            for row in het_rows(job)
+            if target is None or het_selected(row, refs, whole=False)
+        ]
         if not jobs:
             sys.stdout.write("No jobs in the system\n")
         for job in jobs:

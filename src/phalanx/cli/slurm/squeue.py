@@ -19,6 +19,9 @@ from phalanx.cli.slurm.common import (
     elapsed,
     expand_ranges,
     fit,
+    het_matches,
+    het_rows,
+    het_selected,
     job_display_id,
     mark_unavailable_nodes,
     reason_list,
@@ -419,11 +422,18 @@ def run(
                         or (j.get("partition") or j.get("cluster_queue")) in partitions
                     )
                     and (not names or j.get("name") in names)
-                    and (not refs or _matches_refs(j, refs))
+                    and (not refs or _matches_refs(j, refs) or het_matches(j, refs))
                 ]
                 shown = sort_jobs(shown)
                 mark_unavailable_nodes(client, shown)
                 shown = expand_arrays(shown) if array else collapse_arrays(shown)
+                # A heterogeneous job: a line per component (12+0, 12+1), as Slurm's.
+                shown = [
+                    row
+                    for job in shown
+                    for row in het_rows(job)
+                    if not refs or het_selected(row, refs, whole=True)
+                ]
                 if as_json:
                     import json
 

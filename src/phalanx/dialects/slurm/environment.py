@@ -31,6 +31,16 @@ differences are deliberate:
   ``SLURM_JOB_END_TIME`` and ``SLURM_JOB_GROUP`` are not set by 22.05 (the
   capture has none of them) and are not set here.
 
+A heterogeneous job's context is its first component's (the leader's, where the
+script runs) plus ``components``: each component's ``jobId`` (the job's + N),
+``jobName``, ``partition``, ``account``, ``qos``, ``nodes`` and options, as above.
+:func:`batch_env` then adds Slurm's ``SLURM_*_HET_GROUP_N`` variables (and the legacy
+``_PACK_GROUP_N`` twins, ``SLURM_HET_SIZE``, ``SLURM_PACK_SIZE``) and leaves the
+component options (``SLURM_CPUS_PER_TASK``, ``SLURM_GPUS_PER_NODE``, ...) to the
+suffixed names only, as 22.05 does; :func:`het_step_env` lays out an ``srun`` step
+over one or more components (``--het-group``, ``srun a : b``). Both were compared
+with a real Slurm 22.05.8's environments (``tests/dialects/slurm/test_hetjob.py``).
+
 Only this module, :mod:`hostlist` and the standard library are imported: ``srun``
 (:mod:`phalanx.runtime.srun`) imports it in every job step.
 """
@@ -51,8 +61,11 @@ __all__ = [
     "StepRequest",
     "TaskEnv",
     "batch_env",
+    "component_context",
     "compress_counts",
     "compress_hostlist",
+    "het_group_names",
+    "het_step_env",
     "node_list",
     "step_env",
     "step_layout",
@@ -101,6 +114,8 @@ class TaskEnv:
     local_id: int
     gpus: tuple[int, ...]
     env: dict[str, str] = field(default_factory=dict)
+    component: int = 0
+    """The heterogeneous job component the task runs in (0 in any other job)."""
 
 
 # -- formats -------------------------------------------------------------------
@@ -302,7 +317,163 @@ def batch_env(ctx: Mapping[str, Any], *, task_pid: int | None = None) -> dict[st
         )
     if ctx.get("dependency"):
         env["SLURM_JOB_DEPENDENCY"] = str(ctx["dependency"])
+    if ctx.get("components"):
+        _het_batch_env(ctx, env)
     return env
+
+
+# -- heterogeneous jobs ------------------------------------------------------------
+
+HET_OPTION_VARIABLES = (
+    "SLURM_CPUS_PER_TASK",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_GPUS",
+    "SLURM_GPUS_PER_NODE",
+    "SLURM_GPUS_PER_TASK",
+    "SLURM_MEM_PER_GPU",
+)
+"""What sbatch exports from a component's options: in a heterogeneous job only as
+``_HET_GROUP_N`` (and ``_PACK_GROUP_N``) names, never plain."""
+
+
+def het_group_names(name: str, index: int) -> tuple[str, str]:
+    """``NAME_HET_GROUP_N`` and its legacy twin ``NAME_PACK_GROUP_N``."""
+    return f"{name}_HET_GROUP_{index}", f"{name}_PACK_GROUP_{index}"
+
+
+def component_context(ctx: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """Component ``index`` of a heterogeneous job as a context of its own (its id, nodes
+    and options over the job's); the job's own context when it has no components."""
+    components = ctx.get("components") or []
+    if not components:
+        return dict(ctx)
+    merged = {**ctx, **components[index]}
+    merged.pop("components", None)
+    return merged
+
+
+def _het_batch_env(ctx: Mapping[str, Any], env: dict[str, str]) -> None:
+    """The heterogeneous job's variables of the batch script (slurmctld's
+    ``_set_het_job_env`` and what sbatch exports per component)."""
+    for name in HET_OPTION_VARIABLES:
+        env.pop(name, None)
+    components = list(ctx["components"])
+    for index in range(len(components)):
+        part = component_context(ctx, index)
+        nodes = _nodes(part)
+        values: dict[str, str] = {}
+        if part.get("account"):
+            values["SLURM_JOB_ACCOUNT"] = str(part["account"])
+        values["SLURM_JOB_CPUS_PER_NODE"] = compress_counts(
+            [int(n.get("cpus") or 1) for n in nodes]
+        )
+        values["SLURM_JOB_ID"] = str(part["jobId"])
+        values["SLURM_JOB_NAME"] = str(part.get("jobName") or "")
+        values["SLURM_JOB_NODELIST"] = node_list([str(n["name"]) for n in nodes])
+        values["SLURM_JOB_NUM_NODES"] = str(len(nodes))
+        values["SLURM_JOB_PARTITION"] = str(part.get("partition") or "")
+        if part.get("qos"):
+            values["SLURM_JOB_QOS"] = str(part["qos"])
+        if part.get("memPerNodeMb") is not None:
+            values["SLURM_MEM_PER_NODE"] = str(part["memPerNodeMb"])
+        elif part.get("memPerCpuMb") is not None:
+            values["SLURM_MEM_PER_CPU"] = str(part["memPerCpuMb"])
+        values["SLURM_TASKS_PER_NODE"] = compress_counts([int(n.get("tasks") or 1) for n in nodes])
+        if part.get("cpusPerTask") is not None:
+            values["SLURM_CPUS_PER_TASK"] = str(part["cpusPerTask"])
+        if _tasks_requested(part):
+            values["SLURM_NTASKS"] = values["SLURM_NPROCS"] = str(_job_tasks(part))
+        if part.get("ntasksPerNode") is not None:
+            values["SLURM_NTASKS_PER_NODE"] = str(part["ntasksPerNode"])
+        for key, variable in (
+            ("gpus", "SLURM_GPUS"),
+            ("gpusPerNode", "SLURM_GPUS_PER_NODE"),
+            ("gpusPerTask", "SLURM_GPUS_PER_TASK"),
+            ("memPerGpuMb", "SLURM_MEM_PER_GPU"),
+        ):
+            if part.get(key) is not None:
+                values[variable] = str(part[key])
+        for name, value in values.items():
+            for variable in het_group_names(name, index):
+                env[variable] = value
+    env["SLURM_HET_SIZE"] = env["SLURM_PACK_SIZE"] = str(len(components))
+
+
+def het_step_env(
+    ctx: Mapping[str, Any], groups: Sequence[tuple[int, StepRequest]]
+) -> list[TaskEnv]:
+    """Every task of an ``srun`` step of a heterogeneous job, in rank order, over the
+    components ``groups`` names (``(component, its request)``, in the step's order).
+
+    As Slurm 22.05 lays out such a step: each component's tasks are laid out on its
+    own allocation (as :func:`step_env` does a job's) and numbered after the previous
+    components' (``SLURM_PROCID``, ``SLURM_NODEID``); every task sees the whole step
+    in ``SLURM_STEP_*``, ``SLURM_NTASKS``, ``SLURM_NNODES``, ``SLURM_TASKS_PER_NODE``
+    and, as srun overwrites them there, ``SLURM_JOB_NODELIST``, ``SLURM_NODELIST``,
+    ``SLURM_JOB_NUM_NODES`` (the step's nodes, sorted by name) and
+    ``SLURM_JOB_CPUS_PER_NODE`` (the components' allocations). ``SLURM_JOB_ID`` stays
+    the job's (the leader's). Raises :class:`ValueError` with srun's wording.
+    """
+    parts: list[tuple[int, list[TaskEnv], dict[str, Any]]] = []
+    for index, request in groups:
+        part = component_context(ctx, index)
+        tasks = step_env(part, request)
+        per_node = part.get("ntasksPerNode")
+        if per_node is not None and request.ntasks_per_node is None:
+            # srun takes SLURM_NTASKS_PER_NODE_HET_GROUP_N as its --ntasks-per-node.
+            for task in tasks:
+                task.env["SLURM_NTASKS_PER_NODE"] = str(per_node)
+        parts.append((index, tasks, part))
+    step_counts: dict[str, int] = {}
+    allocation: dict[str, int] = {}
+    for _, tasks, part in parts:
+        for task in tasks:
+            step_counts[task.node] = step_counts.get(task.node, 0) + 1
+        for node in _nodes(part):
+            allocation.setdefault(str(node["name"]), int(node.get("cpus") or 1))
+    names = _by_name(step_counts)
+    total = sum(step_counts.values())
+    tasks_per_node = compress_counts([step_counts[n] for n in names])
+    common = {
+        "SLURM_STEP_NODELIST": node_list(names),
+        "SLURM_JOB_NODELIST": node_list(names),
+        "SLURM_NODELIST": node_list(names),
+        "SLURM_STEP_NUM_NODES": str(len(names)),
+        "SLURM_NNODES": str(len(names)),
+        "SLURM_JOB_NUM_NODES": str(len(names)),
+        "SLURM_STEP_NUM_TASKS": str(total),
+        "SLURM_NTASKS": str(total),
+        "SLURM_NPROCS": str(total),
+        "SLURM_STEP_TASKS_PER_NODE": tasks_per_node,
+        "SLURM_TASKS_PER_NODE": tasks_per_node,
+        "SLURM_JOB_CPUS_PER_NODE": compress_counts([allocation[n] for n in _by_name(allocation)]),
+    }
+    # srun keeps one environment for the whole step: its last component's distribution.
+    distribution = parts[-1][1][0].env["SLURM_DISTRIBUTION"] if parts[-1][1] else "cyclic"
+    out: list[TaskEnv] = []
+    rank_offset = node_offset = 0
+    for index, tasks, _ in parts:
+        for task in tasks:
+            env = dict(task.env)
+            # SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0 is the batch script's, untouched.
+            env.pop("SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0", None)
+            env.update(common)
+            env["SLURM_DISTRIBUTION"] = distribution
+            rank = task.rank + rank_offset
+            node_id = task.node_id + node_offset
+            gtids = [int(r) + rank_offset for r in env["SLURM_GTIDS"].split(",")]
+            env["SLURM_PROCID"] = str(rank)
+            env["SLURM_NODEID"] = str(node_id)
+            env["SLURM_GTIDS"] = ",".join(str(r) for r in gtids)
+            out.append(TaskEnv(task.node, node_id, rank, task.local_id, task.gpus, env, index))
+        rank_offset += len(tasks)
+        node_offset += len({t.node for t in tasks})
+    return out
+
+
+def _by_name(names: Mapping[str, int]) -> list[str]:
+    """Node names in hostlist order (``gpu2`` before ``gpu10``), as Slurm sorts a step's."""
+    return list(hostlist.expand_hostlist(node_list(list(names)))) if names else []
 
 
 # -- srun steps ----------------------------------------------------------------

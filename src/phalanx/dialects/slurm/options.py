@@ -44,6 +44,7 @@ __all__ = [
     "options_from_env",
     "parse_begin",
     "parse_sbatch_args",
+    "parse_sbatch_groups",
     "parse_signal",
     "parse_words",
 ]
@@ -718,7 +719,6 @@ OPTIONS: tuple[Option, ...] = (
     ),
     _rej("segment"),
     _rej("power"),
-    _rej("het-group"),
 )
 
 _BY_LONG = {o.long: o for o in OPTIONS}
@@ -877,6 +877,41 @@ def parse_sbatch_args(argv: list[str]) -> tuple[SbatchOptions, list[str]]:
         return parse_words(list(argv))
     except OptionError as exc:
         raise Invalid(_format_error(exc)) from None
+
+
+HET_SEPARATOR = ":"
+"""The word that separates the components of a heterogeneous job on the command line."""
+
+
+def parse_sbatch_groups(argv: list[str]) -> tuple[list[SbatchOptions], list[str]]:
+    """sbatch's command line split at ``:`` into the options of each heterogeneous job
+    component (one group for an ordinary job), and the script path and its arguments.
+
+    As sbatch does: each group's options end at its first operand; when that operand is
+    ``:``, the next group's options follow it; a ``:`` among the script's arguments is
+    dropped (sbatch's first pass removes every ``:`` before reading the operands).
+
+    >>> groups, rest = parse_sbatch_groups(["-N1", ":", "-N2", "job.sh", "x"])
+    >>> [g.nodes for g in groups], rest
+    ([(1, 1), (2, 2)], ['job.sh', 'x'])
+    """
+    groups: list[SbatchOptions] = []
+    words = list(argv)
+    while True:
+        try:
+            opts, rest = parse_words(words)
+        except OptionError as exc:
+            raise Invalid(_format_error(exc)) from None
+        groups.append(opts)
+        if not rest or rest[0] != HET_SEPARATOR or _after_dashes(words, rest):
+            return groups, [w for w in rest if w != HET_SEPARATOR]
+        words = rest[1:]
+
+
+def _after_dashes(words: list[str], rest: list[str]) -> bool:
+    """Whether ``rest`` follows a ``--`` that ended the options (then ``:`` is an operand)."""
+    consumed = len(words) - len(rest)
+    return consumed > 0 and words[consumed - 1] == "--"
 
 
 def _format_error(exc: OptionError) -> str:

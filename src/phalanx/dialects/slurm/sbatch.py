@@ -38,7 +38,7 @@ from phalanx.dialects.slurm.options import (
     SbatchOptions,
     options_from_env,
     parse_begin,
-    parse_sbatch_args,
+    parse_sbatch_groups,
 )
 from phalanx.dialects.slurm.script import MAX_SCRIPT_BYTES, check_script, read_directives
 from phalanx.errors import Invalid
@@ -68,6 +68,11 @@ GPU_TYPE_LABEL = "slurm.phalanx.io/gpu-type"
 """Node label holding the node's GPU type (``gpu:h100:8`` -> ``h100``)."""
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 _MEM_OPTIONS = ("mem", "mem_per_cpu", "mem_per_gpu")
+MAX_HET_COMPONENTS = 18
+"""The most components of a heterogeneous job (the model's, spelled here: importing the
+model package costs sbatch more than everything else it does)."""
+HET_POD_SET = "het-group-{}"
+"""The name of a heterogeneous job component's pod set."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,9 @@ class SbatchRequest:
     submit_host: str = ""
     begin_time: float | None = None
     warnings: tuple[str, ...] = field(default=())
+    components: tuple[SbatchOptions, ...] = ()
+    """A heterogeneous job's components, each with its options as sbatch reads them
+    (``options`` is the job's: the first component's); empty for an ordinary job."""
 
 
 def _err(message: str) -> Invalid:
@@ -108,22 +116,27 @@ def _read_script(path: str, cwd: str, env: Mapping[str, str]) -> tuple[str, str]
     raise _err(f"Unable to open file {path}")
 
 
-def _script_options(text: str, source: str, lenient: bool) -> tuple[SbatchOptions, list[str]]:
+def _script_options(text: str, source: str, lenient: bool) -> tuple[list[SbatchOptions], list[str]]:
+    """The ``#SBATCH`` options of each heterogeneous job component (one for an ordinary
+    job) and the script's warnings."""
     from phalanx.dialects.slurm.options import OptionError, parse_words
 
     found = read_directives(text, source, lenient=lenient)
-    pairs = found.words()
-    words = [w for _, w in pairs]
-    try:
-        opts, rest = parse_words(words)
-    except OptionError as exc:
-        line = pairs[exc.index][0] if exc.index < len(pairs) else 0
-        message = exc.message.removeprefix("error: ")
-        raise _err(f"{source}: line {line}: {message}") from None
-    if rest:
-        line = pairs[len(words) - len(rest)][0]
-        raise _err(f"{source}: line {line}: Invalid directive found in batch script: {rest[0]}")
-    return opts, list(found.warnings)
+    parts: list[SbatchOptions] = []
+    for component in range(found.components):
+        pairs = found.words(component)
+        words = [w for _, w in pairs]
+        try:
+            opts, rest = parse_words(words)
+        except OptionError as exc:
+            line = pairs[exc.index][0] if exc.index < len(pairs) else 0
+            message = exc.message.removeprefix("error: ")
+            raise _err(f"{source}: line {line}: {message}") from None
+        if rest:
+            line = pairs[len(words) - len(rest)][0]
+            raise _err(f"{source}: line {line}: Invalid directive found in batch script: {rest[0]}")
+        parts.append(opts)
+    return parts, list(found.warnings)
 
 
 def _layer_memory(layers: list[SbatchOptions]) -> list[SbatchOptions]:
@@ -165,21 +178,27 @@ def build_request(
     script read from standard input. ``env`` is the submitting environment (for
     ``SBATCH_*`` and ``--export``).
     """
-    cli, rest = parse_sbatch_args(argv)
-    if cli.help or cli.usage or cli.version:
-        return SbatchRequest(options=cli, script=None, cwd=cwd, user=user, submit_host=submit_host)
+    groups, rest = parse_sbatch_groups(argv)
+    if any(g.help or g.usage or g.version for g in groups):
+        first = next(g for g in groups if g.help or g.usage or g.version)
+        return SbatchRequest(
+            options=first, script=None, cwd=cwd, user=user, submit_host=submit_host
+        )
     warnings: list[str] = []
     path = script_path
     args = list(rest)
-    if path is None and args and cli.wrap is None:
+    wrap = next((g.wrap for g in groups if g.wrap is not None), None)
+    if path is None and args and wrap is None:
         path = args.pop(0)
+    elif path is not None and args and args[0] == path and wrap is None:
+        args.pop(0)  # the caller read the script but left its path among the words
 
-    if cli.wrap is not None:
+    if wrap is not None:
         if args or path is not None:
             raise _err("Script arguments not permitted with --wrap option")
-        text = f"{WRAP_HEADER}{cli.wrap}\n"
+        text = f"{WRAP_HEADER}{wrap}\n"
         check_script(text, "--wrap")
-        script_opts = SbatchOptions()
+        script_parts = [SbatchOptions()]
         source = "--wrap"
     else:
         if script_text is None:
@@ -188,18 +207,52 @@ def build_request(
             script_text, _ = _read_script(path, cwd, env)
         text = script_text
         source = path if path is not None else "<stdin>"
-        script_opts, script_warnings = _script_options(text, source, lenient)
+        script_parts, script_warnings = _script_options(text, source, lenient)
         warnings += script_warnings
 
     env_opts = options_from_env(env)
-    layers = _layer_memory([script_opts, env_opts, cli])
-    merged = SbatchOptions()
-    for layer in layers:
-        merged = layer.over(merged)
-    for name in merged.ignored:
-        warnings.append(f"{name}: accepted, but phalanx does not act on it")
-    merged, more = _validate(merged)
-    warnings += more
+    count = max(len(groups), len(script_parts))
+    if count > MAX_HET_COMPONENTS:
+        raise _err(
+            f"a heterogeneous job of {count} components: phalanx runs at most "
+            f"{MAX_HET_COMPONENTS} (one pod set each)"
+        )
+    components: list[SbatchOptions] = []
+    for index in range(count):
+        # sbatch reads each component from its part of the script, the SBATCH_*
+        # variables and its group of the command line (the last group again when the
+        # script has more components than the command line), over the options the
+        # component before it propagates.
+        base = _propagated(components[-1]) if components else SbatchOptions()
+        script_opts = script_parts[index] if index < len(script_parts) else SbatchOptions()
+        group = groups[min(index, len(groups) - 1)]
+        own = [o for o in (script_opts, group) if o.mem_per_cpu or o.mem_per_gpu]
+        if base.mem is not None and env_opts.mem is None and own:
+            # sbatch counts the --mem a component inherits as given to it.
+            raise _err(
+                "--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive. "
+                f"(heterogeneous job component {index} gives "
+                f"--mem-per-{'cpu' if own[0].mem_per_cpu else 'gpu'} and inherits --mem from "
+                f"component {index - 1}: give each component its own --mem instead)"
+            )
+        layers = _layer_memory([base, script_opts, env_opts, group])
+        merged = SbatchOptions()
+        for layer in layers:
+            merged = layer.over(merged)
+        where = f"component {index}: " if count > 1 else ""
+        for name in merged.ignored:
+            warnings.append(f"{where}{name}: accepted, but phalanx does not act on it")
+        merged, more = _validate(merged)
+        warnings += [f"{where}{w}" for w in more]
+        components.append(merged)
+    merged = components[0]
+    if count > 1:
+        merged = _het_leader(components)
+        if merged.wrap is None and wrap is not None:
+            # `sbatch -N1 : -N1 --wrap CMD`: the job is `wrap` all the same (Slurm 22.05).
+            from dataclasses import replace
+
+            merged = replace(merged, wrap=wrap)
     warnings += lint_script(text, merged, source)
     begin = parse_begin(merged.begin, now) if merged.begin is not None else None
     return SbatchRequest(
@@ -212,7 +265,100 @@ def build_request(
         submit_host=submit_host,
         begin_time=begin,
         warnings=tuple(warnings),
+        components=tuple(components) if count > 1 else (),
     )
+
+
+# ---------------------------------------------------------------- heterogeneous jobs
+
+_OWN_OPTIONS = (
+    "nodes",
+    "ntasks",
+    "ntasks_per_node",
+    "cpus_per_task",
+    "gpus",
+    "gpus_per_node",
+    "gpus_per_task",
+    "gres",
+    "mem_per_gpu",
+    "mem_per_cpu",
+    "partition",
+    "exclusive",
+    "constraint",
+    "nodelist",
+    "switches",
+    "mail_type",
+    "mail_user",
+)
+"""The options sbatch resets for each heterogeneous job component (``reset_each_pass``
+in Slurm's option table): a component has its own or none. The others propagate to the
+components after the one that gives them (``--mem`` and ``--exclude`` among them)."""
+
+_ONE_PER_JOB = (
+    ("job_name", "--job-name"),
+    ("account", "--account"),
+    ("qos", "--qos"),
+    ("time", "--time"),
+    ("dependency", "--dependency"),
+    ("begin", "--begin"),
+    ("hold", "--hold"),
+    ("requeue", "--requeue"),
+    ("signal", "--signal"),
+    ("nice", "--nice"),
+    ("comment", "--comment"),
+    ("export", "--export"),
+    ("chdir", "--chdir"),
+    ("kill_on_invalid_dep", "--kill-on-invalid-dep"),
+    ("container", "--container-*"),
+)
+"""Options a Slurm component has of its own but a phalanx job has once (one job, one
+time limit, one tenant, ...): the components after the first may repeat them (they
+propagate) but not change them. ``--output``, ``--error``, ``--open-mode`` and mail are
+the first component's, where the batch script runs, as in Slurm."""
+
+_CLIENT_FLAGS = ("wait", "test_only", "parsable", "quiet", "verbose")
+
+
+def _propagated(options: SbatchOptions) -> SbatchOptions:
+    """What a heterogeneous job component passes on to the next one."""
+    from dataclasses import replace
+
+    cleared: dict[str, Any] = {**dict.fromkeys(_OWN_OPTIONS), "ignored": ()}
+    return replace(options, **cleared)
+
+
+def _het_leader(components: list[SbatchOptions]) -> SbatchOptions:
+    """The job's options for a heterogeneous job: the first component's, with sbatch's own
+    flags (``--parsable``, ``--wait``, ...) from any component; refuses an array and job
+    options that differ between components."""
+    from dataclasses import replace
+
+    if any(c.array is not None for c in components):
+        raise _err(
+            "Batch job submission failed: Invalid job array specification "
+            "(--array: a heterogeneous job cannot be a job array, as in Slurm)"
+        )
+    first = components[0]
+    for index, other in enumerate(components[1:], start=1):
+        for name, option in _ONE_PER_JOB:
+            if getattr(other, name) != getattr(first, name):
+                raise _err(
+                    f"{option} differs between heterogeneous job components 0 and {index}: "
+                    f"phalanx schedules the components as one job, with one {option}; give "
+                    "it once, in the first component (it propagates to the others)"
+                )
+    partitions = sorted({c.partition for c in components if c.partition is not None})
+    if len(partitions) > 1:
+        raise _err(
+            f"--partition: heterogeneous job components in different partitions "
+            f"({', '.join(partitions)}) are not supported by phalanx yet; give every "
+            "component the same --partition"
+        )
+    flags: dict[str, Any] = {
+        name: next((getattr(c, name) for c in reversed(components) if getattr(c, name)), None)
+        for name in _CLIENT_FLAGS
+    }
+    return replace(first, **flags)
 
 
 def _gres_gpus(o: SbatchOptions) -> tuple[int, str | None] | None:
@@ -427,16 +573,10 @@ def _exported_env(o: SbatchOptions, env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _slurm_record(req: SbatchRequest, name: str, gpu_type: str | None) -> dict[str, Any]:
-    """The wire form of :class:`~phalanx.model.SlurmRequest` (camelCase keys in its field
-    order, unset options left out): the stored form, which ``to_dict()`` gives back."""
-    o = req.options
-    record: dict[str, Any] = {
-        "jobName": name,
-        "submitDir": req.cwd,
-        "submitHost": req.submit_host,
-    }
-    values: dict[str, Any] = {
+def _component_record(o: SbatchOptions, gpu_type: str | None) -> dict[str, Any]:
+    """The options of :class:`~phalanx.model.SlurmComponent` (a component's own) in their
+    wire form, unset ones as None, in :class:`~phalanx.model.SlurmRequest`'s order."""
+    return {
         "nodes": o.nodes[0] if o.nodes else None,
         "nodesMax": o.nodes[1] if o.nodes and o.nodes[1] != o.nodes[0] else None,
         "ntasks": o.ntasks,
@@ -460,16 +600,36 @@ def _slurm_record(req: SbatchRequest, name: str, gpu_type: str | None) -> dict[s
         "memPerGpuMb": o.mem_per_gpu,
         "exclusive": o.exclusive,
         "partition": o.partition,
-        "account": o.account,
-        "qos": o.qos,
-        "export": o.export.text if o.export else None,
         "switches": (
             {"count": o.switches[0], "waitSeconds": o.switches[1]} if o.switches else None
         ),
-        "killOnInvalidDep": o.kill_on_invalid_dep,
         "constraint": o.constraint,
-        "container": [list(pair) for pair in o.container] if o.container else None,
         "nodelist": o.nodelist,
+    }
+
+
+def _slurm_record(req: SbatchRequest, name: str, gpu_types: list[str | None]) -> dict[str, Any]:
+    """The wire form of :class:`~phalanx.model.SlurmRequest` (camelCase keys in its field
+    order, unset options left out): the stored form, which ``to_dict()`` gives back.
+
+    ``gpu_types``: each component's GPU type (one for an ordinary job)."""
+    o = req.options
+    record: dict[str, Any] = {
+        "jobName": name,
+        "submitDir": req.cwd,
+        "submitHost": req.submit_host,
+    }
+    own = _component_record(req.components[0] if req.components else o, gpu_types[0])
+    values: dict[str, Any] = {
+        **{k: own[k] for k in list(own)[: list(own).index("partition") + 1]},
+        "account": o.account,
+        "qos": o.qos,
+        "export": o.export.text if o.export else None,
+        "switches": own["switches"],
+        "killOnInvalidDep": o.kill_on_invalid_dep,
+        "constraint": own["constraint"],
+        "container": [list(pair) for pair in o.container] if o.container else None,
+        "nodelist": own["nodelist"],
         "arrayStep": None,
     }
     if o.array is not None:
@@ -477,7 +637,40 @@ def _slurm_record(req: SbatchRequest, name: str, gpu_type: str | None) -> dict[s
 
         values["arrayStep"] = array_step(o.array.text)
     record.update({k: v for k, v in values.items() if v is not None})
+    if req.components:
+        record["components"] = [
+            {k: v for k, v in _component_record(c, t).items() if v is not None}
+            for c, t in zip(req.components, gpu_types, strict=True)
+        ]
     return record
+
+
+def _het_pod_sets(req: SbatchRequest) -> tuple[list[dict[str, Any]], list[str | None]]:
+    """A heterogeneous job's pod sets, one per component (``het-group-N``), and their GPU
+    types. As slurmctld does, the nodes a component's ``--nodelist`` names are excluded
+    from every other component (each node it requires is its own)."""
+    pod_sets: list[dict[str, Any]] = []
+    gpu_types: list[str | None] = []
+    for index, component in enumerate(req.components):
+        pod_set, gpu_type = _pod_set(component)
+        pod_set["name"] = HET_POD_SET.format(index)
+        pod_sets.append(pod_set)
+        gpu_types.append(gpu_type)
+    for index, pod_set in enumerate(pod_sets):
+        required = pod_set.get("nodeNames") or []
+        for other, target in enumerate(pod_sets):
+            if other == index or not required:
+                continue
+            clash = sorted(set(required) & set(target.get("nodeNames") or []))
+            if clash:
+                raise _err(
+                    "Batch job submission failed: Requested node configuration is not "
+                    f"available (--nodelist of heterogeneous job components {index} and "
+                    f"{other} both name {clash[0]}; each component's nodes are its own)"
+                )
+            excluded = set(target.get("excludeNodes") or []) | set(required)
+            target["excludeNodes"] = sorted(excluded)
+    return pod_sets, gpu_types
 
 
 def submission_dict(req: SbatchRequest, *, env: Mapping[str, str]) -> dict[str, Any]:
@@ -497,7 +690,12 @@ def submission_dict(req: SbatchRequest, *, env: Mapping[str, str]) -> dict[str, 
         name = posixpath.basename(req.script_path)
     else:
         name = "sbatch"
-    pod_set, gpu_type = _pod_set(o)
+    if req.components:
+        pod_sets, gpu_types = _het_pod_sets(req)
+    else:
+        pod_set, gpu_type = _pod_set(o)
+        pod_sets, gpu_types = [pod_set], [gpu_type]
+    partition = next((c.partition for c in req.components if c.partition), o.partition)
     workdir = posixpath.normpath(posixpath.join(req.cwd, o.chdir)) if o.chdir else req.cwd
     output = o.output or ("slurm-%A_%a.out" if o.array is not None else "slurm-%j.out")
     run: dict[str, Any] = {
@@ -516,9 +714,9 @@ def submission_dict(req: SbatchRequest, *, env: Mapping[str, str]) -> dict[str, 
         "name": name,
         "tenant": o.account,
         "user": req.user or None,
-        "clusterQueue": o.partition,
+        "clusterQueue": partition,
         "priorityClass": o.qos,
-        "podSets": [pod_set],
+        "podSets": pod_sets,
         "run": {k: v for k, v in run.items() if v is not None},
         "array": o.array.to_dict() if o.array is not None else None,
         "dependency": o.dependency.format() if o.dependency else None,
@@ -530,7 +728,7 @@ def submission_dict(req: SbatchRequest, *, env: Mapping[str, str]) -> dict[str, 
         "nice": o.nice or 0,
         "comment": o.comment or "",
         "mail": mail,
-        "slurm": _slurm_record(req, name, gpu_type),
+        "slurm": _slurm_record(req, name, gpu_types),
     }
     return {k: v for k, v in data.items() if v is not None}
 

@@ -11,12 +11,18 @@ Exactly sbatch's rules (sbatch.c ``_get_script_buffer``; opt.c
   ``\\`` escapes the next character, an unquoted ``#`` starts a comment, no
   shell expansion);
 * blank lines and lines whose first non-blank character is ``#`` are skipped;
-  the first other line ends directive processing for good.
+  the first other line ends directive processing for good;
+* ``#SBATCH hetjob`` (or the older ``packjob``, any case) starts the next component
+  of a heterogeneous job: the directives after it (and the words after it on its
+  line) are that component's (:attr:`Directive.component`); a word that starts with
+  ``:`` is refused (``Unexpected `:` ``), as sbatch does.
 
 On top of sbatch, phalanx diagnoses two defects users paste from web pages,
 naming ``FILE:LINE``: a ``//`` "comment" before the directives (sbatch would
 silently ignore every directive after it) and a line ending in ``\\\\`` (an
-escaped backslash, not a line continuation). With ``lenient=False`` these raise
+escaped backslash, not a line continuation); and ``hetjob`` after other words on a
+directive line, which sbatch drops without starting a component. With ``lenient=False``
+these raise
 one :class:`~phalanx.errors.Invalid`; with ``lenient=True`` they become warnings
 and ``//`` lines are read as comments.
 """
@@ -42,14 +48,19 @@ server refuses a longer ``run.script`` too (:class:`phalanx.model.RunSpec`)."""
 
 _MAGIC = "#SBATCH"
 _LEGACY = "#SLURM"
+_SEPARATORS = ("hetjob", "packjob")
+"""The words that start the next component of a heterogeneous job (``packjob``: before
+Slurm 20.02)."""
 
 
 @dataclass(frozen=True)
 class Directive:
-    """One ``#SBATCH`` line: its 1-based number and its words."""
+    """One ``#SBATCH`` line: its 1-based number, its words and the heterogeneous job
+    component they belong to (0 for an ordinary job)."""
 
     line: int
     argv: tuple[str, ...]
+    component: int = 0
 
 
 @dataclass(frozen=True)
@@ -59,9 +70,21 @@ class ScriptDirectives:
     directives: tuple[Directive, ...]
     warnings: tuple[str, ...] = ()
 
-    def words(self) -> list[tuple[int, str]]:
-        """Every directive word with its line number, in order."""
-        return [(d.line, w) for d in self.directives for w in d.argv]
+    def words(self, component: int | None = None) -> list[tuple[int, str]]:
+        """Every directive word with its line number, in order (only ``component``'s,
+        when given)."""
+        return [
+            (d.line, w)
+            for d in self.directives
+            if component is None or d.component == component
+            for w in d.argv
+        ]
+
+    @property
+    def components(self) -> int:
+        """How many heterogeneous job components the directives describe (1: an
+        ordinary job)."""
+        return 1 + max((d.component for d in self.directives), default=0)
 
 
 def _too_large(text: str) -> bool:
@@ -104,14 +127,45 @@ def check_script(text: str, source: str = "<stdin>") -> None:
 
 
 def split_directive(rest: str, source: str, lineno: int, line: str) -> list[str]:
-    """The words of a directive's text after ``#SBATCH`` (opt.c ``_get_argument``)."""
+    """The words of a directive's text after ``#SBATCH`` (opt.c ``_get_argument``), up to
+    a ``hetjob``/``packjob`` word (see :func:`_split`)."""
+    return _split(rest, source, lineno, line)[0]
+
+
+def _separator_at(rest: str, i: int) -> str | None:
+    """The heterogeneous job separator (``hetjob``, ``packjob``) that starts at ``rest[i]``,
+    followed by a blank or the end of the line, as ``_get_argument`` tests it (any case)."""
+    for word in _SEPARATORS:
+        end = i + len(word)
+        if rest[i:end].lower() == word and (end == len(rest) or rest[end].isspace()):
+            return rest[i:end]
+    return None
+
+
+def _split(rest: str, source: str, lineno: int, line: str) -> tuple[list[str], str | None, int]:
+    """``(words, separator, at)``: the words of a directive's text, the ``hetjob`` or
+    ``packjob`` word that ended them (``None``: none did) and its index in ``rest``.
+
+    sbatch's ``_get_argument`` blanks a separator at the start of a word and stops
+    reading the line there: whatever follows it on the line is dropped.
+    """
     words: list[str] = []
     i, n = 0, len(rest)
+    while i < n and rest[i].isspace():
+        i += 1
     while True:
+        start = i  # what _get_argument is handed: the line from here on
         while i < n and rest[i].isspace():
             i += 1
         if i >= n:
-            return words
+            return words, None, i
+        separator = _separator_at(rest, i)
+        if separator is not None:
+            return words, separator, i
+        if rest[i] == ":":
+            raise Invalid(
+                f"sbatch: fatal: {source}: line {lineno}: Unexpected `:` in [{rest[start:]}]"
+            )
         chars: list[str] = []
         quote = ""
         escape = False
@@ -141,7 +195,7 @@ def split_directive(rest: str, source: str, lineno: int, line: str) -> list[str]
                 f"sbatch: error: {source}: line {lineno}: Unmatched `{quote}` in [{line}]"
             )
         if not chars:
-            return words  # a comment (or an empty quoted word, which sbatch also drops)
+            return words, None, i  # a comment (or an empty quoted word, which sbatch also drops)
         words.append("".join(chars))
 
 
@@ -168,11 +222,38 @@ def read_directives(text: str, source: str, *, lenient: bool = False) -> ScriptD
     lenient_dirs: list[Directive] = []
     slash_lines: list[int] = []
     stopped_strict = False
+    component = 0
+    packjob_warned = False
     for number, line in enumerate(lines, start=1):
         first = _first_char(line)
         is_slash = line.lstrip().startswith("//")
         if line.startswith(_MAGIC):
-            directive = Directive(number, tuple(split_directive(line[7:], source, number, line)))
+            text = line[len(_MAGIC) :]
+            words, separator, at = _split(text, source, number, line)
+            if separator is not None and not words:
+                # `#SBATCH hetjob`: the next component starts.
+                component += 1
+                if separator.lower() == "packjob" and not packjob_warned:
+                    packjob_warned = True
+                    warnings.append(
+                        f'{source}:{number}: the "packjob" component separator is being '
+                        'deprecated. Please, use "hetjob" instead.'
+                    )
+                dropped = text[at + len(separator) :].strip()
+                if dropped and not dropped.startswith("#"):
+                    problems.append(
+                        f"{source}: line {number}: sbatch ignores what follows `{separator}` "
+                        f"on its line ({dropped}). Fix: put it on an #SBATCH line of its own "
+                        "below."
+                    )
+            elif separator is not None:
+                problems.append(
+                    f"{source}: line {number}: `{separator}` separates heterogeneous job "
+                    "components only at the start of a directive; sbatch ignores it and the "
+                    f"rest of the line after {words[-1]}. Fix: put `#SBATCH {separator}` on a "
+                    "line of its own."
+                )
+            directive = Directive(number, tuple(words), component)
             lenient_dirs.append(directive)
             if not stopped_strict:
                 strict_dirs.append(directive)
@@ -244,10 +325,4 @@ def read_directives(text: str, source: str, *, lenient: bool = False) -> ScriptD
         raise Invalid("\n".join(problems))
     chosen = lenient_dirs if lenient else strict_dirs
     chosen = [d for d in chosen if d.line < stop_line]
-    for d in chosen:
-        if any(w.lower() in ("hetjob", "packjob") for w in d.argv):
-            raise Invalid(
-                f"sbatch: error: {source}:{d.line}: heterogeneous jobs (#SBATCH hetjob) are "
-                "not supported by phalanx yet"
-            )
     return ScriptDirectives(directives=tuple(chosen), warnings=tuple(problems + warnings))
