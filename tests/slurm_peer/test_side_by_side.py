@@ -557,3 +557,304 @@ def test_node_administration(sides: tuple[Side, Side]) -> None:
         for side in sides:
             side.run("scancel", jobs[side.name]["requeued"])
             _answer(side, "update", "NodeName=gpu3", "State=RESUME")
+
+
+# -- the interactive side: srun and salloc from a login shell, steps, sstat, sattach ----
+
+INTERACTIVE_TOOLS = ("srun", "salloc", "sattach", "sstat")
+"""Run from each side's login shell: Slurm's from PATH, phalanx's shims."""
+STEP_ENV_EXCLUDED = {
+    **EXCLUDED_VALUES,
+    "SLURM_STEP_ID": "compared as output",
+    "SLURM_STEPID": "compared as output",
+    "SLURM_LAUNCH_NODE_IPADDR": "srun's address (Slurm's I/O plumbing)",
+    "SLURM_SRUN_COMM_HOST": "srun's address (Slurm's I/O plumbing)",
+    "SLURM_SRUN_COMM_PORT": "srun's port (Slurm's I/O plumbing)",
+    "SLURM_STEP_LAUNCHER_PORT": "srun's port (Slurm's I/O plumbing)",
+    "SLURM_UMASK": "the submitter's umask",
+}
+
+
+def _interactive(
+    side: Side, tool: str, *args: str, stdin: str | None = None, cwd: Path | None = None
+) -> tuple[int, str, str]:
+    """One interactive tool on one side: (exit status, stdout, stderr)."""
+    path = side.tools.get(tool) or shutil.which(tool) or tool
+    done = subprocess.run(
+        [path, *args],
+        cwd=cwd or side.root,
+        env=side.env,
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def _ids_out(text: str) -> str:
+    """Job ids (and Slurm's per-daemon ``slurmstepd-<node>`` prefix) made comparable."""
+    text = re.sub(r"\b\d+(?=\.\d+\b)", "J", text)  # 12.0 -> J.0
+    text = re.sub(r"(job allocation|job|JobId=|Job) \d+", r"\1 J", text)
+    return text.replace("slurmstepd-gpu1:", "slurmstepd:")
+
+
+@pytest.fixture(scope="module")
+def login(sides: tuple[Side, Side]) -> tuple[Side, Side]:
+    """The sides with their interactive tools: Slurm's own, phalanx's shims."""
+    slurm, phalanx = sides
+    shims = Path(phalanx.tools["sbatch"]).parent
+    for tool in INTERACTIVE_TOOLS:
+        slurm.tools[tool] = shutil.which(tool) or tool
+        phalanx.tools[tool] = str(shims / tool)
+    # A salloc shell's srun is found on PATH: each side's own first.
+    phalanx.env["PATH"] = f"{shims}{os.pathsep}{phalanx.env['PATH']}"
+    return sides
+
+
+def test_srun_outside_a_job_runs_one_step(login: tuple[Side, Side]) -> None:
+    """Output, exit status and the tasks' environment of ``srun`` from a login shell."""
+    seen = {}
+    for side in login:
+        rc, out, err = _interactive(
+            side, "srun", "-N2", "--ntasks-per-node=1", "-l", "sh", "-c",
+            "echo $SLURM_PROCID $SLURM_STEP_ID $SLURM_NODEID $SLURM_STEP_NUM_TASKS "
+            "$SLURM_JOB_NUM_NODES $SLURM_JOB_NAME",
+        )  # fmt: skip
+        rc_env, env_out, _ = _interactive(side, "srun", "-N2", "--ntasks-per-node=1", "env")
+        first = env_out.split("SLURM_PROCID=1\n")[0] if "SLURM_PROCID=1\n" in env_out else ""
+        seen[side.name] = (rc, sorted(out.splitlines()), err, rc_env, _env(env_out))
+        assert first is not None
+    slurm, phalanx = seen["slurm"], seen["phalanx"]
+    assert slurm[:3] == (0, ["0: 0 0 0 2 2 sh", "1: 1 0 1 2 2 sh"], "")
+    assert phalanx[:4] == slurm[:4]
+    names_s = set(slurm[4]) - set(EXCLUDED_NAMES) - set(STEP_ENV_EXCLUDED)
+    names_p = set(phalanx[4]) - set(EXCLUDED_NAMES) - set(STEP_ENV_EXCLUDED)
+    names_s.discard("SRUN_DEBUG")
+    assert names_p == names_s, (sorted(names_s - names_p), sorted(names_p - names_s))
+
+
+EXIT_CASES = (
+    ("-n2", "sh", "-c", "exit $SLURM_PROCID"),
+    ("-n2", "sh", "-c", "exit 3"),
+    ("-n1", "sh", "-c", "kill -9 $$"),
+    ("-n1", "sh", "-c", "kill -11 $$"),
+    ("-N2", "--ntasks-per-node=1", "sh", "-c", "exit $((SLURM_PROCID+4))"),
+)
+
+
+def test_srun_exit_status_and_error_lines(login: tuple[Side, Side]) -> None:
+    """srun's status (128 + a task's signal, else the highest exit code) and its
+    ``srun: error: NODE: task(s) N: ...`` lines, byte for byte modulo job ids."""
+    seen: dict[str, list[tuple[int, list[str]]]] = {}
+    for side in login:
+        seen[side.name] = []
+        for case in EXIT_CASES:
+            rc, _, err = _interactive(side, "srun", *case)
+            # Which free node a one-node step lands on is each scheduler's choice.
+            lines = re.sub(r"gpu\d", "gpuN", _ids_out(err)).splitlines()
+            seen[side.name].append((rc, sorted(lines)))
+    assert [rc for rc, _ in seen["slurm"]] == [1, 3, 137, 139, 5]
+    assert seen["phalanx"] == seen["slurm"]
+
+
+def test_srun_stdin_goes_to_every_task(login: tuple[Side, Side]) -> None:
+    seen = {}
+    for side in login:
+        everyone = _interactive(side, "srun", "-n2", "cat", stdin="hi\n")
+        one = _interactive(side, "srun", "-n2", "--input=1", "-l", "cat", stdin="hi\n")
+        seen[side.name] = (everyone[0], everyone[1], one[0], one[1])
+    assert seen["slurm"] == (0, "hi\nhi\n", 0, "1: hi\n")
+    assert seen["phalanx"] == seen["slurm"]
+
+
+def test_salloc_environment_steps_and_exit_status(login: tuple[Side, Side]) -> None:
+    """salloc's messages, the variables its command gets, srun inside it, its status."""
+    seen = {}
+    for side in login:
+        rc, out, err = _interactive(
+            side, "salloc", "-N2", "sh", "-c",
+            "env | grep '^SLURM_' | sort; srun -l hostname >/dev/null; exit 7",
+        )  # fmt: skip
+        env = _env(out)
+        seen[side.name] = (rc, _ids_out(err).splitlines(), env)
+    slurm, phalanx = seen["slurm"], seen["phalanx"]
+    assert slurm[0] == 7
+    assert phalanx[0] == 7
+    assert phalanx[1][0] == slurm[1][0] == "salloc: Granted job allocation J"
+    assert phalanx[1][1] == slurm[1][1] == "salloc: Relinquishing job allocation J"
+    excluded = set(EXCLUDED_NAMES) | {"SLURM_CONF", "SLURM_NODE_ALIASES"}
+    assert set(phalanx[2]) - excluded == set(slurm[2]) - excluded
+    compared = ("SLURM_JOB_NAME", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_NODELIST")
+    compared += ("SLURM_TASKS_PER_NODE", "SLURM_JOB_CPUS_PER_NODE", "SLURM_JOB_PARTITION")
+    for name in compared:
+        assert phalanx[2].get(name) == slurm[2].get(name), name
+
+
+def _steps(side: Side, job: str, want: int, timeout: float = 60) -> list[list[str]]:
+    """sacct's rows of a job and its steps, once there are ``want`` and all are final."""
+    fields = "JobID,JobName,State,ExitCode,NNodes,NTasks,NodeList"
+    deadline = time.monotonic() + timeout
+    rows: list[list[str]] = []
+    while time.monotonic() < deadline:
+        out = side.run("sacct", "-n", "-P", "-o", fields, "-j", job)
+        rows = [line.split("|") for line in out.splitlines() if line.strip()]
+        # slurmdbd's record lags a moment behind: JobName "allocation" until it catches up.
+        settled = all(r[1] != "allocation" for r in rows)
+        if len(rows) == want and settled and all(r[2].split()[0] in FINAL for r in rows):
+            return [[_ids_out(r[0]).replace(job, "J"), *r[1:]] for r in rows]
+        time.sleep(0.5)
+    raise AssertionError(f"{side.name}: sacct -j {job}: {rows}")
+
+
+STEPS_SCRIPT = """\
+#!/bin/bash
+#SBATCH -J twostep -N2 -o %x-%j.out
+srun -N2 hostname
+srun -n1 sh -c "exit 3"
+echo end
+"""
+
+
+def test_sacct_step_records(login: tuple[Side, Side]) -> None:
+    """sacct's job and step rows of a batch job with two steps, of a job srun made and
+    of a salloc job."""
+    seen = {}
+    for side in login:
+        cwd = side.dir("steps")
+        batch = side.sbatch(cwd, STEPS_SCRIPT)
+        _interactive(side, "srun", "-N1", "-n2", "-J", "myrun", "true")
+        made = side.run("squeue", "-h", "-t", "all", "-n", "myrun", "-o", "%i").split()
+        salloc = _interactive(
+            side, "salloc", "-N2", "sh", "-c", "srun -N2 true; srun -n1 false; exit 5"
+        )
+        alloc = re.search(r"Granted job allocation (\d+)", salloc[2])
+        assert alloc, salloc
+        made_id = made[-1] if made else _latest(side, "myrun")
+        seen[side.name] = (
+            _steps(side, batch, 4),
+            _steps(side, made_id, 2),
+            _steps(side, alloc.group(1), 3),
+        )
+    for got_s, got_p in zip(seen["slurm"], seen["phalanx"], strict=True):
+        assert got_p == got_s
+
+
+def _latest(side: Side, name: str) -> str:
+    out = side.run("sacct", "-X", "-n", "-P", "-o", "JobID", "--name", name)
+    return out.split()[-1]
+
+
+def test_srun_jobid_errors(login: tuple[Side, Side]) -> None:
+    seen = {}
+    for side in login:
+        seen[side.name] = [
+            _interactive(side, "srun", "--jobid=999999", "true"),
+            _interactive(side, "srun", "--jobid=abc", "true")[::2],
+        ]
+    assert seen["slurm"][0][0] == 1
+    assert seen["phalanx"] == seen["slurm"]
+
+
+SSTAT_SCRIPT = """\
+#!/bin/bash
+#SBATCH -J watched -N1 -n2 -o %x-%j.out
+srun -n2 sh -c 'for i in 1 2 3 4 5 6 7 8; do echo tick $i; sleep 1; done; exit 3'
+"""
+
+
+def test_sstat_and_sattach_on_a_running_step(login: tuple[Side, Side]) -> None:
+    """sstat's header and its rows' shape; sattach's replay, its error lines and its
+    status; the errors of both for a step that is not running."""
+    seen = {}
+    for side in login:
+        cwd = side.dir("sstat")
+        job = side.sbatch(cwd, SSTAT_SCRIPT)
+        deadline = time.monotonic() + 60
+        stat = (1, "", "")
+        while time.monotonic() < deadline:
+            stat = _interactive(side, "sstat", "-j", job)
+            if len(stat[1].splitlines()) == 3:
+                break
+            time.sleep(0.5)
+        parsable = _interactive(side, "sstat", "-n", "-P", "-o", "JobID,NTasks", "-j", job)
+        attached = _interactive(side, "sattach", f"{job}.0")
+        gone = _interactive(side, "sstat", "-j", f"{job}.7")
+        seen[side.name] = (
+            stat[0],
+            stat[1].splitlines()[:2],
+            _ids_out(parsable[1]),
+            attached[0],
+            attached[1].count("tick 1\n"),
+            attached[2],
+            (gone[0], gone[1].count("\n"), _ids_out(gone[2])),
+        )
+    assert seen["slurm"][0] == 0 and seen["slurm"][3] == 3
+    assert seen["phalanx"] == seen["slurm"]
+
+
+def test_ctrl_c_and_pty(login: tuple[Side, Side]) -> None:
+    """One Ctrl-C reports the tasks, two within a second end the step (status 130);
+    ``--pty`` gives task 0 a terminal of its own."""
+    import pty as ptymod
+
+    seen = {}
+    for side in login:
+        pid, fd = ptymod.fork()
+        if pid == 0:  # pragma: no cover - the child
+            os.chdir(side.root)
+            os.execve(
+                side.tools["srun"],
+                [side.tools["srun"], "-n2", "sh", "-c", "echo up; sleep 60"],
+                side.env,
+            )
+        text = _pty_until(fd, b"up\r\nup\r\n", 60)
+        os.write(fd, b"\x03")
+        text += _pty_until(fd, b"running\r\n", 20)
+        time.sleep(1.5)
+        os.write(fd, b"\x03")
+        time.sleep(0.3)
+        os.write(fd, b"\x03")
+        text += _pty_until(fd, b"", 30)
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+        lines = _ids_out(text.decode(errors="replace")).replace("^C", "").splitlines()
+        pid, fd = ptymod.fork()
+        if pid == 0:  # pragma: no cover - the child
+            os.chdir(side.root)
+            os.execve(
+                side.tools["srun"],
+                [side.tools["srun"], "--pty", "sh", "-c", "tty; exit 3"],
+                side.env,
+            )
+        shown = _pty_until(fd, b"", 60).decode(errors="replace")
+        _, pty_status = os.waitpid(pid, 0)
+        os.close(fd)
+        seen[side.name] = (
+            os.waitstatus_to_exitcode(status),
+            lines[2:4],
+            lines[4:6],
+            os.waitstatus_to_exitcode(pty_status),
+            "/dev/pts/" in shown,
+        )
+    assert seen["slurm"][0] == 130
+    assert seen["phalanx"] == seen["slurm"]
+
+
+def _pty_until(fd: int, needle: bytes, timeout: float) -> bytes:
+    import select
+
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not (needle and needle in seen):
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:
+                break
+            if not data:
+                break
+            seen += data
+    return seen

@@ -471,9 +471,11 @@ class Step:
         except ValueError as exc:
             _say(f"srun: error: {exc}")
             return 1
-        if opts.nodes is not None and opts.ntasks is not None and opts.ntasks < opts.nodes:
+        # Without -N, srun in an allocation asks for all of its nodes (SLURM_NNODES).
+        nodes = opts.nodes if opts.nodes is not None else _env_int("SLURM_NNODES")
+        if nodes is not None and opts.ntasks is not None and opts.ntasks < nodes and not self.het:
             _say(
-                f"srun: Warning: can't run {opts.ntasks} processes on {opts.nodes} nodes, "
+                f"srun: Warning: can't run {opts.ntasks} processes on {nodes} nodes, "
                 f"setting nnodes to {opts.ntasks}"
             )
         base = self.base_env()
@@ -789,7 +791,7 @@ class Step:
                 text = signal.strsignal(sig) or f"Signal {sig}"
                 if os.WCOREDUMP(status):
                     text += " (core dumped)"
-            groups.setdefault((task.node, text), []).append(task.rank)
+            groups.setdefault((task.node, text), []).append(self.reported_rank(task))
         if groups and not self.unreported:
             self.unreported_at = time.monotonic()
         for key, ranks in groups.items():
@@ -797,6 +799,14 @@ class Step:
         if bad and self.opts.kill_on_bad_exit and len(self.status) < len(self.tasks):
             self.flush_errors()
             self.terminate()
+
+    def reported_rank(self, task: Any) -> int:
+        """The task number srun's error lines give: in a heterogeneous step, the task's
+        number within its component (as Slurm's), else its rank."""
+        if not self.het:
+            return int(task.rank)
+        first = min(t.rank for t in self.tasks if t.component == task.component)
+        return int(task.rank) - int(first)
 
     def flush_errors(self) -> None:
         """``srun: error: NODE: task(s) N: ...``, one line per node and status: tasks that

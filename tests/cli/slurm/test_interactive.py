@@ -36,6 +36,7 @@ def env(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
         PHALANX_URL=cluster.url,
         PHALANX_TOKEN=cluster.admin_token,
         PHALANX_STATE_DIR=str(cluster.state_dir),
+        HOME_FOR_JOBS=str(tmp_path_factory.mktemp("work")),
     )
     return out
 
@@ -43,6 +44,7 @@ def env(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
 def tool(env: dict[str, str], *args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
     """Run a Slurm tool (``srun``, ``salloc``, ``sacct``, ...) through its shim."""
     kwargs.setdefault("timeout", 90)
+    kwargs.setdefault("cwd", env["HOME_FOR_JOBS"])  # sbatch's slurm-N.out files go there
     return subprocess.run(  # type: ignore[call-overload, no-any-return]
         list(args), env=env, capture_output=True, text=True, check=False, **kwargs
     )
@@ -487,3 +489,35 @@ def test_srun_unbuffered_passes_a_partial_line_on_at_once(env: dict[str, str]) -
         if proc.poll() is None:
             proc.kill()
     assert (proc.returncode, first + rest) == (0, b"name? done\n")
+
+
+def test_heterogeneous_srun_and_salloc_from_a_login_shell(env: dict[str, str]) -> None:
+    """``srun A : B`` makes a heterogeneous job and runs one step over its components
+    (each its own command); ``salloc A : B`` gives its command each component's
+    variables only, and srun in it runs on component 0."""
+    done = tool(
+        env, "srun", "-p", PARTITION, "-N1", "-l", "sh", "-c", "echo zero $SLURM_HET_SIZE",
+        ":", "-p", PARTITION, "-N1", "sh", "-c", "echo one; exit 4",
+    )  # fmt: skip
+    assert done.returncode == 4, done.stderr
+    assert sorted(done.stdout.splitlines()) == ["0: zero 2", "1: one"]
+    job = done.stderr.split("srun: job ")[1].split()[0]
+    assert done.stderr.splitlines() == [
+        f"srun: job {job} queued and waiting for resources",
+        f"srun: job {job} has been allocated resources",
+        # The task's number within its component, as Slurm's srun reports it.
+        f"srun: error: {done.stderr.split('error: ')[1].split(':')[0]}: task 0: "
+        "Exited with exit code 4",
+    ]
+    rows = sacct(env, job)
+    assert rows[0] == f"{job}+0|sh|FAILED|4:0" and f"{job}+1|sh|FAILED|4:0" in rows
+    held = tool(
+        env, "salloc", "-p", PARTITION, "-N1", ":", "-p", PARTITION, "-N1", "sh", "-c",
+        "echo $SLURM_JOB_ID ${SLURM_JOB_NODELIST:-unset} $SLURM_HET_SIZE "
+        "$SLURM_NNODES_HET_GROUP_1; srun -l true; echo steps done",
+    )  # fmt: skip
+    assert held.returncode == 0, held.stderr
+    first, last = held.stdout.splitlines()
+    alloc = first.split()[0]
+    assert first == f"{alloc} unset 2 1"
+    assert last == "steps done"

@@ -85,6 +85,11 @@ def _split(argv: Sequence[str]) -> tuple[list[str], list[str], bool, float | Non
         if word == "--":
             i += 1
             break
+        if word == ":":
+            # The next component of a heterogeneous allocation (sbatch's groups).
+            words.append(word)
+            i += 1
+            continue
         if not word.startswith("-") or word == "-":
             break
         if word.startswith("--"):
@@ -136,14 +141,63 @@ def _seconds(text: str) -> float:
     return float(text)
 
 
+HET_VARIABLES = (
+    "SLURM_GPUS_PER_NODE",
+    "SLURM_JOB_ACCOUNT",
+    "SLURM_JOB_CPUS_PER_NODE",
+    "SLURM_JOB_ID",
+    "SLURM_JOB_NAME",
+    "SLURM_JOB_NODELIST",
+    "SLURM_JOB_NUM_NODES",
+    "SLURM_JOB_PARTITION",
+    "SLURM_JOB_QOS",
+    "SLURM_TASKS_PER_NODE",
+)
+"""What a heterogeneous allocation's command gets per component (``_HET_GROUP_N`` and
+``_PACK_GROUP_N``), Slurm 22.05's set."""
+HET_SHARED = (
+    "SLURM_JOB_ID",
+    "SLURM_HET_SIZE",
+    "SLURM_PACK_SIZE",
+    "SLURM_CLUSTER_NAME",
+    "SLURM_CONF",
+    "SLURM_SUBMIT_DIR",
+    "SLURM_SUBMIT_HOST",
+)
+HET_ALIASES = {
+    "SLURM_JOBID": "SLURM_JOB_ID",
+    "SLURM_NNODES": "SLURM_JOB_NUM_NODES",
+    "SLURM_NODELIST": "SLURM_JOB_NODELIST",
+}
+"""Per-component names salloc adds for a heterogeneous allocation, and their sources."""
+
+
 def allocation_env(environment: dict[str, str]) -> dict[str, str]:
-    """The allocation's variables salloc's command gets (from the batch environment)."""
-    return {
-        name: value
-        for name, value in environment.items()
-        if name in ALLOCATION_VARIABLES
-        or (name.startswith("SLURM_") and any(g in name for g in GROUP_VARIABLES))
-    }
+    """The allocation's variables salloc's command gets (from the batch environment).
+
+    A heterogeneous allocation's command gets, as Slurm 22.05's salloc gives it, only
+    ``SLURM_JOB_ID``, the sizes and each component's variables (``_HET_GROUP_N``,
+    ``_PACK_GROUP_N``): no component's values under the plain names."""
+    size = environment.get("SLURM_HET_SIZE")
+    if size is None or not size.isdigit():
+        return {
+            name: value
+            for name, value in environment.items()
+            if name in ALLOCATION_VARIABLES
+            or (name.startswith("SLURM_") and any(g in name for g in GROUP_VARIABLES))
+        }
+    out = {name: environment[name] for name in HET_SHARED if name in environment}
+    for n in range(int(size)):
+        for group in GROUP_VARIABLES:
+            for name in HET_VARIABLES:
+                key = f"{name}{group}{n}"
+                if key in environment:
+                    out[key] = environment[key]
+            for alias, source in HET_ALIASES.items():
+                if f"{source}{group}{n}" in environment:
+                    out[f"{alias}{group}{n}"] = environment[f"{source}{group}{n}"]
+            out[f"SLURM_NODE_ALIASES{group}{n}"] = "(null)"
+    return out
 
 
 def run(argv: Sequence[str]) -> int:
@@ -188,13 +242,16 @@ def _salloc(
     kind = "noshell" if no_shell else "salloc"
     submission = allocation_submission(words, kind=kind, name=name, tool="salloc")
     job_id = client.submit(submission)
+    het = ":" in words
 
     def revoke(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
     previous = {s: signal.signal(s, revoke) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        job = wait_for_allocation(client, job_id, "salloc", immediate=immediate, pending_line=True)
+        job = wait_for_allocation(
+            client, job_id, "salloc", immediate=immediate, pending_line=True, het=het
+        )
     except KeyboardInterrupt:
         client.cancel(job_id)
         _say(f"salloc: Job allocation {job_id} has been revoked.")

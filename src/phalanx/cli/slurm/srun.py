@@ -82,6 +82,29 @@ class SrunArgs:
     job_name: str | None = None
     immediate: float | None = None
     help: bool = False
+    components: list[SrunArgs] = field(default_factory=list)
+    """A heterogeneous step's components after the first (``srun A : B``)."""
+
+    @property
+    def het(self) -> bool:
+        return bool(self.components)
+
+    def allocation_words(self) -> list[str]:
+        """sbatch's words for the allocation: one group per component, ``:`` between."""
+        words = list(self.allocation)
+        for part in self.components:
+            words += [":", *part.allocation]
+        return words
+
+    def step_words(self) -> list[str]:
+        """The job's srun's words: each component's options and command, ``:`` between."""
+        pty = ["--pty"] if self.pty and "--pty" not in self.step else []
+        if not self.components:
+            return [*self.step, *pty, "--", *self.command]
+        words = [*self.step, *pty, *self.command]
+        for part in self.components:
+            words += [":", *part.step, *part.command]
+        return words
 
 
 def _sbatch_arity() -> tuple[dict[str, str], dict[str, str]]:  # long -> arity, short -> long
@@ -250,10 +273,12 @@ def wait_for_allocation(
     *,
     immediate: float | None = None,
     pending_line: bool = False,
+    het: bool = False,
 ) -> dict[str, Any] | None:
     """Wait until the job runs, saying so as Slurm does (``pending_line``: salloc's
     ``Pending job allocation N`` first); None when it never will: it ended, or
-    ``--immediate`` ran out (it is cancelled then)."""
+    ``--immediate`` ran out (it is cancelled then). A heterogeneous job always waits
+    for a scheduling pass in Slurm: ``het`` says it waits at once."""
     start = time.monotonic()
     queued = False
     delay = 0.02
@@ -262,6 +287,11 @@ def wait_for_allocation(
         job: dict[str, Any] = client.get(job_id)
         state = job.get("state")
         if state == "RUNNING":
+            if het and not queued and not quiet:
+                queued = True
+                if pending_line:
+                    _say(f"{tool}: Pending job allocation {job_id}")
+                _say(f"{tool}: job {job_id} queued and waiting for resources")
             if queued:
                 _say(f"{tool}: job {job_id} has been allocated resources")
             return job
@@ -280,13 +310,31 @@ def wait_for_allocation(
             if tool == "salloc":
                 _say(f"salloc: Job allocation {job_id} has been revoked.")
             return None
-        if not queued and not quiet and state == "PENDING" and waited > QUEUED_AFTER_S:
+        if not queued and not quiet and (het or (state == "PENDING" and waited > QUEUED_AFTER_S)):
             queued = True
             if pending_line:
                 _say(f"{tool}: Pending job allocation {job_id}")
             _say(f"{tool}: job {job_id} queued and waiting for resources")
         time.sleep(delay)
         delay = min(0.25, delay * 1.5)
+
+
+def split_components(argv: Sequence[str]) -> SrunArgs:
+    """:func:`split_args` of each component of ``srun A : B`` (a heterogeneous job and
+    step); a component without a command runs the next one's, as srun's."""
+    segments: list[list[str]] = [[]]
+    for word in argv:
+        if word == ":":
+            segments.append([])
+        else:
+            segments[-1].append(word)
+    parts = [split_args(segment) for segment in segments]
+    for index in range(len(parts) - 2, -1, -1):
+        if not parts[index].command:
+            parts[index].command = list(parts[index + 1].command)
+    first = parts[0]
+    first.components = parts[1:]
+    return first
 
 
 def run(argv: Sequence[str]) -> int:
@@ -297,7 +345,7 @@ def run(argv: Sequence[str]) -> int:
 
         return main(list(argv))
     try:
-        args = split_args(argv)
+        args = split_components(argv)
     except SrunUsage as exc:
         _say(f"srun: {exc}")
         _say(TRY_HELP)
@@ -325,13 +373,6 @@ def run(argv: Sequence[str]) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-
-
-def _step_words(args: SrunArgs) -> list[str]:
-    words = list(args.step)
-    if args.pty and not any(w == "--pty" for w in words):
-        words.append("--pty")
-    return [*words, "--", *args.command]
 
 
 def _in_job(client: Any, jobid: str, args: SrunArgs) -> int:
@@ -364,7 +405,7 @@ def _in_job(client: Any, jobid: str, args: SrunArgs) -> int:
         return 1
     try:
         channel, _ = connect_step(client, job_id)
-        return run_step(channel, job_id, _step_words(args), pty=args.pty, release=False)
+        return run_step(channel, job_id, args.step_words(), pty=args.pty, release=False)
     except StepAnswer as exc:
         _say(f"srun: {exc.message}")
         return exc.code
@@ -377,7 +418,7 @@ def _allocate_and_run(client: Any, args: SrunArgs) -> int:
     from phalanx.cli.slurm.stepclient import StepAnswer, connect_step, run_step
 
     name = args.job_name or os.path.basename(args.command[0])
-    submission = allocation_submission(args.allocation, kind="srun", name=name, tool="srun")
+    submission = allocation_submission(args.allocation_words(), kind="srun", name=name, tool="srun")
     job_id = client.submit(submission)
     cancelled: list[int] = []
 
@@ -395,7 +436,7 @@ def _allocate_and_run(client: Any, args: SrunArgs) -> int:
     # Interrupted while pending: the allocation is given up, as srun does.
     previous = {s: signal.signal(s, revoke) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        job = wait_for_allocation(client, job_id, "srun", immediate=args.immediate)
+        job = wait_for_allocation(client, job_id, "srun", immediate=args.immediate, het=args.het)
     except KeyboardInterrupt:
         _say(f"srun: Job allocation {job_id} has been revoked")
         _say(f"srun: Force Terminated JobId={job_id}")
@@ -408,7 +449,7 @@ def _allocate_and_run(client: Any, args: SrunArgs) -> int:
     try:
         channel, _ = connect_step(client, job_id)
         return run_step(
-            channel, job_id, _step_words(args), pty=args.pty, release=True, on_hangup=cancel
+            channel, job_id, args.step_words(), pty=args.pty, release=True, on_hangup=cancel
         )
     except StepAnswer as exc:
         cancel()
