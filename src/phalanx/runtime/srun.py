@@ -1046,9 +1046,12 @@ def main(argv: list[str] | None = None) -> int:
     context = os.environ.get("PHALANX_SLURM_CONTEXT")
     if not context:
         # Not in a job's task: srun as a login shell's (allocate, or --jobid).
-        from phalanx.cli.slurm.srun import run
-
-        return run(args)
+        command = [sys.executable, "-m", "phalanx.cli.main", "srun", *args]
+        try:
+            os.execv(sys.executable, command)
+        except OSError as exc:
+            _say(f"srun: error: cannot run {sys.executable}: {exc.strerror or exc}")
+            return 1
     if not opts.command:
         _say("srun: fatal: No command given to execute.")
         return 1

@@ -113,6 +113,8 @@ BASE_ENV = ("PATH", "HOME", "LANG")
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
+SETTLE_S = 0.05
+"""How old a checkpoint file's time must be before it is reported (see check_checkpoint)."""
 CLAIM_WAIT_S = 60.0
 """How long an ``srun``/``salloc`` allocation waits for its srun or salloc to connect."""
 
@@ -474,11 +476,17 @@ class Supervisor:
         else:
             self.signal_groups(int(signum))
 
-    def check_checkpoint(self) -> None:
-        """The job touched ``PHALANX_CHECKPOINT_FILE``: its time goes into ``status.json``."""
+    def check_checkpoint(self, final: bool = False) -> None:
+        """The job touched ``PHALANX_CHECKPOINT_FILE``: its time goes into ``status.json``.
+
+        A time younger than :data:`SETTLE_S` waits for the next look (``final``: not):
+        ``touch`` creates the file, then sets its time, and one checkpoint must not be
+        reported twice."""
         try:
             mtime = os.stat(self.checkpoint_path).st_mtime
         except OSError:
+            return
+        if not final and time.time() - mtime < SETTLE_S:
             return
         if mtime != self.checkpoint_mtime:
             self.checkpoint_mtime = mtime
@@ -702,7 +710,7 @@ class Supervisor:
         if self.steps is not None:
             self.steps.close()
         self.signal_groups(signal.SIGKILL)
-        self.check_checkpoint()
+        self.check_checkpoint(final=True)
         self.collect_steps(final=True)
         self.conclude()
 
