@@ -76,6 +76,12 @@ class Backfill:
         (:meth:`_must_borrow`); kept for the pending jobs a backfill pass tests."""
         self.unplanned_why: dict[str, str] = {}
         """This cycle: why jobs of a quota tree (by root key) have no planned start."""
+        self._covering: dict[
+            ClusterQueueInfo,
+            tuple[object, dict[FlavorResource, int], dict[str, tuple[FlavorResource, ...]]],
+        ] = {}
+        """Per ClusterQueue (while its groups and nominal quota stand): the flavor-resources
+        of its quota that cover each resource (:meth:`_borrows_now`)."""
 
     def export(self) -> dict[str, Any]:
         """This part of an engine snapshot (:mod:`phalanx.engine.snapshot`)."""
@@ -142,12 +148,10 @@ class Backfill:
         assert bf is not None
         if not bf.reservations_per_queue:
             return True
-        mine = [
-            r
-            for held in (self._engine.reserved.by_job, state.retried)
-            for r in held.values()
-            if r.cluster_queue == info.name
-        ]
+        name = info.name
+        mine = list(self._engine.reserved.in_queue(name))
+        if state.retried:
+            mine.extend(r for r in state.retried.values() if r.cluster_queue == name)
         if len(mine) < bf.reservations_per_queue:
             return True
         lowest = max(mine, key=lambda r: self._engine.jobs[r.job_id].key[1:])
@@ -193,10 +197,26 @@ class Backfill:
         node = info.node
         res = self._engine.reserved.by_job.get(rec.id)
         own = dict(res.quota) if res is not None else {}
-        flavors = info.flavors
+        covers = self._covering.get(info)
+        if covers is None or covers[0] is not info.groups or covers[1] is not node.nominal:
+            covers = self._covering[info] = (info.groups, node.nominal, {})
+        by_resource = covers[2]
         for resource, amount in rec.shape.totals:
-            covering = [(f, resource) for f in flavors if (f, resource) in node.nominal]
-            if covering and all(
+            covering = by_resource.get(resource)
+            if covering is None:
+                covering = by_resource[resource] = tuple(
+                    (f, resource) for f in info.flavors if (f, resource) in node.nominal
+                )
+            if not covering:
+                continue
+            if node.is_cluster_queue:
+                nominal, usage = node.nominal, node.usage
+                for fr in covering:
+                    if nominal.get(fr, 0) >= usage.get(fr, 0) + amount - own.get(fr, 0):
+                        break
+                else:
+                    return True
+            elif all(
                 node.borrowing_with(flavor_resource, amount - own.get(flavor_resource, 0))
                 for flavor_resource in covering
             ):
@@ -418,30 +438,54 @@ class Backfill:
         if end >= state.no_room.get(memo, math.inf):
             return None
         holds, jobs = self._engine.reserved.holds, self._engine.jobs
-        borrows, rank = self.plan_order(rec)
         # Only held nodes that had free capacity to hold can take anything (most are busy
         # until their reservation starts); for a job whose every pod set asks for GPUs,
         # only those with a unit's worth of free GPUs.
         gpus = [p.request(GPU) for p in rec.shape.pod_sets]
         unit = min(gpus) if all(gpus) else 0
+        most_gpus = holds.most_gpus
         opened: list[tuple[NodeSlot, int]] = []
         lifted: list[Reservation] = []
         roomy_by_owner = holds.roomy
-        for r in self._engine.reserved.by_job.values() if among is None else among:
+        by_job = self._engine.reserved.by_job
+        # Where ``rec`` stands (plan_order), asked only when a reservation needs it.
+        order: tuple[bool, tuple[float, float, int]] | None = None
+
+        def opens(r: Reservation) -> bool:
+            """Whether ``r``'s job does not come before ``rec`` (so its nodes and quota
+            may be lent to it)."""
+            nonlocal order
+            if end <= r.start:
+                return True
+            # Its job comes first (plan_order) unless one of the two must borrow
+            # and the other need not: ask only where that would change the answer.
+            if order is None:
+                order = self.plan_order(rec)
+            borrows, rank = order
+            holder = jobs[r.job_id]
+            if holder.key[1:] <= rank:
+                return not borrows and self._must_borrow(holder)
+            return not borrows or self._must_borrow(holder)
+
+        if unit > 0 and among is None:
+            # A GPU job can only use opened nodes: is there one at all? Only the
+            # reservations with a node of a unit's worth of free GPUs can open one.
+            for job_id, most in most_gpus.items():
+                if most >= unit:
+                    r = by_job.get(job_id)
+                    if r is not None and opens(r):
+                        break
+            else:
+                return None
+        reservations = by_job.values() if among is None else among
+        for r in reservations:
             roomy = roomy_by_owner.get(r.job_id)
-            if roomy is not None and holds.most_gpus.get(r.job_id, 0) < unit:
+            if roomy is not None and most_gpus.get(r.job_id, 0) < unit:
                 roomy = None
             if roomy is None and not r.quota:
                 continue  # nothing of it could be opened
-            if end > r.start:
-                # Its job comes first (plan_order) unless one of the two must borrow
-                # and the other need not: ask only where that would change the answer.
-                holder = jobs[r.job_id]
-                if holder.key[1:] <= rank:
-                    if borrows or not self._must_borrow(holder):
-                        continue
-                elif borrows and not self._must_borrow(holder):
-                    continue
+            if not opens(r):
+                continue
             if r.quota:
                 lifted.append(r)
             if roomy is not None:

@@ -115,7 +115,7 @@ class Holds:
     """Per reservation, its held nodes that had free capacity to hold: the only ones a
     backfilled job can use."""
     most_gpus: dict[int, int] = field(default_factory=dict)
-    """Per reservation, at least the most free GPUs one of its held nodes has."""
+    """Per reservation, the most free GPUs one of its held nodes has (absent: none)."""
 
     def hold(self, slot: NodeSlot, job_id: int) -> bool:
         """Hold ``slot`` for ``job_id``; True when that took free capacity (the capacity
@@ -145,6 +145,13 @@ class Holds:
             if not roomy:
                 del self.roomy[job_id]  # type: ignore[arg-type]
                 self.most_gpus.pop(job_id, None)  # type: ignore[arg-type]
+            elif amounts.get(GPU, 0) >= self.most_gpus.get(job_id, 0):  # type: ignore[arg-type]
+                # It may have been the roomiest: the most of the others.
+                most = max(self.amounts[other].get(GPU, 0) for other in roomy)
+                if most > 0:
+                    self.most_gpus[job_id] = most  # type: ignore[index]
+                else:
+                    self.most_gpus.pop(job_id, None)  # type: ignore[arg-type]
         return True
 
     def absorb(self, slot: NodeSlot) -> None:
@@ -176,6 +183,10 @@ class Timeline:
         self._on_slot: dict[NodeSlot, list[Release]] = {}
         self._by_job: dict[int, list[Release]] = {}
         self._orders: dict[tuple[str, int], NodeOrder] = {}
+        self._full: dict[str, _FullOrder] = {}
+        """Per flavor: its nodes sorted by ``gpus_free_at`` (then their order in the
+        flavor), kept up to date as jobs start and end, so an order of whole nodes is a
+        copy rather than a sort (see :meth:`by_free_gpus`)."""
         self._most_gpus: dict[str, int] = {}
         self.skip: dict[str, int] = {}
         """How many of the soonest ends of a flavor are on nodes closed for the rest of
@@ -222,14 +233,27 @@ class Timeline:
         if not on_slot:
             del self._on_slot[slot]
             self.free_at.pop(slot, None)
-            self.gpus_free_at.pop(slot, None)
+            self._gpus_free(slot, None)
             return
         self.free_at[slot] = max(e[0] for e in on_slot)
         gpu_ends = [e[0] for e in on_slot if e[3].get(GPU, 0) > 0]
-        if gpu_ends:
-            self.gpus_free_at[slot] = max(gpu_ends)
-        else:
+        self._gpus_free(slot, max(gpu_ends) if gpu_ends else None)
+
+    def _gpus_free(self, slot: NodeSlot, at: float | None) -> None:
+        """Set (None: drop) when the last GPU job on ``slot`` ends, and move the node in
+        the sorted orders of its flavors."""
+        old = self.gpus_free_at.get(slot, -math.inf)
+        if at is None:
             self.gpus_free_at.pop(slot, None)
+            at = -math.inf
+        else:
+            self.gpus_free_at[slot] = at
+        if old == at or not self._full:
+            return
+        for index in slot.flavors:
+            full = self._full.get(index.name)
+            if full is not None:
+                full.move(slot, old, at)
 
     def _add(self, rec: JobRecord, sort: bool) -> None:
         adm = rec.admission
@@ -246,7 +270,7 @@ class Timeline:
             if end > self.free_at.get(slot, -math.inf):
                 self.free_at[slot] = end
             if given.get(GPU, 0) > 0 and end > self.gpus_free_at.get(slot, -math.inf):
-                self.gpus_free_at[slot] = end
+                self._gpus_free(slot, end)
             if end < math.inf:
                 for index in slot.flavors:
                     self._moved(index.name)
@@ -280,17 +304,13 @@ class Timeline:
         order = self._orders.get(key)
         if order is None:
             if gpus >= self.most_gpus(index):
-                # Every GPU of a node: when its last GPU job ends.
-                at = self.gpus_free_at
-                order = NodeOrder(None)
-                order.items = sorted(
-                    (
-                        (at.get(slot, -math.inf), slot)
-                        for slot in index.members
-                        if slot.capacity.get(GPU, 0) >= gpus
-                    ),
-                    key=_first,
-                )
+                # Every GPU of a node: when its last GPU job ends. The flavor's nodes are
+                # kept in that order; the order is a copy of it as it is now, produced
+                # as far as a plan reads.
+                full = self._full.get(index.name)
+                if full is None or full.membership != index.membership:
+                    full = self._full[index.name] = _FullOrder(index, self.gpus_free_at)
+                order = NodeOrder(_whole_nodes(full.entries.copy(), gpus))
             else:
                 order = NodeOrder(self._free_gpus(index, gpus))
             self._orders[key] = order
@@ -369,6 +389,38 @@ class Timeline:
         return math.inf
 
 
+class _FullOrder:
+    """A flavor's nodes as ``(gpus_free_at, position in the flavor, node)``, sorted: the
+    order ``sorted(..., key=when)`` of the flavor's nodes gives, kept by moving one node
+    at a time."""
+
+    __slots__ = ("entries", "membership", "position")
+
+    def __init__(self, index: FlavorNodes, at: Mapping[NodeSlot, float]) -> None:
+        self.membership = index.membership
+        self.position = {slot: i for i, slot in enumerate(index.members)}
+        self.entries = sorted(
+            (at.get(slot, -math.inf), i, slot) for slot, i in self.position.items()
+        )
+
+    def move(self, slot: NodeSlot, old: float, new: float) -> None:
+        i = self.position.get(slot)
+        if i is None:
+            return
+        entries = self.entries
+        k = bisect.bisect_left(entries, (old, i))
+        del entries[k]
+        bisect.insort(entries, (new, i, slot))
+
+
+def _whole_nodes(
+    entries: list[tuple[float, int, NodeSlot]], gpus: int
+) -> Iterator[tuple[float, NodeSlot]]:
+    for at, _, slot in entries:
+        if slot.capacity.get(GPU, 0) >= gpus:
+            yield at, slot
+
+
 def _end(entry: Release) -> float:
     return entry[0]
 
@@ -379,10 +431,6 @@ def _fits(free: list[int], unit: tuple[tuple[str, int], ...]) -> bool:
         if free[k] < amount:
             return False
     return True
-
-
-def _first(pair: tuple[float, NodeSlot]) -> float:
-    return pair[0]
 
 
 class NodeOrder:

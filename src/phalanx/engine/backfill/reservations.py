@@ -32,6 +32,8 @@ class Reservations:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self.by_job: dict[int, Reservation] = {}
+        self._by_cq: dict[str, dict[int, Reservation]] = {}
+        """``by_job`` by ClusterQueue (kept with it by :meth:`_put` and :meth:`_take`)."""
         self.holds = Holds()
         """Whole nodes held for reservations (see engine/backfill.py)."""
 
@@ -67,7 +69,27 @@ class Reservations:
             for name in res.nodes:
                 self.holds.hold(nodes[name], job_id)
             self.hold_quota(res, 1)
-            self.by_job[job_id] = res
+            self._put(res)
+
+    def _put(self, res: Reservation) -> None:
+        old = self.by_job.get(res.job_id)
+        if old is not None and old.cluster_queue != res.cluster_queue:
+            self._by_cq[old.cluster_queue].pop(res.job_id)
+        self.by_job[res.job_id] = res
+        self._by_cq.setdefault(res.cluster_queue, {})[res.job_id] = res
+
+    def _take(self, job_id: int) -> Reservation:
+        res = self.by_job.pop(job_id)
+        mine = self._by_cq[res.cluster_queue]
+        del mine[job_id]
+        if not mine:
+            del self._by_cq[res.cluster_queue]
+        return res
+
+    def in_queue(self, cluster_queue: str) -> Iterable[Reservation]:
+        """The reservations held for jobs of ``cluster_queue``."""
+        mine = self._by_cq.get(cluster_queue)
+        return mine.values() if mine is not None else ()
 
     def hold(self, res: Reservation) -> None:
         holds, nodes = self.holds, self._engine.cache.nodes
@@ -80,7 +102,7 @@ class Reservations:
                 names.append(name)
         kept = replace(res, nodes=tuple(names))
         self.hold_quota(kept, 1)
-        self.by_job[res.job_id] = kept
+        self._put(kept)
         self._engine.assigner.generation += 1
 
     def hold_quota(self, r: Reservation, sign: int) -> None:
@@ -133,7 +155,7 @@ class Reservations:
         quota = self._to_hold(info, start, wanted)
         for flavor_resource, amount in quota:
             info.node.add_usage(flavor_resource, amount)
-        self.by_job[rec.id] = Reservation(rec.id, info.name, start, tuple(names), quota, wanted)
+        self._put(Reservation(rec.id, info.name, start, tuple(names), quota, wanted))
         self._engine.assigner.generation += 1
 
     def _to_hold(
@@ -159,7 +181,7 @@ class Reservations:
         from now on (and whatever the end gave back beyond that stays free). A job
         planned to end after a reservation's start changes nothing it holds."""
         clusters = self._engine.cache.cluster_queues
-        for job_id, r in list(self.by_job.items()):
+        for r in list(self.by_job.values()):
             if r.start < end or not r.needs:
                 continue
             info = clusters.get(r.cluster_queue)
@@ -169,13 +191,14 @@ class Reservations:
             if quota == r.quota:
                 continue
             self.hold_quota(r, -1)
-            r = self.by_job[job_id] = replace(r, quota=quota)
+            r = replace(r, quota=quota)
+            self._put(r)
             self.hold_quota(r, 1)
             self._engine.assigner.generation += 1
 
     def drop(self, job_id: int, wake: bool = True) -> None:
         """Give back what a reservation holds and (``wake``) wake what waits for it."""
-        res = self.by_job.pop(job_id)
+        res = self._take(job_id)
         holds, nodes, owner = self.holds, self._engine.cache.nodes, self.holds.owner
         keys: list[str] = []
         reindex = self._engine.cache.reindex
