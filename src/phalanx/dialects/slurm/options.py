@@ -265,7 +265,10 @@ def _gres(value: str, name: str) -> tuple[GresSpec, ...]:
             count = (_whole(m.group(1)) or 0) * _GRES_SUFFIX[m.group(2).lower()]
             parts = parts[:-1]
         if not parts[0] or len(parts) > 2 or not all(parts) or not 1 <= count <= INT_MAX:
-            raise _bad(f"Invalid generic resource (gres) specification: {value}")
+            raise _bad(
+                f"Invalid generic resource (gres) specification: {name}={value!r} "
+                "(expected name[:type][:count], e.g. gpu:h100:8)"
+            )
         out.append(GresSpec(name=parts[0], count=count, type=parts[1] if len(parts) > 1 else None))
     return tuple(out)
 
