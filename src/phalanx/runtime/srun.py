@@ -49,7 +49,7 @@ from phalanx.runtime.containers import FLAGS as PYXIS_FLAGS
 from phalanx.runtime.containers import OPTIONS as PYXIS_OPTIONS
 from phalanx.runtime.srunhet import HetError, HetStep
 from phalanx.runtime.srunhet import plan as het_plan
-from phalanx.runtime.stepd import AttachPoint, next_step_id
+from phalanx.runtime.stepd import AttachPoint, next_step_id, task_ranges, write_all
 
 PROXY = "phalanx.runtime.ray.proxy"
 """The module srun runs in place of a task that belongs on another Ray node."""
@@ -345,29 +345,8 @@ def _expand(pattern: str, ctx: Mapping[str, Any], step: int, rank: int, node: st
     return "".join(out)
 
 
-def _ranges(ranks: list[int]) -> str:
-    ranks = sorted(ranks)
-    parts: list[str] = []
-    start = prev = ranks[0]
-    for r in [*ranks[1:], None]:
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if r is not None:
-            start = prev = r
-    return ",".join(parts)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    with contextlib.suppress(OSError):
-        while data:
-            n = os.write(fd, data)
-            data = data[n:]
-
-
 def _say(message: str) -> None:
-    _write_all(2, (message + "\n").encode())
+    write_all(2, (message + "\n").encode())
 
 
 # -- running a step ----------------------------------------------------------------
@@ -813,7 +792,7 @@ class Step:
         end together are reported together, as slurmstepd reports them."""
         for (node, text), ranks in self.unreported.items():
             word = "task" if len(ranks) == 1 else "tasks"
-            _say(f"srun: error: {node}: {word} {_ranges(ranks)}: {text}")
+            _say(f"srun: error: {node}: {word} {task_ranges(ranks)}: {text}")
         self.unreported.clear()
 
     def pump(self, timeout: float) -> None:
@@ -877,7 +856,7 @@ class Step:
             chunk = b"".join(label + line for line in lines)
         if self.attach is not None:
             self.attach.send(target, index, bytes(raw))
-        _write_all(target, bytes(chunk))
+        write_all(target, bytes(chunk))
 
     def run(self) -> int:
         rfd, wfd = os.pipe()
@@ -1041,7 +1020,7 @@ def main(argv: list[str] | None = None) -> int:
         _say('Try "srun --help" for more information')
         return 1
     if opts.help:
-        _write_all(1, USAGE.encode())
+        write_all(1, USAGE.encode())
         return 0
     context = os.environ.get("PHALANX_SLURM_CONTEXT")
     if not context:

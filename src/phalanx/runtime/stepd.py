@@ -605,7 +605,7 @@ class _StepRelay:
         if self.master >= 0:
             if data:  # a terminal has no end of input: ^D is a byte
                 with contextlib.suppress(OSError):
-                    _write_all(self.master, data)
+                    write_all(self.master, data)
             return
         if self.stdin_fd < 0:
             return
@@ -857,20 +857,36 @@ def pump(
                     if label:
                         lines = data.splitlines(keepends=True)
                         data = b"".join(f"{rank}: ".encode() + line for line in lines)
-                    _write_all(kind, data)
+                    write_all(kind, data)
                 elif kind in (STDOUT, STDERR):
-                    _write_all(kind, payload)
+                    write_all(kind, payload)
                 elif kind == CONTROL:
                     message = json.loads(payload)
                     if isinstance(message, dict) and not on_control(message):
                         return
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (a reader that went away loses the rest)."""
     with contextlib.suppress(OSError):
         while data:
             n = os.write(fd, data)
             data = data[n:]
+
+
+def task_ranges(ranks: list[int]) -> str:
+    """Task numbers as srun lists them: ``0-3,5``."""
+    ranks = sorted(ranks)
+    parts: list[str] = []
+    start = prev = ranks[0]
+    for r in [*ranks[1:], None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if r is not None:
+            start = prev = r
+    return ",".join(parts)
 
 
 # -- usage of running steps (sstat) -----------------------------------------------------

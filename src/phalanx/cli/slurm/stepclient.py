@@ -76,18 +76,6 @@ def connect_step(
         raise StepAnswer(f"error: Job {job_id}: cannot reach its step socket: {exc}") from None
 
 
-def _ranges(ranks: list[int]) -> str:
-    parts: list[str] = []
-    for rank in sorted(ranks):
-        if parts and "-" not in parts[-1] and int(parts[-1]) == rank - 1:
-            parts[-1] = f"{parts[-1]}-{rank}"
-        elif parts and "-" in parts[-1] and int(parts[-1].split("-")[1]) == rank - 1:
-            parts[-1] = f"{parts[-1].split('-')[0]}-{rank}"
-        else:
-            parts.append(str(rank))
-    return ",".join(parts)
-
-
 class _Session:
     """One step's connection and the signals this process gets while it runs."""
 
@@ -154,7 +142,7 @@ class _Session:
                 ranks = [int(r) for r in message.get(key) or ()]
                 if ranks:
                     noun = "task" if len(ranks) == 1 else "tasks"
-                    _say(f"srun: {step} {noun} {_ranges(ranks)}: {word}")
+                    _say(f"srun: {step} {noun} {stepd.task_ranges(ranks)}: {word}")
         elif op == "exit":
             self.code = int(message.get("code") or 0)
             self.tasks = list(message.get("tasks") or ())
