@@ -112,6 +112,7 @@ def driver(cluster: Any, tmp_path: Path) -> Iterator[Driver]:
     while runtime._releasing and time.monotonic() < deadline:
         time.sleep(0.1)
         runtime.poll()
+    runtime.retire_agents()
 
 
 def add_gpu_node(cluster: Any, name: str) -> Any:

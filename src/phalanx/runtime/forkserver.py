@@ -11,6 +11,10 @@ Every supervisor detaches exactly as when started directly (it forks again and
 calls ``setsid``), so it survives both the fork server and the control plane.
 The server exits when its standard input closes, that is when the control
 plane goes. Standard library only, like the supervisor.
+
+A line ``--foreground DIR`` starts the supervisor of ``DIR`` with ``--foreground``
+instead (the Ray runtime's node agents do): it stays the fork server's child, and
+the fork server's end (its agent's) counts as the node's.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import sys
 from phalanx.runtime import supervisor
 
 
-def _spawn(jobdir: str) -> int:
+def _spawn(jobdir: str, foreground: bool = False) -> int:
     pid = os.fork()
     if pid:
         return pid
@@ -44,7 +48,7 @@ def _spawn(jobdir: str) -> int:
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - process-wide streams
         sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
-        code = supervisor.main([jobdir])
+        code = supervisor.main(["--foreground", jobdir] if foreground else [jobdir])
     except BaseException as exc:  # the child must never return into the server's loop
         with contextlib.suppress(OSError):
             os.write(2, f"forkserver: {exc!r}\n".encode())
@@ -59,10 +63,13 @@ def main() -> int:
     out = sys.stdout
     for line in sys.stdin:
         jobdir = line.strip()
+        foreground = jobdir.startswith("--foreground ")
+        if foreground:
+            jobdir = jobdir.removeprefix("--foreground ").strip()
         if not jobdir:
             continue
         try:
-            pid = _spawn(jobdir)
+            pid = _spawn(jobdir, foreground)
         except OSError as exc:
             out.write(f"error {exc}\n")
         else:

@@ -7,10 +7,12 @@ the engine as they are and changes where jobs run:
   resources, its labels); nodes joining and leaving are followed live, a dead
   one turns ``down``;
 - :mod:`~phalanx.runtime.ray.runtime`: an admitted job is one placement group,
-  one bundle per (node, pod set) of the engine's placement, pinned to that node;
-- :mod:`~phalanx.runtime.ray.agent`: one agent actor per bundle runs the node's
-  tasks under the same supervisor as the local runtime (Slurm environment,
-  output files, time limits, cancel);
+  one bundle per (node, pod set) of the engine's placement, pinned to that node
+  (Ray's resource view counts the job);
+- :mod:`~phalanx.runtime.ray.agent`: one long-lived agent actor per Ray node runs
+  the tasks of every job placed there under the same supervisor as the local
+  runtime (Slurm environment, output files, time limits, cancel), forked by the
+  node's fork server;
 - :mod:`~phalanx.runtime.ray.proxy`: ``srun`` in a batch job starts its tasks on
   the other nodes through their agents;
 - :mod:`~phalanx.runtime.ray.connect`: connecting without the loopback hang.

@@ -4,7 +4,8 @@ Under the Ray runtime, ``srun`` starts this module in place of every task that
 belongs on another node (as ``mpirun`` starts ``ssh``): it connects to the Ray
 cluster (``PHALANX_RAY_ADDRESS``), asks that node's agent
 (:class:`~phalanx.runtime.ray.agent.NodeAgent`, named ``AGENT``) to run the
-command there with this process's environment and working directory, copies
+command there with this process's environment (whose ``PHALANX_RAY_ATTEMPT``
+names the job attempt) and working directory, copies
 the task's output to its own stdout and stderr as it comes, forwards the
 signals it gets (srun's forwarding, the supervisor's SIGTERM on cancel), and
 ends as the task ended: the same exit code, or killed by the same signal. So

@@ -1,25 +1,36 @@
 """The Ray runtime: admitted jobs run on a Ray cluster, placed exactly where the engine said.
 
-Per job attempt (see :mod:`phalanx.runtime.ray` for the whole picture):
+Per Ray node (see :mod:`phalanx.runtime.ray` for the whole picture): one
+long-lived :class:`~phalanx.runtime.ray.agent.NodeAgent`, detached, pinned to
+the node and named ``phalanx-<id>/node/<ray node id>`` (``<id>`` is kept in the
+state directory), created when the inventory first sees the node live (again
+when it dies and a new one is needed); it runs the tasks of every attempt
+placed there, under the standard supervisor.
 
-- one placement group, detached and named ``phalanx-<id>/<job>/<attempt>`` (``<id>``
-  is kept in the state directory), with one
-  bundle per (node, pod set) of the engine's placement, each pinned to its
+Per job attempt:
+
+- one placement group, detached and named ``phalanx-<id>/<job>/<attempt>``, with
+  one bundle per (node, pod set) of the engine's placement, each pinned to its
   node by Ray's ``ray.io/node-id`` label, so Ray reserves what the engine
-  decided and never decides again;
-- one :class:`~phalanx.runtime.ray.agent.NodeAgent` per bundle, which runs the
-  tasks of that node under the standard supervisor.
+  decided and never decides again: the cluster's resource view (what other Ray
+  work, the autoscaler and the dashboard see) counts the job;
+- one *part* per bundle, in that node's agent: :meth:`NodeAgent.start
+  <phalanx.runtime.ray.agent.NodeAgent.start>` is sent to every node of the gang
+  at once, and each agent starts its supervisor as soon as Ray has placed the
+  group (the agents wait for it, not the control plane).
 
-:meth:`RayRuntime.poll` turns the agents' ``status.json`` into Started (every
-node's tasks running), Checkpointed (a node's supervisor saw its tasks touch
-``PHALANX_CHECKPOINT_FILE``, as on the local runtime) and Exited (every node's
-tasks done) events. A node that dies (its agent is gone, or Ray marks the node
-dead) ends the attempt ``NODE_FAIL``, naming it in ``Exited.lost_nodes``, once the
-control plane has been told the node is down (at most :data:`LOST_WAIT_S` later).
-An ended attempt's agents first end what still runs on their nodes (a NODE_FAIL's
-other nodes), then they and the placement group are removed. After a restart of
-the control plane, :meth:`RayRuntime.adopt` finds the placement group and the
-agents by name.
+:meth:`RayRuntime.poll` keeps one :meth:`NodeAgent.watch
+<phalanx.runtime.ray.agent.NodeAgent.watch>` call open per node and turns the
+parts' ``status.json`` into Started (every node's tasks running), Checkpointed
+(a node's supervisor saw its tasks touch ``PHALANX_CHECKPOINT_FILE``, as on the
+local runtime) and Exited (every node's tasks done) events. A node that dies
+(its agent is gone, or Ray marks the node dead) ends the attempts there
+``NODE_FAIL``, naming it in ``Exited.lost_nodes``, once the control plane has
+been told the node is down (at most :data:`LOST_WAIT_S` later). An ended
+attempt's parts first end what still runs on their nodes (a NODE_FAIL's other
+nodes), then the placement group is removed. After a restart of the control
+plane, :meth:`RayRuntime.adopt` finds the placement group by name and each
+bundle's part in its node's agent.
 
 Inventory: a watcher thread reads ``ray.nodes()`` every second
 (:class:`~phalanx.runtime.ray.inventory.Inventory`) and hands the Nodes that
@@ -61,7 +72,7 @@ __all__ = ["RayRuntime"]
 log = logging.getLogger(__name__)
 
 STATUS_WAIT_S = 2.0
-"""How long one status call waits in the agent for a change."""
+"""How long one watch call waits in the agent for a change."""
 PLACE_TIMEOUT_S = 120.0
 """How long a placement group may stay unplaced before the attempt fails NODE_FAIL."""
 INVENTORY_PERIOD_S = 1.0
@@ -106,16 +117,18 @@ def _installation_id(state_dir: Path) -> str:
 
 @dataclass(slots=True)
 class _Part:
-    """One bundle of an attempt and its agent."""
+    """One bundle of an attempt: its part in its node's agent."""
 
     bundle: int
     node: str
-    actor: Any
+    agent: Any
     runs_tasks: bool
     node_id: str | None = None
-    key: list[int] | None = None
+    key: str = ""
+    """The part's name in the agent: ``<job>/<attempt>/<bundle>``."""
+    stat: list[int] | None = None
+    """The stat key of the status last read (what the agent compares with)."""
     status: dict[str, Any] = field(default_factory=dict)
-    ref: Any = None
     lost: str | None = None
     node_lost: bool = False
     """Whether ``lost`` is the node's own loss (it died, or its agent is gone), which
@@ -128,15 +141,12 @@ class _Attempt:
     attempt: int
     pg: Any
     parts: list[_Part]
-    placed: bool = False
-    ready_ref: Any = None
     started: bool = False
     exited: bool = False
     checkpoint_at: float | None = None
     """The latest checkpoint reported (a Checkpointed event went out for it)."""
     steps: list[Any] | None = None
     """The job steps last reported (a StepsReported event went out for them)."""
-    tracked_at: float = field(default_factory=time.monotonic)
 
 
 def bundle_resources(
@@ -182,11 +192,15 @@ class RayRuntime:
         self.on_nodes: Callable[[list[Node]], None] | None = None
         """Called (from the watcher thread) with the Nodes that changed."""
         self._lock = threading.Lock()
+        self._agents: dict[str, Any] = {}
+        """Ray node id -> that node's agent (an actor handle)."""
+        self._watches: dict[str, Any] = {}
+        """Ray node id -> the open watch call of its agent."""
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._backlog: list[RuntimeEvent] = []
         self._cleanup: list[_Attempt] = []
         self._releasing: list[tuple[_Attempt, list[Any], float]] = []
-        """Ended attempts whose agents are ending their tasks: the calls, and until when."""
+        """Ended attempts whose parts are ending their tasks: the calls, and until when."""
         self._lost_at: dict[str, float] = {}
         """Ray node id -> when an attempt found it lost."""
         self._told_down: set[str] = set()
@@ -199,10 +213,19 @@ class RayRuntime:
     # -- inventory ------------------------------------------------------------
 
     def refresh(self) -> list[Node]:
-        """Read ``ray.nodes()`` now; the Nodes that changed."""
+        """Read ``ray.nodes()`` now; the Nodes that changed. A node seen live for the
+        first time gets its agent now, so that its first job does not wait for it."""
         entries = self._ray.nodes()  # type: ignore[no-untyped-call]
         with self._lock:
-            return self.inventory.update(entries)
+            changed = self.inventory.update(entries)
+            live = {n.node_id for n in self.inventory.live.values()}
+            new = sorted(live - set(self._agents))
+        for node_id in new:
+            try:
+                self._agent(node_id)
+            except Exception as exc:
+                log.warning("starting the agent of Ray node %s failed: %s", node_id, exc)
+        return changed
 
     def nodes(self) -> list[Node]:
         """Every Node the Ray cluster has (down ones too)."""
@@ -248,6 +271,58 @@ class RayRuntime:
             return None
         return run_health_program(node_id, argv, env, timeout_s)
 
+    # -- agents ---------------------------------------------------------------
+
+    def agent_name(self, node_id: str) -> str:
+        """The name of the agent of the Ray node ``node_id``."""
+        return f"{self.prefix}/node/{node_id}"
+
+    def _agent(self, node_id: str) -> Any:
+        """The agent of the Ray node ``node_id``: the one this runtime holds, else the
+        one running under its name (a restart), else a new one, pinned to the node."""
+        with self._lock:
+            agent = self._agents.get(node_id)
+        if agent is not None:
+            return agent
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        agent = (
+            agent_class()
+            .options(
+                name=self.agent_name(node_id),
+                namespace=NAMESPACE,
+                lifetime="detached",
+                get_if_exists=True,
+                num_cpus=0,
+                max_restarts=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            )
+            .remote(self.workdir)
+        )
+        with self._lock:
+            return self._agents.setdefault(node_id, agent)
+
+    def _agent_gone(self, node_id: str, agent: Any) -> None:
+        """Forget a dead agent: the node's next job gets a new one (if the node lives)."""
+        with self._lock:
+            if self._agents.get(node_id) is agent:
+                del self._agents[node_id]
+        self._watches.pop(node_id, None)
+
+    def retire_agents(self, timeout: float = 5.0) -> None:
+        """End the agents that run nothing (this runtime is going away; a restarted one
+        makes them again). Agents that run jobs stay."""
+        with self._lock:
+            agents = list(self._agents.values())
+            self._agents.clear()
+        refs = []
+        for agent in agents:
+            with contextlib.suppress(Exception):
+                refs.append(agent.exit_if_idle.remote())
+        if refs:
+            with contextlib.suppress(Exception):
+                self._ray.wait(refs, num_returns=len(refs), timeout=timeout)
+
     # -- paths ----------------------------------------------------------------
 
     def default_output(self, job_id: int) -> Path:
@@ -261,17 +336,21 @@ class RayRuntime:
     def pg_name(self, job_id: int, attempt: int) -> str:
         return f"{self.prefix}/{job_id}/{attempt}"
 
-    def agent_name(self, job_id: int, attempt: int, bundle: int) -> str:
-        return f"{self.prefix}/{job_id}/{attempt}/{bundle}"
+    @staticmethod
+    def part_key(job_id: int, attempt: int, bundle: int) -> str:
+        """A bundle's part in its node's agent."""
+        return f"{job_id}/{attempt}/{bundle}"
 
     # -- launching ------------------------------------------------------------
 
     def launch(self, spec: LaunchSpec) -> None:
-        """Reserve the placement group and start the agents; :class:`AlreadyLaunched` if
-        this attempt's placement group exists."""
+        """Reserve the placement group and start the parts on every node at once;
+        :class:`AlreadyLaunched` if this attempt's placement group exists."""
         from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        # The jobs that ended before this one was admitted free their reservations
+        # first: this one may need them.
+        self._flush()
         key = (spec.job_id, spec.attempt)
         name = self.pg_name(spec.job_id, spec.attempt)
         if key in self._attempts or self._find_pg(name) is not None:
@@ -290,10 +369,7 @@ class RayRuntime:
             message = f"node {missing[0]} is not in the Ray cluster"
             self._backlog.append(self._failed(spec, message, tuple(missing)))
             return
-        agents = {
-            node: self.agent_name(spec.job_id, spec.attempt, b)
-            for b, (node, _) in reversed(list(enumerate(bundles)))
-        }
+        agents = {node: self.agent_name(str(node_ids[node])) for node, _ in bundles}
         first = alloc[0].node if alloc else ""
         head = (first, alloc[0].pod_set if alloc else "")
         run = spec
@@ -306,6 +382,7 @@ class RayRuntime:
                     "PHALANX_RAY_ADDRESS": self.address,
                     "PHALANX_RAY_NAMESPACE": NAMESPACE,
                     "PHALANX_RAY_AGENTS": json.dumps(agents),
+                    "PHALANX_RAY_ATTEMPT": f"{spec.job_id}/{spec.attempt}",
                 },
             )
             batch_bundle = bundles.index(head)
@@ -339,7 +416,6 @@ class RayRuntime:
             gpus = sorted(g for i in indices for g in alloc[i].gpus)
             plan: dict[str, Any] = {
                 "node": node,
-                "root": self.workdir,
                 "jobdir": self.jobdir(spec.job_id, spec.attempt, bundle),
                 "hosts": hosts,
                 "gpus": gpus,
@@ -348,33 +424,23 @@ class RayRuntime:
                     [f.name, f.text, f.mode] for f in files if mine or f.name == "slurm.json"
                 ],
                 "spec": None,
+                "place_timeout_s": PLACE_TIMEOUT_S,
             }
             if mine:
                 own = dataclasses.replace(run, tasks=tuple(mine), allocation=())
                 body = dataclasses.asdict(own)
                 body["task_count"] = len(spec.tasks)
                 plan["spec"] = body
-            actor = (
-                agent_class()
-                .options(
-                    name=self.agent_name(spec.job_id, spec.attempt, bundle),
-                    namespace=NAMESPACE,
-                    lifetime="detached",
-                    num_cpus=0,
-                    num_gpus=resources[bundle].get("GPU", 0),
-                    max_restarts=0,
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(
-                        pg, placement_group_bundle_index=bundle
-                    ),
-                )
-                .remote(plan)
-            )
-            parts.append(_Part(bundle, node, actor, bool(mine), node_ids[node]))
-        record = _Attempt(spec.job_id, spec.attempt, pg, parts)
-        record.ready_ref = pg.ready()
-        self._attempts[key] = record
-        for part in parts:
-            self._ask(part)
+            node_id = str(node_ids[node])
+            part = _Part(bundle, node, None, bool(mine), node_id)
+            part.key = self.part_key(spec.job_id, spec.attempt, bundle)
+            try:
+                part.agent = self._agent(node_id)
+                part.agent.start.remote(part.key, plan, pg)
+            except Exception as exc:
+                part.lost = f"the agent on node {node} failed: {exc}"
+            parts.append(part)
+        self._attempts[key] = _Attempt(spec.job_id, spec.attempt, pg, parts)
 
     def _failed(self, spec: LaunchSpec, message: str, lost_nodes: tuple[str, ...] = ()) -> Exited:
         return Exited(
@@ -397,12 +463,6 @@ class RayRuntime:
         except ValueError:
             return None
 
-    def _ask(self, part: _Part) -> None:
-        # Agents without tasks are asked too: for the checkpoints of srun's tasks there,
-        # and so that their death is seen at once.
-        if part.actor is not None and part.lost is None:
-            part.ref = part.actor.status.remote(part.key, STATUS_WAIT_S)
-
     # -- commands -------------------------------------------------------------
 
     def _current(self, job_id: int) -> _Attempt | None:
@@ -418,15 +478,15 @@ class RayRuntime:
         record = self._current(job_id)
         if record is None or record.exited:
             return []
-        head = [p for p in record.parts if p.runs_tasks and p.actor is not None]
-        others = [p for p in record.parts if not p.runs_tasks and p.actor is not None]
+        head = [p for p in record.parts if p.runs_tasks and p.agent is not None]
+        others = [p for p in record.parts if not p.runs_tasks and p.agent is not None]
         if not head:
             return []
         try:
             steps: list[dict[str, Any]] = self._ray.get(
-                head[0].actor.step_usage.remote(), timeout=10
+                head[0].agent.step_usage.remote(head[0].key), timeout=10
             )
-            remote = self._ray.get([p.actor.remote_usage.remote() for p in others], timeout=10)
+            remote = self._ray.get([p.agent.remote_usage.remote(p.key) for p in others], timeout=10)
         except Exception as exc:
             log.warning("sstat of job %s: %s", job_id, exc)
             return []
@@ -452,43 +512,37 @@ class RayRuntime:
         return None
 
     def cancel(self, job_id: int, *, preempt_grace_s: float | None = None) -> None:
+        """Cancel on every node (an agent ends a part whose supervisor has not started,
+        Ray not having placed the group yet, without starting it)."""
         record = self._current(job_id)
         if record is None or record.exited:
             return
-        if not record.placed and record.ready_ref is not None:
-            ready, _ = self._ray.wait([record.ready_ref], timeout=0)
-            record.placed = bool(ready)
-        if not record.placed:
-            # Nothing runs yet (Ray has not placed the bundles): it ends here.
-            record.exited = True
-            state = "CANCELLED" if preempt_grace_s is None else "PREEMPTED"
-            self._backlog.append(
-                Exited(job_id, record.attempt, state, None, None, None, time.time(), "")
-            )
-            return
         for part in record.parts:
-            if part.actor is not None:
+            if part.agent is not None and part.lost is None:
                 with contextlib.suppress(Exception):
-                    part.actor.cancel.remote(preempt_grace_s)
+                    part.agent.cancel.remote(part.key, preempt_grace_s)
 
     def signal(self, job_id: int, signum: int, *, batch_only: bool = False) -> None:
         record = self._current(job_id)
         if record is None:
             return
         for part in record.parts:
-            if part.runs_tasks:
-                part.actor.signal.remote(int(signum), batch_only)
+            if part.runs_tasks and part.agent is not None:
+                part.agent.signal.remote(part.key, int(signum), batch_only)
 
     def set_time_limit(self, job_id: int, seconds: float | None) -> None:
         record = self._current(job_id)
         if record is None:
             return
         for part in record.parts:
-            if part.runs_tasks:
-                part.actor.set_time_limit.remote(seconds)
+            if part.runs_tasks and part.agent is not None:
+                part.agent.set_time_limit.remote(part.key, seconds)
 
     def adopt(self, job_id: int, attempt: int) -> bool:
-        """Find an attempt started before a restart (its placement group and agents)."""
+        """Find an attempt started before a restart: its placement group, and each
+        bundle's part in the agent of the node Ray placed the bundle on."""
+        from ray.util import placement_group_table
+
         key = (job_id, attempt)
         if key in self._attempts:
             return True
@@ -496,25 +550,39 @@ class RayRuntime:
         if pg is None:
             return False
         ray = self._ray
+        try:
+            placed = placement_group_table(pg).get("bundles_to_node_id") or {}
+        except Exception:
+            placed = {}
         parts: list[_Part] = []
+        asked: list[tuple[_Part, Any]] = []
         for bundle in range(len(pg.bundle_specs)):
+            part = _Part(bundle, "?", None, True, placed.get(bundle))
+            part.key = self.part_key(job_id, attempt, bundle)
+            parts.append(part)
             try:
-                actor = ray.get_actor(self.agent_name(job_id, attempt, bundle), namespace=NAMESPACE)
-                about = ray.get(actor.about.remote(), timeout=30)
+                part.agent = ray.get_actor(self.agent_name(str(part.node_id)), namespace=NAMESPACE)
+                asked.append((part, part.agent.about.remote(part.key)))
             except Exception as exc:
-                part = _Part(bundle, "?", None, True)
                 part.lost = f"the agent of bundle {bundle} is gone ({type(exc).__name__})"
-                parts.append(part)
+        for part, ref in asked:
+            try:
+                about = ray.get(ref, timeout=30)
+            except Exception as exc:
+                about = None
+                part.lost = f"the agent of bundle {part.bundle} is gone ({type(exc).__name__})"
+            if about is None:
+                part.lost = part.lost or f"the agent of bundle {part.bundle} lost the job"
+                part.agent = None
                 continue
-            parts.append(_Part(bundle, about["node"], actor, about["runs_tasks"], about["node_id"]))
-        record = _Attempt(job_id, attempt, pg, parts, placed=True)
-        self._attempts[key] = record
-        for part in parts:
-            self._ask(part)
+            part.node, part.runs_tasks = about["node"], about["runs_tasks"]
+            with self._lock:
+                self._agents.setdefault(str(part.node_id), part.agent)
+        self._attempts[key] = _Attempt(job_id, attempt, pg, parts)
         return True
 
     def forget(self, job_id: int, attempt: int | None = None) -> None:
-        """Stop tracking; the attempt's placement group and agents go at the next poll
+        """Stop tracking; the attempt's parts and placement group go at the next poll
         (after the control plane has stored the attempt's end)."""
         for key in [k for k in self._attempts if k[0] == job_id and attempt in (None, k[1])]:
             self._cleanup.append(self._attempts.pop(key))
@@ -523,26 +591,39 @@ class RayRuntime:
         ]
 
     def close(self) -> None:
-        """Stop watching and disconnect; jobs keep running in their agents."""
+        """Stop watching and disconnect; jobs keep running in their agents (the agents
+        that run none end)."""
         self._stop.set()
         self._wake.set()
         self._release([*self._cleanup, *(record for record, _, _ in self._releasing)])
         self._cleanup, self._releasing = [], []
         self._attempts.clear()
+        self.retire_agents()
         with contextlib.suppress(Exception):
             self._ray.shutdown()
 
     def _shut_down(self, records: Sequence[_Attempt]) -> None:
-        """Ask the agents of ended attempts to end their tasks (a NODE_FAIL leaves the
-        other nodes' running); they are removed when done (:meth:`_finish_release`)."""
+        """Ask the agents to end what still runs of ended attempts (a NODE_FAIL leaves
+        the other nodes' running); the placement groups go when done
+        (:meth:`_finish_release`), at once for an attempt that has nothing left to end
+        (every node ran tasks, and reported them done)."""
         deadline = time.monotonic() + RELEASE_WAIT_S
         for record in records:
             refs = []
             for part in record.parts:
-                if part.actor is not None and part.lost is None:
+                if part.agent is not None and not (part.lost and part.node_lost):
                     with contextlib.suppress(Exception):
-                        refs.append(part.actor.shutdown.remote())
-            self._releasing.append((record, refs, deadline))
+                        refs.append(part.agent.shutdown.remote(part.key))
+            if all(p.runs_tasks and p.status.get("state") == "exited" for p in record.parts):
+                self._release([record])
+            else:
+                self._releasing.append((record, refs, deadline))
+
+    def _flush(self) -> None:
+        """Release what the control plane has forgotten (it has stored their ends)."""
+        if self._cleanup:
+            self._shut_down(self._cleanup)
+            self._cleanup = []
 
     def _finish_release(self) -> None:
         now = time.monotonic()
@@ -563,10 +644,6 @@ class RayRuntime:
         from ray.util import remove_placement_group
 
         for record in records:
-            for part in record.parts:
-                if part.actor is not None:
-                    with contextlib.suppress(Exception):
-                        self._ray.kill(part.actor, no_restart=True)
             with contextlib.suppress(Exception):
                 remove_placement_group(record.pg)
 
@@ -575,9 +652,7 @@ class RayRuntime:
     def poll(self) -> list[RuntimeEvent]:
         """Events since the last call: Started once per attempt, Checkpointed once per
         newer checkpoint (the latest of its nodes'), then Exited once."""
-        if self._cleanup:
-            self._shut_down(self._cleanup)
-            self._cleanup = []
+        self._flush()
         if self._releasing:
             self._finish_release()
         self._collect()
@@ -587,40 +662,52 @@ class RayRuntime:
     def next_event_time(self) -> float | None:
         return None
 
+    def _open_parts(self) -> dict[str, dict[str, _Part]]:
+        """Ray node id -> part key -> the parts whose news is still to come."""
+        out: dict[str, dict[str, _Part]] = {}
+        for record in self._attempts.values():
+            if record.exited:
+                continue
+            for part in record.parts:
+                if part.agent is None or part.lost is not None or part.node_id is None:
+                    continue
+                if part.status.get("state") == "exited":
+                    continue
+                out.setdefault(part.node_id, {})[part.key] = part
+        return out
+
     def _collect(self) -> None:
         ray = self._ray
-        records = [r for r in self._attempts.values() if not r.exited]
-        refs: dict[Any, tuple[_Attempt, _Part | None]] = {}
-        for record in records:
-            if not record.placed and record.ready_ref is not None:
-                refs[record.ready_ref] = (record, None)
-            for part in record.parts:
-                if part.ref is not None:
-                    refs[part.ref] = (record, part)
-        if refs:
+        open_parts = self._open_parts()
+        if self._watches:
+            refs = {ref: node_id for node_id, ref in self._watches.items()}
             ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
             for ref in ready:
-                record, found = refs[ref]
-                if found is None:
-                    record.placed = True
-                    with contextlib.suppress(Exception):
-                        ray.get(ref)
-                    continue
-                part = found
-                part.ref = None
+                node_id = refs[ref]
+                del self._watches[node_id]
+                parts = open_parts.get(node_id, {})
                 try:
-                    key, status = ray.get(ref)
+                    found = ray.get(ref)
                 except Exception as exc:
-                    self._part_error(part, exc)
+                    self._agent_error(node_id, list(parts.values()), exc)
                     continue
-                if status:
-                    part.key, part.status = key, status
-                if part.status.get("state") != "exited":
-                    self._ask(part)
+                for part_key, (stat, status) in found.items():
+                    part = parts.get(part_key)
+                    if part is not None and status:
+                        part.stat, part.status = stat, status
+            open_parts = self._open_parts()
+        # One open watch per node, over all of its parts that are still to report.
+        for node_id, parts in open_parts.items():
+            if node_id in self._watches:
+                continue
+            agent = next(iter(parts.values())).agent
+            known = {k: p.stat for k, p in parts.items()}
+            with contextlib.suppress(Exception):
+                self._watches[node_id] = agent.watch.remote(known, STATUS_WAIT_S)
         with self._lock:
             alive = {ray_node.node_id for ray_node in self.inventory.live.values()}
         now = time.monotonic()
-        for record in records:
+        for record in [r for r in self._attempts.values() if not r.exited]:
             for part in record.parts:
                 if part.lost is None and part.node_id is not None and part.node_id not in alive:
                     part.lost = f"node {part.node} died"
@@ -629,24 +716,24 @@ class RayRuntime:
                     self._lost_at = {i: t for i, t in self._lost_at.items() if now - t < 3600}
                     self._lost_at[part.node_id] = now
                     self._wake.set()  # the inventory reads the cluster now
-            if not record.placed and now - record.tracked_at > PLACE_TIMEOUT_S:
-                record.parts[0].lost = record.parts[0].lost or (
-                    f"Ray did not place the job's bundles within {PLACE_TIMEOUT_S:.0f} s"
-                )
             self._report(record)
 
-    def _part_error(self, part: _Part, exc: Exception) -> None:
+    def _agent_error(self, node_id: str, parts: list[_Part], exc: Exception) -> None:
         from ray.exceptions import ActorDiedError, ActorUnavailableError
 
         if isinstance(exc, ActorUnavailableError):
             # Perhaps a passing network hiccup: the node's liveness decides; ask again.
-            self._ask(part)
             return
+        agent = parts[0].agent if parts else None
         if isinstance(exc, ActorDiedError):
-            part.lost = f"the agent on node {part.node} died"
-            part.node_lost = True
+            if agent is not None:
+                self._agent_gone(node_id, agent)
+            for part in parts:
+                part.lost = f"the agent on node {part.node} died"
+                part.node_lost = True
             return
-        part.lost = f"the agent on node {part.node} failed: {exc}"
+        for part in parts:
+            part.lost = f"the agent on node {part.node} failed: {exc}"
 
     def _told(self, record: _Attempt) -> bool:
         """Whether the control plane knows the attempt's lost nodes are down (or has
