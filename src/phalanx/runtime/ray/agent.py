@@ -255,6 +255,8 @@ class NodeAgent:
         # A threaded actor runs calls in any order: a cancel or a shutdown may come
         # before the start of its part.
         self.early_cancel: dict[str, tuple[float | None]] = {}
+        self.early_calls: dict[str, list[Callable[[], None]]] = {}
+        """Signals and time limits for parts not started yet."""
         self.dropped: dict[str, float] = {}
         """Parts shut down before they started (never to start), and when."""
 
@@ -284,13 +286,19 @@ class NodeAgent:
             if key in self.parts or key in self.dropped:
                 return
             part.cancel = self.early_cancel.pop(key, None)
+            early = self.early_calls.pop(key, [])
             self.parts[key] = part
             self.generation += 1
             self.changed.notify_all()
         try:
+            if plan.get("root", str(self.root)) != str(self.root):
+                # A control plane started with another --ray-workdir than the agent's.
+                write_bin(Path(plan["root"]) / "bin", sys.executable)
             part.jobdir.mkdir(parents=True, exist_ok=True)
             (part.jobdir / "hosts").write_text(plan.get("hosts", ""), encoding="ascii")
             write_files(part.jobdir, [JobFile(*f) for f in plan.get("files", [])])
+            for call in early:
+                call()
         except Exception as exc:
             self._end(part, "NODE_FAIL", f"the agent on {part.node} could not start the job: {exc}")
             return
@@ -493,20 +501,35 @@ class NodeAgent:
                 if task.part == key:
                     self.step_signal(step, signal.SIGTERM)
 
+    def _later(self, key: str, call: Callable[[], None]) -> bool:
+        """Keep ``call`` for the start of part ``key`` when that has not come yet;
+        whether it was kept (or the part is gone for good)."""
+        with self.lock:
+            if key in self.parts:
+                return False
+            if key not in self.dropped:
+                self.early_calls.setdefault(key, []).append(call)
+            return True
+
     def signal(self, key: str, signum: int, batch_only: bool) -> None:
+        if self._later(key, lambda: self.signal(key, signum, batch_only)):
+            return
         part = self.parts.get(key)
         if part is None:
             return
         folder = part.jobdir / "signals"
-        folder.mkdir(exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{time.time_ns()}.tmp"
         tmp.write_text(json.dumps({"signal": signum, "batch_only": batch_only}), encoding="utf-8")
         os.replace(tmp, folder / f"{time.time_ns()}-{os.getpid()}.json")
 
     def set_time_limit(self, key: str, seconds: float | None) -> None:
+        if self._later(key, lambda: self.set_time_limit(key, seconds)):
+            return
         part = self.parts.get(key)
         if part is None:
             return
+        part.jobdir.mkdir(parents=True, exist_ok=True)
         path = part.jobdir / "time_limit"
         tmp = path.with_name("time_limit.tmp")
         tmp.write_text("none" if seconds is None else f"{seconds:.3f}", encoding="ascii")

@@ -82,6 +82,11 @@ they and the placement group are removed."""
 LOST_WAIT_S = 10.0
 """How long a NODE_FAIL waits for the control plane to be told its node is down (by
 :attr:`RayRuntime.on_nodes`), so that the requeued job is not placed there again."""
+SETTLE_S = 2.0
+"""How long after a placement group of a node was removed Ray may not show its
+resources free yet: a launch on that node waits until Ray shows them free."""
+SETTLE_MAX_S = 1.0
+"""How long such a launch waits at most before asking Ray anyway."""
 DEFAULT_WORKDIR = "/tmp/phalanx"
 GPU = "nvidia.com/gpu"
 GPU_MILLI = "phalanx.io/gpu-milli"
@@ -136,11 +141,25 @@ class _Part:
 
 
 @dataclass(slots=True)
+class _Unplaced:
+    """An attempt's placement group still to ask Ray for, and its parts' plans."""
+
+    name: str
+    resources: list[dict[str, float]]
+    plans: list[dict[str, Any]]
+    since: float
+    calls: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+    """Signals and time limits that came meanwhile, for the parts with tasks."""
+
+
+@dataclass(slots=True)
 class _Attempt:
     job_id: int
     attempt: int
     pg: Any
     parts: list[_Part]
+    unplaced: _Unplaced | None = None
+    """Set until the placement group is asked for (:meth:`RayRuntime._place`)."""
     started: bool = False
     exited: bool = False
     checkpoint_at: float | None = None
@@ -194,8 +213,8 @@ class RayRuntime:
         self._lock = threading.Lock()
         self._agents: dict[str, Any] = {}
         """Ray node id -> that node's agent (an actor handle)."""
-        self._watches: dict[str, Any] = {}
-        """Ray node id -> the open watch call of its agent."""
+        self._watches: dict[str, tuple[Any, Any]] = {}
+        """Ray node id -> the open watch call of its agent, and that agent."""
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._backlog: list[RuntimeEvent] = []
         self._cleanup: list[_Attempt] = []
@@ -203,6 +222,8 @@ class RayRuntime:
         """Ended attempts whose parts are ending their tasks: the calls, and until when."""
         self._lost_at: dict[str, float] = {}
         """Ray node id -> when an attempt found it lost."""
+        self._freed_at: dict[str, float] = {}
+        """Ray node id -> when a placement group with a bundle there was last removed."""
         self._told_down: set[str] = set()
         """The Ray node ids :attr:`on_nodes` has handed over as down (or gone)."""
         self._wake = threading.Event()
@@ -346,8 +367,6 @@ class RayRuntime:
     def launch(self, spec: LaunchSpec) -> None:
         """Reserve the placement group and start the parts on every node at once;
         :class:`AlreadyLaunched` if this attempt's placement group exists."""
-        from ray.util.placement_group import placement_group
-
         # The jobs that ended before this one was admitted free their reservations
         # first: this one may need them.
         self._flush()
@@ -399,14 +418,8 @@ class RayRuntime:
         for (node, pod_set), indices in groups.items():
             requests = spec.requests.get(pod_set, {})
             resources.append(bundle_resources(requests, len(indices), live[node].resources))
-        pg = placement_group(
-            resources,
-            strategy="PACK",
-            name=name,
-            lifetime="detached",
-            bundle_label_selector=[{RAY_NODE_ID_LABEL: str(node_ids[node])} for node, _ in bundles],
-        )
         parts: list[_Part] = []
+        plans: list[dict[str, Any]] = []
         task_list = list(run.tasks)
         for bundle, ((node, pod_set), indices) in enumerate(groups.items()):
             if spec.script is None and not spec.allocation:
@@ -416,6 +429,7 @@ class RayRuntime:
             gpus = sorted(g for i in indices for g in alloc[i].gpus)
             plan: dict[str, Any] = {
                 "node": node,
+                "root": self.workdir,
                 "jobdir": self.jobdir(spec.job_id, spec.attempt, bundle),
                 "hosts": hosts,
                 "gpus": gpus,
@@ -431,16 +445,87 @@ class RayRuntime:
                 body = dataclasses.asdict(own)
                 body["task_count"] = len(spec.tasks)
                 plan["spec"] = body
-            node_id = str(node_ids[node])
-            part = _Part(bundle, node, None, bool(mine), node_id)
+            part = _Part(bundle, node, None, bool(mine), str(node_ids[node]))
             part.key = self.part_key(spec.job_id, spec.attempt, bundle)
-            try:
-                part.agent = self._agent(node_id)
-                part.agent.start.remote(part.key, plan, pg)
-            except Exception as exc:
-                part.lost = f"the agent on node {node} failed: {exc}"
             parts.append(part)
-        self._attempts[key] = _Attempt(spec.job_id, spec.attempt, pg, parts)
+            plans.append(plan)
+        record = _Attempt(spec.job_id, spec.attempt, None, parts)
+        record.unplaced = _Unplaced(name, resources, plans, time.monotonic())
+        self._attempts[key] = record
+        # Resources freed a moment ago may not be free in Ray's view yet: a placement
+        # group asked for then waits for Ray's next retry (up to a second), so it is
+        # asked for once Ray shows them free (now, or at a next poll; SETTLE_MAX_S at
+        # most).
+        now = time.monotonic()
+        if any(now - self._freed_at.get(p.node_id or "", -1e9) < SETTLE_S for p in parts):
+            self._place_waiting()
+        else:
+            self._place(record)
+
+    def _place(self, record: _Attempt) -> None:
+        """Create the attempt's placement group and start its parts on every node at once."""
+        from ray.util.placement_group import placement_group
+
+        unplaced = record.unplaced
+        assert unplaced is not None
+        record.unplaced = None
+        record.pg = placement_group(
+            unplaced.resources,
+            strategy="PACK",
+            name=unplaced.name,
+            lifetime="detached",
+            bundle_label_selector=[{RAY_NODE_ID_LABEL: str(p.node_id)} for p in record.parts],
+        )
+        for part, plan in zip(record.parts, unplaced.plans, strict=True):
+            try:
+                part.agent = self._agent(str(part.node_id))
+                part.agent.start.remote(part.key, plan, record.pg)
+            except Exception as exc:
+                part.lost = f"the agent on node {part.node} failed: {exc}"
+        for method, args in unplaced.calls:
+            self._call(record, method, *args)
+
+    def _call(self, record: _Attempt, method: str, *args: Any) -> None:
+        """``method`` of the agents of the attempt's parts with tasks (kept for them
+        while the attempt waits for its placement group)."""
+        if record.unplaced is not None:
+            record.unplaced.calls.append((method, args))
+            return
+        for part in record.parts:
+            if part.runs_tasks and part.agent is not None:
+                with contextlib.suppress(Exception):
+                    getattr(part.agent, method).remote(part.key, *args)
+
+    def _place_waiting(self) -> None:
+        """Place the attempts that wait for freed resources, in launch order, those that
+        fit what Ray shows free (or that waited :data:`SETTLE_MAX_S`)."""
+        waiting = [r for r in self._attempts.values() if r.unplaced is not None and not r.exited]
+        if not waiting:
+            return
+        from ray._private.state import available_resources_per_node
+
+        try:
+            free = available_resources_per_node()  # type: ignore[no-untyped-call]
+        except Exception:
+            free = {}
+        now = time.monotonic()
+        for record in waiting:
+            unplaced = record.unplaced
+            assert unplaced is not None
+            wanted = [
+                (p.node_id or "", r) for p, r in zip(record.parts, unplaced.resources, strict=True)
+            ]
+            fits = all(
+                free.get(node_id, {}).get(name, 0.0) >= amount - 1e-9
+                for node_id, bundle in wanted
+                for name, amount in bundle.items()
+            )
+            if fits or now - unplaced.since >= SETTLE_MAX_S:
+                for node_id, bundle in wanted:
+                    there = free.setdefault(node_id, {})
+                    for name, amount in bundle.items():
+                        there[name] = there.get(name, 0.0) - amount
+                self._place(record)
 
     def _failed(self, spec: LaunchSpec, message: str, lost_nodes: tuple[str, ...] = ()) -> Exited:
         return Exited(
@@ -517,6 +602,14 @@ class RayRuntime:
         record = self._current(job_id)
         if record is None or record.exited:
             return
+        if record.unplaced is not None:
+            # Nothing asked of Ray yet, nothing runs: it ends here.
+            record.exited = True
+            state = "CANCELLED" if preempt_grace_s is None else "PREEMPTED"
+            self._backlog.append(
+                Exited(job_id, record.attempt, state, None, None, None, time.time(), "")
+            )
+            return
         for part in record.parts:
             if part.agent is not None and part.lost is None:
                 with contextlib.suppress(Exception):
@@ -524,19 +617,13 @@ class RayRuntime:
 
     def signal(self, job_id: int, signum: int, *, batch_only: bool = False) -> None:
         record = self._current(job_id)
-        if record is None:
-            return
-        for part in record.parts:
-            if part.runs_tasks and part.agent is not None:
-                part.agent.signal.remote(part.key, int(signum), batch_only)
+        if record is not None:
+            self._call(record, "signal", int(signum), batch_only)
 
     def set_time_limit(self, job_id: int, seconds: float | None) -> None:
         record = self._current(job_id)
-        if record is None:
-            return
-        for part in record.parts:
-            if part.runs_tasks and part.agent is not None:
-                part.agent.set_time_limit.remote(part.key, seconds)
+        if record is not None:
+            self._call(record, "set_time_limit", seconds)
 
     def adopt(self, job_id: int, attempt: int) -> bool:
         """Find an attempt started before a restart: its placement group, and each
@@ -643,9 +730,15 @@ class RayRuntime:
     def _release(self, records: Sequence[_Attempt]) -> None:
         from ray.util import remove_placement_group
 
+        now = time.monotonic()
         for record in records:
+            if record.pg is None:
+                continue
             with contextlib.suppress(Exception):
                 remove_placement_group(record.pg)
+            for part in record.parts:
+                if part.node_id is not None:
+                    self._freed_at[part.node_id] = now
 
     # -- events ---------------------------------------------------------------
 
@@ -655,6 +748,7 @@ class RayRuntime:
         self._flush()
         if self._releasing:
             self._finish_release()
+        self._place_waiting()
         self._collect()
         events, self._backlog = self._backlog, []
         return events
@@ -680,16 +774,17 @@ class RayRuntime:
         ray = self._ray
         open_parts = self._open_parts()
         if self._watches:
-            refs = {ref: node_id for node_id, ref in self._watches.items()}
+            refs = {ref: node_id for node_id, (ref, _) in self._watches.items()}
             ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
             for ref in ready:
                 node_id = refs[ref]
-                del self._watches[node_id]
+                _, agent = self._watches.pop(node_id)
                 parts = open_parts.get(node_id, {})
                 try:
                     found = ray.get(ref)
                 except Exception as exc:
-                    self._agent_error(node_id, list(parts.values()), exc)
+                    mine = [p for p in parts.values() if p.agent is agent]
+                    self._agent_error(node_id, agent, mine, exc)
                     continue
                 for part_key, (stat, status) in found.items():
                     part = parts.get(part_key)
@@ -703,7 +798,7 @@ class RayRuntime:
             agent = next(iter(parts.values())).agent
             known = {k: p.stat for k, p in parts.items()}
             with contextlib.suppress(Exception):
-                self._watches[node_id] = agent.watch.remote(known, STATUS_WAIT_S)
+                self._watches[node_id] = (agent.watch.remote(known, STATUS_WAIT_S), agent)
         with self._lock:
             alive = {ray_node.node_id for ray_node in self.inventory.live.values()}
         now = time.monotonic()
@@ -718,16 +813,14 @@ class RayRuntime:
                     self._wake.set()  # the inventory reads the cluster now
             self._report(record)
 
-    def _agent_error(self, node_id: str, parts: list[_Part], exc: Exception) -> None:
+    def _agent_error(self, node_id: str, agent: Any, parts: list[_Part], exc: Exception) -> None:
         from ray.exceptions import ActorDiedError, ActorUnavailableError
 
         if isinstance(exc, ActorUnavailableError):
             # Perhaps a passing network hiccup: the node's liveness decides; ask again.
             return
-        agent = parts[0].agent if parts else None
         if isinstance(exc, ActorDiedError):
-            if agent is not None:
-                self._agent_gone(node_id, agent)
+            self._agent_gone(node_id, agent)
             for part in parts:
                 part.lost = f"the agent on node {part.node} died"
                 part.node_lost = True
