@@ -241,6 +241,44 @@ def test_a_preempted_ray_job_gets_its_notice_before_sigterm(driver: Driver) -> N
         assert 1.5 < term - usr1 < 3.5, (rank, term - usr1)
 
 
+def test_every_job_runs_in_the_one_agent_of_its_ray_node(driver: Driver) -> None:
+    import ray
+
+    runtime = driver.runtime
+    for _ in range(3):
+        job_id = driver.launch("true", ["gpu1", "gpu2"])
+        assert driver.exited(job_id).state == "COMPLETED"
+    actors = ray.util.list_named_actors(all_namespaces=True)
+    mine = {a["name"] for a in actors if a["name"].startswith(f"{runtime.prefix}/")}
+    live = {n.node_id for n in runtime.inventory.live.values()}
+    # One per Ray node, made when the node was first seen; none per job.
+    assert mine == {runtime.agent_name(node_id) for node_id in live}
+
+
+def test_a_job_ray_cannot_place_yet_starts_nothing_and_cancels_at_once(driver: Driver) -> None:
+    from ray.util import remove_placement_group
+    from ray.util.placement_group import placement_group
+
+    node_id = ray_node_ids()["gpu3"]
+    # Something outside phalanx holds every CPU of gpu3.
+    outside = placement_group(
+        [{"CPU": NODE_CPUS}], bundle_label_selector=[{"ray.io/node-id": node_id}]
+    )
+    assert outside.wait(30)
+    try:
+        job_id = driver.launch("touch ran", ["gpu3"])
+        time.sleep(2)
+        driver.events += driver.runtime.poll()
+        assert driver.mine(job_id) == []
+        assert not Path(driver.runtime.jobdir(job_id, 1, 0), "status.json").exists()
+        driver.runtime.cancel(job_id)
+        event = driver.exited(job_id)
+        assert (event.state, event.start_time) == ("CANCELLED", None), event
+        assert not (driver.work / "ran").exists()
+    finally:
+        remove_placement_group(outside)
+
+
 def sbatch(p: Phalanx, *args: str) -> int:
     done = subprocess.run(
         [str(BIN / "phalanx"), "sbatch", *args],

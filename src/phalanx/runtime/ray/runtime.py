@@ -77,8 +77,8 @@ PLACE_TIMEOUT_S = 120.0
 """How long a placement group may stay unplaced before the attempt fails NODE_FAIL."""
 INVENTORY_PERIOD_S = 1.0
 RELEASE_WAIT_S = 10.0
-"""How long an ended attempt's agents get to end what still runs on their nodes before
-they and the placement group are removed."""
+"""How long the agents get to end what still runs of an ended attempt on their nodes
+before its placement group is removed."""
 LOST_WAIT_S = 10.0
 """How long a NODE_FAIL waits for the control plane to be told its node is down (by
 :attr:`RayRuntime.on_nodes`), so that the requeued job is not placed there again."""
@@ -469,13 +469,19 @@ class RayRuntime:
         unplaced = record.unplaced
         assert unplaced is not None
         record.unplaced = None
-        record.pg = placement_group(
-            unplaced.resources,
-            strategy="PACK",
-            name=unplaced.name,
-            lifetime="detached",
-            bundle_label_selector=[{RAY_NODE_ID_LABEL: str(p.node_id)} for p in record.parts],
-        )
+        try:
+            record.pg = placement_group(
+                unplaced.resources,
+                strategy="PACK",
+                name=unplaced.name,
+                lifetime="detached",
+                bundle_label_selector=[{RAY_NODE_ID_LABEL: str(p.node_id)} for p in record.parts],
+            )
+        except Exception as exc:
+            # Ray refused it: nothing runs; the attempt ends NODE_FAIL at the next poll.
+            for part in record.parts[:1]:
+                part.lost = f"Ray refused the job's placement group: {exc}"
+            return
         for part, plan in zip(record.parts, unplaced.plans, strict=True):
             try:
                 part.agent = self._agent(str(part.node_id))
