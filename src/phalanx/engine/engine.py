@@ -92,7 +92,7 @@ from phalanx.engine.preemption.preemptor import (
 )
 from phalanx.engine.priority.ordering import TenantShare
 from phalanx.engine.priority.priorities import Priorities
-from phalanx.engine.queueing.queues import ClusterQueueQueue, QueueManager, ShapeQueue
+from phalanx.engine.queueing.queues import ClusterQueueQueue, Condition, QueueManager, ShapeQueue
 from phalanx.engine.queueing.shapes import PodSetShape, ShapeInterner
 from phalanx.engine.state import Admission, Allocation, JobRecord
 from phalanx.model import (
@@ -563,13 +563,16 @@ class Engine:
         parked = self.queues.parked
         root = info.root_key
         if info.node.simple:
-            conditions = tuple(
-                ("level", root, flavor_resource, needed) for flavor_resource, needed, _ in shortages
-            )
+            # Levels of the tree's root: the same for every queue of the tree it parks.
+            kept: tuple[str, tuple[Condition, ...]] | None = memo.get("level")  # type: ignore[assignment]
+            if kept is not None and kept[0] == root:
+                conditions = kept[1]
+            else:
+                conditions = tuple([("level", root, fr, needed) for fr, needed, _ in shortages])
+                memo["level"] = (root, conditions)
         else:
             conditions = tuple(
-                ("total", root, flavor_resource, parked.total(root, flavor_resource) + short)
-                for flavor_resource, _, short in shortages
+                [("total", root, fr, parked.total(root, fr) + short) for fr, _, short in shortages]
             )
         cq_queue = shape_queue.cq
         if cq_queue.pinned is rec:

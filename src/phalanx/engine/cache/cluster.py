@@ -36,6 +36,14 @@ __all__ = ["ClusterCache", "ClusterQueueInfo", "GroupInfo"]
 class GroupInfo:
     covered: tuple[str, ...]
     flavors: tuple[str, ...]
+    _hash: int = field(default=0, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # The dataclass's hash, once: groups key the assigner's memos on every head.
+        object.__setattr__(self, "_hash", hash((self.covered, self.flavors)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @dataclass(eq=False, slots=True)
@@ -47,6 +55,7 @@ class ClusterQueueInfo:
     inactive: Reason | None = None
     preempts: bool = False
     """The queue's ``preemption`` allows something (any policy other than Never)."""
+    _root_key: tuple[QuotaNode, str] | None = field(default=None, init=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -59,7 +68,12 @@ class ClusterQueueInfo:
     @property
     def root_key(self) -> str:
         root = self.node.root()
-        return f"root:{root.kind}/{root.name}"
+        kept = self._root_key
+        if kept is not None and kept[0] is root:
+            return kept[1]
+        key = f"root:{root.kind}/{root.name}"
+        self._root_key = (root, key)
+        return key
 
 
 def _quotas(

@@ -88,9 +88,13 @@ PLACEMENT = "placement"
 UNDECLARED = "undeclared"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FlavorAttempt:
-    """One flavor tried for one resource group of one pod set, and how it went."""
+    """One flavor tried for one resource group of one pod set, and how it went.
+
+    Never changed once made, but not frozen: one is made for every flavor of every
+    head tried, and a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, three times the cost."""
 
     flavor: str
     outcome: str

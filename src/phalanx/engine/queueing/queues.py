@@ -63,7 +63,9 @@ class ShapeQueue(_Parkable):
     cq: ClusterQueueQueue
     shape: JobShape
     token: int
-    heap: list[tuple[float, float, float, int, int, JobRecord]] = field(default_factory=list)
+    heap: list[tuple[SortKey, int, JobRecord]] = field(default_factory=list)
+    """``(key, push counter, job)``: the key tuple is the job's own, so a current entry
+    is recognised by identity (a job re-keyed since has another tuple)."""
     members: dict[int, JobRecord] = field(default_factory=dict)
     parked: bool = False
     park_reason: Reason | None = None
@@ -75,8 +77,8 @@ class ShapeQueue(_Parkable):
     def peek(self) -> JobRecord | None:
         heap, members = self.heap, self.members
         while heap:
-            k0, k1, k2, jid, _, rec = heap[0]
-            if members.get(jid) is rec and rec.key == (k0, k1, k2, jid):
+            key, _, rec = heap[0]
+            if members.get(key[3]) is rec and (rec.key is key or rec.key == key):
                 return rec
             heapq.heappop(heap)
         return None
@@ -91,8 +93,8 @@ class ShapeQueue(_Parkable):
         frontier = [(heap[0], 0)]
         while frontier and len(out) < k:
             entry, i = heapq.heappop(frontier)
-            k0, k1, k2, jid, _, rec = entry
-            if members.get(jid) is rec and rec.key == (k0, k1, k2, jid):
+            key, _, rec = entry
+            if members.get(key[3]) is rec and (rec.key is key or rec.key == key):
                 out.append(rec)
             for child in (2 * i + 1, 2 * i + 2):
                 if child < len(heap):
@@ -103,12 +105,11 @@ class ShapeQueue(_Parkable):
         # A job may have stale entries with its own key (pushed again after a requeue):
         # the push counter keeps tuples from ever comparing the records themselves.
         self.members[rec.id] = rec
-        k0, k1, k2, jid = rec.key
         self.pushes += 1
-        heapq.heappush(self.heap, (k0, k1, k2, jid, self.pushes, rec))
+        heapq.heappush(self.heap, (rec.key, self.pushes, rec))
 
     def rebuild(self) -> None:
-        self.heap = [(*rec.key, 0, rec) for rec in self.members.values()]
+        self.heap = [(rec.key, 0, rec) for rec in self.members.values()]
         heapq.heapify(self.heap)
 
 
@@ -118,7 +119,8 @@ class ClusterQueueQueue(_Parkable):
     strict: bool
     token: int
     shapes: dict[JobShape, ShapeQueue] = field(default_factory=dict)
-    heads: list[tuple[float, float, float, int, int, ShapeQueue]] = field(default_factory=list)
+    heads: list[tuple[SortKey, int, ShapeQueue]] = field(default_factory=list)
+    """``(head's key, shape queue token, shape queue)``."""
     pending: int = 0
     stopped: Reason | None = None
     parked: bool = False
@@ -138,8 +140,7 @@ class ClusterQueueQueue(_Parkable):
         """Make ``sq``'s current head visible in the heap of heads."""
         rec = sq.peek()
         if rec is not None and not sq.parked:
-            k0, k1, k2, jid = rec.key
-            heapq.heappush(self.heads, (k0, k1, k2, jid, sq.token, sq))
+            heapq.heappush(self.heads, (rec.key, sq.token, sq))
 
     def head(self) -> tuple[JobRecord, ShapeQueue] | None:
         pinned = self.pinned
@@ -152,10 +153,10 @@ class ClusterQueueQueue(_Parkable):
                 self.pinned = None
         heads = self.heads
         while heads:
-            k0, k1, k2, jid, _, sq = heads[0]
+            key, _, sq = heads[0]
             if not sq.parked:
                 rec = sq.peek()
-                if rec is not None and rec.key == (k0, k1, k2, jid):
+                if rec is not None and (rec.key is key or rec.key == key):
                     return rec, sq
             heapq.heappop(heads)
         return None
@@ -165,6 +166,12 @@ class ClusterQueueQueue(_Parkable):
         for sq in self.shapes.values():
             sq.rebuild()
             self.offer(sq)
+
+
+_Entry = tuple[int, int, int, _Parkable]
+"""A threshold heap's entry: ``(value, item token, park generation, item)``."""
+_COMPACT_AT = 64
+"""A threshold heap this long or shorter is never compacted."""
 
 
 class ParkIndex:
@@ -186,9 +193,9 @@ class ParkIndex:
         self._by_key: dict[str, dict[int, _Parkable]] = {}
         self._all: dict[int, _Parkable] = {}
         self.released: dict[tuple[str, FlavorResource], int] = {}
-        self._thresholds: dict[
-            tuple[str, str, FlavorResource], list[tuple[int, int, int, _Parkable]]
-        ] = {}
+        self._thresholds: dict[tuple[str, str, FlavorResource], list[_Entry]] = {}
+        self._limits: dict[tuple[str, str, FlavorResource], int] = {}
+        """Per threshold heap, the length at which its stale entries are dropped."""
 
     def __len__(self) -> int:
         return len(self._all)
@@ -202,13 +209,34 @@ class ParkIndex:
     ) -> None:
         item.parked, item.park_reason, item.park_keys = True, reason, keys
         item.park_conditions = conditions
-        item.park_gen += 1
-        self._all[item.token] = item
-        for key in keys:
-            self._by_key.setdefault(key, {})[item.token] = item
+        gen = item.park_gen = item.park_gen + 1
+        token = item.token
+        self._all[token] = item
+        if keys:
+            by_key = self._by_key
+            for key in keys:
+                bucket = by_key.get(key)
+                if bucket is None:
+                    by_key[key] = {token: item}
+                else:
+                    bucket[token] = item
+        thresholds = self._thresholds
         for kind, root, fr, value in conditions:
-            heap = self._thresholds.setdefault((kind, root, fr), [])
-            heapq.heappush(heap, (value, item.token, item.park_gen, item))
+            where = (kind, root, fr)
+            heap = thresholds.get(where)
+            if heap is None:
+                heap = thresholds[where] = []
+            heapq.heappush(heap, (value, token, gen, item))
+            if len(heap) > self._limits.get(where, _COMPACT_AT):
+                self._compact(where, heap)
+
+    def _compact(self, where: tuple[str, str, FlavorResource], heap: list[_Entry]) -> None:
+        """Drop the entries of items unparked or parked again since (a woken item leaves
+        its entries behind): the heap stays as long as what it can wake, give or take
+        twice. The live entries keep their order, so wake-ups are unchanged."""
+        heap[:] = [e for e in heap if e[3].parked and e[3].park_gen == e[2]]
+        heapq.heapify(heap)
+        self._limits[where] = max(_COMPACT_AT, 2 * len(heap))
 
     def total(self, root: str, fr: FlavorResource) -> int:
         return self.released.get((root, fr), 0)
@@ -246,6 +274,7 @@ class ParkIndex:
                     woken.append(item)
             if not heap:
                 del self._thresholds[(kind, root, fr)]
+                self._limits.pop((kind, root, fr), None)
         return woken
 
     def take(self, keys: list[str]) -> list[_Parkable]:
@@ -265,6 +294,7 @@ class ParkIndex:
         for item in items:
             self.unpark(item)
         self._thresholds.clear()
+        self._limits.clear()
         return items
 
     def items(self) -> list[_Parkable]:

@@ -37,6 +37,30 @@ class PodSetShape:
     """Required node affinity terms (a node must match one)."""
     slice: tuple[str, int] | None = None
     """``(level, units)``: every slice of that many units within one domain of the level."""
+    _hash: int = field(default=0, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # The hash the dataclass would compute on every call, computed once: shapes key
+        # the assigner's and the queues' dictionaries on every head.
+        fields = (
+            self.name,
+            self.count,
+            self.requests,
+            self.node_selector,
+            self.tolerations,
+            self.tasks_per_node,
+            self.exclusive,
+            self.node_names,
+            self.exclude_nodes,
+            self.min_count,
+            self.topology,
+            self.node_affinity,
+            self.slice,
+        )
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def units(self) -> int:
@@ -86,6 +110,10 @@ class JobShape:
     """The pod set that may be admitted with fewer tasks (``minCount``), if any."""
     totals: tuple[tuple[str, int], ...] = field(default=(), init=False, compare=False, repr=False)
     """What a job of this shape counts against quota, per resource its pod sets ask for."""
+    _hash: int = field(default=0, init=False, compare=False, repr=False)
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def __post_init__(self) -> None:
         for p in self.pod_sets:
@@ -97,6 +125,7 @@ class JobShape:
             for name, _ in p.requests:
                 totals[name] = totals.get(name, 0) + p.total(name)
         object.__setattr__(self, "totals", tuple(totals.items()))
+        object.__setattr__(self, "_hash", hash((self.pod_sets, self.time_limit)))
 
 
 def _topology(pod_set: PodSet) -> tuple[str, str] | None:
