@@ -677,6 +677,7 @@ class ControlPlane:
                 # 3. Apply the commands: new jobs, cancellations, holds, manifests.
                 self.commands.apply(tx, accepted, now, effects)
                 # 4. Record the runtime's events: jobs started, requeued or ended.
+                tx.prefetch_jobs(e.job_id for e in events if isinstance(e, Exited))
                 for event in events:
                     self.runtime_events.handle(tx, event, now)
                 # 5. Charge usage, when a calc period passed or a job stopped.
