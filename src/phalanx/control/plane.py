@@ -678,6 +678,7 @@ class ControlPlane:
                 self.commands.apply(tx, accepted, now, effects)
                 # 4. Record the runtime's events: jobs started, requeued or ended.
                 tx.prefetch_jobs(e.job_id for e in events if isinstance(e, Exited))
+                tx.prefetch_job_charges(e.job_id for e in events if isinstance(e, Started))
                 for event in events:
                     self.runtime_events.handle(tx, event, now)
                 # 5. Charge usage, when a calc period passed or a job stopped.

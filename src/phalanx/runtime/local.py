@@ -63,6 +63,7 @@ from phalanx.runtime.spec import (
     RuntimeEvent,
     Started,
     StepsReported,
+    TaskSpec,
 )
 
 __all__ = ["LocalRuntime"]
@@ -191,7 +192,7 @@ class LocalRuntime:
         spec = self._with_node_names(spec)
         if spec.kube is not None:
             spec = self._prepare_kube(path, spec)
-        _write_json(path / "launch.json", dataclasses.asdict(spec))
+        _write_json(path / "launch.json", _spec_dict(spec))
         if spec.account is not None:
             self._give(path, spec)
         self._attempts[(spec.job_id, spec.attempt)] = record
@@ -672,6 +673,21 @@ class LocalRuntime:
             return None
         attempts = [int(n) for n in names if n.isdigit()]
         return max(attempts) if attempts else None
+
+
+def _spec_dict(spec: LaunchSpec) -> dict[str, Any]:
+    """``dataclasses.asdict(spec)`` as far as JSON can tell, without its deep copies (the
+    dict is only written out)."""
+    data = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    data["tasks"] = [_task_dict(t) for t in spec.tasks]
+    data["allocation"] = [_task_dict(t) for t in spec.allocation]
+    if spec.account is not None:
+        data["account"] = dataclasses.asdict(spec.account)
+    return data
+
+
+def _task_dict(task: TaskSpec) -> dict[str, Any]:
+    return {f.name: getattr(task, f.name) for f in dataclasses.fields(task)}
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

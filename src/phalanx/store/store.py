@@ -108,6 +108,11 @@ _SELECT_CHARGE_BY_JOB: Select[Any] = _SELECT_CHARGES.where(
     job_charges.c.job_id == bindparam("_job_id")
 )
 _INSERT_CHARGES = insert(job_charges)
+_UPDATE_CHARGES = (
+    update(job_charges)
+    .where(job_charges.c.job_id == bindparam("_job_id"))
+    .values({name: bindparam(name) for name in _CHARGE_FIELDS[1:]})
+)
 
 UNFINISHED_STATES: tuple[str, ...] = (
     JobState.PENDING.value,
@@ -340,7 +345,7 @@ class Tx:
     loop. :meth:`get_job` sees the buffered updates.
     """
 
-    __slots__ = ("_conn", "_events", "_inserted", "_open", "_rows", "_updates")
+    __slots__ = ("_charges", "_conn", "_events", "_inserted", "_open", "_rows", "_updates")
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
@@ -353,6 +358,8 @@ class Tx:
         self._rows: dict[int, JobRow] = {}
         """Jobs read here, as written so far (buffered updates not merged): each is read
         from the database once per transaction, and keeps its parsed submission."""
+        self._charges: dict[int, JobChargeRow | None] = {}
+        """Job charge rows read or written here (None: the job has none)."""
 
     @property
     def connection(self) -> Connection:
@@ -788,23 +795,38 @@ class Tx:
     def get_job_charge(self, job_id: int) -> JobChargeRow | None:
         """A job's charges so far, or None if it was never charged."""
         self._check()
+        if job_id in self._charges:
+            return self._charges[job_id]
         row = self._conn.execute(_SELECT_CHARGE_BY_JOB, {"_job_id": job_id}).first()
-        return None if row is None else JobChargeRow(*row)
+        charge = self._charges[job_id] = None if row is None else JobChargeRow(*row)
+        return charge
+
+    def prefetch_job_charges(self, job_ids: Iterable[int]) -> None:
+        """Read these jobs' charge rows in a few statements, for the
+        :meth:`get_job_charge` calls to come."""
+        self._check()
+        missing = sorted({job_id for job_id in job_ids if job_id not in self._charges})
+        for at in range(0, len(missing), _PREFETCH_CHUNK):
+            chunk = missing[at : at + _PREFETCH_CHUNK]
+            self._charges.update(dict.fromkeys(chunk))
+            stmt = _SELECT_CHARGES.where(job_charges.c.job_id.in_(chunk))
+            for found in self._conn.execute(stmt).all():
+                charge = JobChargeRow(*found)
+                self._charges[charge.job_id] = charge
 
     def put_job_charges(self, rows: Sequence[JobChargeRow], *, new: bool) -> None:
         """Insert (``new``) or replace jobs' charge rows."""
         self._check()
         if not rows:
             return
+        self._charges.update((r.job_id, r) for r in rows)
         if new:
             # Not dataclasses.asdict: it deep-copies every row, the statement only reads it.
             params = [{name: getattr(r, name) for name in _CHARGE_FIELDS} for r in rows]
             self._conn.execute(_INSERT_CHARGES, params)
             return
         self._conn.execute(
-            update(job_charges)
-            .where(job_charges.c.job_id == bindparam("_job_id"))
-            .values({name: bindparam(name) for name in _CHARGE_FIELDS[1:]}),
+            _UPDATE_CHARGES,
             [{"_job_id": r.job_id, **{n: getattr(r, n) for n in _CHARGE_FIELDS[1:]}} for r in rows],
         )
 
