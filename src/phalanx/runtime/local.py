@@ -192,7 +192,12 @@ class LocalRuntime:
         spec = self._with_node_names(spec)
         if spec.kube is not None:
             spec = self._prepare_kube(path, spec)
-        _write_json(path / "launch.json", _spec_dict(spec))
+        # Written in place: the directory is new, and nothing reads it before the
+        # supervisor starts (a crash before then ends the attempt NODE_FAIL, unread).
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(path / "launch.json", flags, 0o644)
+        with open(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(_spec_dict(spec)))
         if spec.account is not None:
             self._give(path, spec)
         self._attempts[(spec.job_id, spec.attempt)] = record
