@@ -15,8 +15,10 @@ With ``--slurm`` the same run starts the real Slurm of ``../shared/peers/slurm``
 ``sbatch --wrap true`` for the same 1,000 jobs (16 concurrent submitters),
 their submit-to-start latency (sacct) and time to drain, and ``squeue`` start-up,
 so the ratios come from one run on one machine; without the peer (or when it does
-not start) that part is skipped, said on stderr, and the JSON says so. Prints one
-JSON object.
+not start) that part is skipped, said on stderr, and the JSON says so. With the peer,
+``goals`` gives each end-to-end goal as its value, its target and whether this run
+met it: first submit to all complete at most 0.4x Slurm's time, submit-to-RUNNING p50
+at most 50 ms, single-job submits/s at least 20x ``sbatch``'s. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -332,6 +334,9 @@ def main() -> int:
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs",
         "python": platform.python_version(),
         "clients": args.clients,
+        # The machine's load when the run began and ended: the two sides run one after
+        # the other, so a busy neighbour shows here.
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
         "phalanx": bench_phalanx(args),
     }
     if not args.slurm:
@@ -340,6 +345,7 @@ def main() -> int:
         out["slurm"] = bench_slurm(args)
         p, s = out["phalanx"], out["slurm"]
         if "sbatch_jobs_per_s" in s:
+            out["goals"] = goals(p, s)
             out["ratios"] = {
                 "single_submit_vs_sbatch": round(
                     p["single_submit_jobs_per_s"] / s["sbatch_jobs_per_s"], 2
@@ -351,8 +357,35 @@ def main() -> int:
                     s["first_submit_to_all_complete_s"] / p["first_submit_to_all_complete_s"], 2
                 ),
             }
+    out["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(out, indent=2))
     return 0
+
+
+GOAL_COMPLETE_VS_SLURM = 0.4
+"""1,000 trivial jobs, first submit to all complete: at most this fraction of Slurm's time."""
+GOAL_SUBMIT_TO_RUNNING_P50_S = 0.05
+GOAL_SUBMITS_VS_SLURM = 20.0
+"""Single-job submits per second (16 clients): at least this many times ``sbatch``'s."""
+
+
+def goals(p: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
+    """The end-to-end goals, each as its measured value, its target and whether it is met,
+    all from this run."""
+    complete = p["first_submit_to_all_complete_s"] / s["first_submit_to_all_complete_s"]
+    submits = p["single_submit_jobs_per_s"] / s["sbatch_jobs_per_s"]
+    p50 = p["submit_to_running_p50_s"]
+    return {
+        "ratio_complete_vs_slurm": round(complete, 3),
+        "ratio_complete_vs_slurm_max": GOAL_COMPLETE_VS_SLURM,
+        "ratio_complete_vs_slurm_met": complete <= GOAL_COMPLETE_VS_SLURM,
+        "submit_to_running_p50_s": p50,
+        "submit_to_running_p50_s_max": GOAL_SUBMIT_TO_RUNNING_P50_S,
+        "submit_to_running_p50_s_met": p50 <= GOAL_SUBMIT_TO_RUNNING_P50_S,
+        "submits_ratio_vs_slurm": round(submits, 2),
+        "submits_ratio_vs_slurm_min": GOAL_SUBMITS_VS_SLURM,
+        "submits_ratio_vs_slurm_met": submits >= GOAL_SUBMITS_VS_SLURM,
+    }
 
 
 if __name__ == "__main__":

@@ -28,6 +28,9 @@ class FakePlane:
             raise Unauthorized("invalid or expired token")
         return Principal(user="u", tenants=frozenset({"t"}))
 
+    def cached_principal(self, token: str) -> Principal | None:
+        return None  # no cache: every submit goes the app's way
+
     def job(self, principal: Principal, job_id: int) -> Any:
         raise RuntimeError("a bug in the control plane")
 

@@ -20,6 +20,7 @@ from phalanx import __version__
 from phalanx.api import jobs, kube, objects, priority, usage
 from phalanx.api.deps import Plane, get_principal
 from phalanx.api.errors import document_errors, install_error_handlers
+from phalanx.api.fastsubmit import FastSubmit
 from phalanx.api.forward import Forwarding
 from phalanx.api.plane import ControlPlane
 from phalanx.api.ratelimit import RateLimit, RateLimiter
@@ -53,6 +54,8 @@ def create_app(
     app.state.plane = plane
     app.state.public_metrics = public_metrics
     install_error_handlers(app)
+    # Innermost of the middleware: rate limits and forwarding apply to it too.
+    app.add_middleware(FastSubmit, plane=lambda: app.state.plane)
     if rate_limit is not None:
         app.middleware("http")(RateLimiter(rate_limit))
     # Added last, so outermost: bodies are bounded before anything reads them.

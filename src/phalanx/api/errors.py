@@ -22,11 +22,13 @@ from phalanx.errors import NotLeader, PhalanxError
 __all__ = [
     "ERROR_STATUSES",
     "LEADER_HEADER",
+    "bug_response",
     "document_errors",
     "error_response",
     "field_path",
     "format_errors",
     "install_error_handlers",
+    "phalanx_error_response",
 ]
 
 log = logging.getLogger("phalanx.api")
@@ -108,13 +110,18 @@ def _pydantic_handler(request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "Invalid", format_errors(exc.errors()))  # type: ignore[arg-type]
 
 
-def _phalanx_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, PhalanxError)
+def phalanx_error_response(exc: PhalanxError) -> JSONResponse:
+    """The answer to a :class:`PhalanxError` (a standby's ``NotLeader`` with the leader)."""
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
     if isinstance(exc, NotLeader):
         # The forwarding middleware (phalanx.api.forward) sends the request on to it.
         headers = {LEADER_HEADER: exc.leader or "", "Retry-After": "1"}
     return error_response(exc.status, exc.error, exc.detail, **headers)
+
+
+def _phalanx_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PhalanxError)
+    return phalanx_error_response(exc)
 
 
 def _http_handler(request: Request, exc: Exception) -> JSONResponse:
@@ -142,11 +149,16 @@ def _store_down_handler(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-def _bug_handler(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("internal error answering %s %s", request.method, request.url.path)
+def bug_response(exc: Exception) -> JSONResponse:
+    """The answer to a bug in phalanx: 500, no traceback (the caller logs it)."""
     return error_response(
         500, "Internal", f"internal error ({type(exc).__name__}); the server log has the details"
     )
+
+
+def _bug_handler(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("internal error answering %s %s", request.method, request.url.path)
+    return bug_response(exc)
 
 
 def install_error_handlers(app: FastAPI) -> None:

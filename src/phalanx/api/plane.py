@@ -1,11 +1,13 @@
 """What the API needs from the control plane: the commands it forwards and the store it reads.
 
 A :class:`typing.Protocol`, so the API depends on a shape, not on the control
-package; every method is thread-safe and called from FastAPI's threadpool.
+package; every method is thread-safe and called from FastAPI's threadpool (``submit_later``
+and ``cached_principal`` from the event loop: they never block).
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -67,7 +69,13 @@ class ControlPlane(Protocol):
 
     def authenticate(self, token: str) -> Principal: ...
 
+    def cached_principal(self, token: str) -> Principal | None: ...
+
     def submit(self, principal: Principal, submissions: list[Any]) -> list[int]: ...
+
+    def submit_later(self, principal: Principal, submissions: list[Any]) -> Future[list[int]]:
+        """:meth:`submit` without waiting (called on the event loop)."""
+        ...
 
     def cancel(self, principal: Principal, job_id: int) -> JobRow: ...
 

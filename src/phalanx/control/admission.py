@@ -9,6 +9,7 @@ is stopped first when it still runs.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from phalanx.control.commands import Effects
@@ -20,6 +21,7 @@ from phalanx.engine import Admit, Deactivate, Decision, Evict, NodesReplaced, Pe
 from phalanx.model import GPU, GPU_MILLI, JobState
 from phalanx.runtime.spec import LaunchSpec, TaskSpec
 from phalanx.store import Tx
+from phalanx.store.records import with_submission
 
 __all__ = ["SHARE_ENV", "Admission"]
 
@@ -38,6 +40,7 @@ class Admission:
 
     def record(self, tx: Tx, decisions: list[Decision], now: float, effects: Effects) -> None:
         pending_updates: list[tuple[int, dict[str, Any]]] = []
+        tx.prefetch_jobs(d.job_id for d in decisions if isinstance(d, Admit))
         for decision in decisions:
             if isinstance(decision, Admit):
                 spec = self._admit(tx, decision, now)
@@ -167,16 +170,19 @@ class Admission:
         }
         if self._in_topology(decision):
             assignment["topology"] = True
-        tx.update_job(
-            decision.job_id,
-            state=JobState.ADMITTED.value,
-            cluster_queue=decision.cluster_queue,
-            flavor=decision.flavor,
-            nodes=decision.nodes,
-            assignment=assignment,
-            attempt=attempt,
-            reason="",
-            message="",
+        admitted: dict[str, Any] = {
+            "state": JobState.ADMITTED.value,
+            "cluster_queue": decision.cluster_queue,
+            "flavor": decision.flavor,
+            "nodes": decision.nodes,
+            "assignment": assignment,
+            "attempt": attempt,
+            "reason": "",
+            "message": "",
+        }
+        tx.update_job(decision.job_id, **admitted)
+        self.state.attempts.admitted[decision.job_id] = with_submission(
+            replace(row, **admitted), submission
         )
         data: dict[str, Any] = {
             "cluster_queue": decision.cluster_queue,

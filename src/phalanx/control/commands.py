@@ -437,6 +437,7 @@ class CommandApplier:
         submission["run"] = run
         JobSubmission.model_validate(submission)  # still a valid submission
         tx.update_job(row.id, submission=submission, **fields)
+        self.state.attempts.admitted.pop(row.id, None)  # as admitted no more
         tx.add_event(row.id, "Updated", now, data={k: changes[k] for k in sorted(changes)})
 
     def _cancel(self, tx: Tx, job_id: int, now: float, effects: Effects) -> None:
@@ -533,6 +534,7 @@ def _new_job(
         priority=job.priority,
         gpus=job.gpus,
         submission=resolved.to_dict(),
+        parsed=resolved,
         submit_time=now,
         array_task_id=array_task,
         array_start=array_start,

@@ -31,6 +31,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -284,6 +285,11 @@ class ControlPlane:
         """The principal of a bearer token (:meth:`Tokens.authenticate`)."""
         return self.tokens.authenticate(token)
 
+    def cached_principal(self, token: str) -> Principal | None:
+        """The principal of a token authenticated lately, without reading the store
+        (:meth:`Tokens.cached`); None: call :meth:`authenticate`."""
+        return self.tokens.cached(token)
+
     def create_token(
         self,
         principal: Principal,
@@ -311,6 +317,18 @@ class ControlPlane:
             return []
         result: list[int] = self._call(SubmitCmd(principal, list(submissions)))
         return result
+
+    def submit_later(
+        self, principal: Principal, submissions: Sequence[JobSubmission]
+    ) -> Future[list[int]]:
+        """:meth:`submit` without waiting: the future holds the ids once they are committed
+        (for a caller on an event loop). Raises at once when the loop does not run."""
+        cmd = SubmitCmd(principal, list(submissions))
+        if not submissions:
+            cmd.future.set_result([])
+            return cmd.future
+        self._queue(cmd)
+        return cmd.future
 
     def cancel(self, principal: Principal, job_id: int) -> JobRow:
         """Cancel a job: a pending one at once, a running one through its supervisor."""
@@ -522,6 +540,10 @@ class ControlPlane:
     # ------------------------------------------------------------------ the loop
 
     def _call(self, command: Command) -> Any:
+        self._queue(command)
+        return command.future.result()
+
+    def _queue(self, command: Command) -> None:
         with self._inbox_lock:
             self._require_leader()
             if self._stopping.is_set() or self._thread is None:
@@ -529,7 +551,6 @@ class ControlPlane:
 
                 raise Unavailable("the control plane is not running")
             self._inbox.put(command)
-        return command.future.result()
 
     def _run(self) -> None:
         try:
@@ -656,6 +677,8 @@ class ControlPlane:
                 # 3. Apply the commands: new jobs, cancellations, holds, manifests.
                 self.commands.apply(tx, accepted, now, effects)
                 # 4. Record the runtime's events: jobs started, requeued or ended.
+                tx.prefetch_jobs(e.job_id for e in events if isinstance(e, Exited))
+                tx.prefetch_job_charges(e.job_id for e in events if isinstance(e, Started))
                 for event in events:
                     self.runtime_events.handle(tx, event, now)
                 # 5. Charge usage, when a calc period passed or a job stopped.

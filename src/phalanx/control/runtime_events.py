@@ -85,7 +85,8 @@ class RuntimeEvents:
                 return
             self.state.attempts.running.add(event.job_id)
             tx.update_job(event.job_id, state=JobState.RUNNING.value, start_time=event.time)
-            self.charging.start(tx, event.job_id, event.time)
+            admitted = self.state.attempts.admitted.pop(event.job_id, None)
+            self.charging.start(tx, event.job_id, event.time, admitted)
             tx.add_event(event.job_id, "Started", event.time, data={"attempt": event.attempt})
             # Every task of the gang starts together: its pods are all running
             # (the Workload's PodsReady condition is read from the Started event).
@@ -180,6 +181,7 @@ class RuntimeEvents:
             tx.add_event(event.job_id, "Started", event.start_time, data={"attempt": event.attempt})
         del self.state.attempts.active[event.job_id]
         self.state.attempts.checkpoints.pop(event.job_id, None)
+        self.state.attempts.admitted.pop(event.job_id, None)
         self.state.attempts.running.discard(event.job_id)
         self.state.usage.stop(event.job_id, event.end_time)
         row = tx.get_job(event.job_id)

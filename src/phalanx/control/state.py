@@ -39,6 +39,9 @@ class Attempts:
     """Jobs being preempted: the engine's Evict (preemptor, mode), until they stop."""
     checkpoints: dict[int, float] = field(default_factory=dict)
     """Active job id -> the last checkpoint of its current attempt that is recorded."""
+    admitted: dict[int, JobRow] = field(default_factory=dict)
+    """Admitted jobs whose start is not recorded yet: the row as the admission wrote it
+    (its parsed submission with it), so that recording the start reads nothing back."""
 
 
 class LoopState:

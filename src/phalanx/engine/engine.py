@@ -243,7 +243,10 @@ class Engine:
                 # Fair-share ranks every tenant against the others: all jobs, next cycle.
                 self.priorities.tables = None
                 self.priorities.dirty = True
-            else:
+            elif old is None or (old.usage, old.allocation) != (event.usage, allocation):
+                # The other presets read only U and L: a change of billing alone (jobs
+                # without GPUs ending) leaves every key as it was, and a tenant with a
+                # deep queue is not walked for nothing.
                 self.priorities.reprioritize(self.pending_by_tenant.get(event.tenant, {}).values())
         elif isinstance(event, Upsert):
             self.objects.upsert(event.obj)

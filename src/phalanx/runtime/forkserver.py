@@ -7,10 +7,13 @@ The local runtime starts one fork server (``python -I -m
 phalanx.runtime.forkserver``) and writes one job directory per line to its
 standard input; the server answers ``ok PID`` or ``error MESSAGE`` per line.
 
-Every supervisor detaches exactly as when started directly (it forks again and
-calls ``setsid``), so it survives both the fork server and the control plane.
-The server exits when its standard input closes, that is when the control
-plane goes. Standard library only, like the supervisor.
+A forked supervisor is already not the control plane's child: it only calls
+``setsid`` and supervises (:func:`phalanx.runtime.supervisor.forked`), without
+the second fork a directly started one needs, so it survives both the fork
+server (whose children the kernel reaps) and the control plane. Requests may
+be written ahead of the answers: the runtime does not wait for one before it
+sends the next. The server exits when its standard input closes, that is when
+the control plane goes. Standard library only, like the supervisor.
 
 A line ``--foreground DIR`` starts the supervisor of ``DIR`` with ``--foreground``
 instead (the Ray runtime's node agents do): it stays the fork server's child, and
@@ -48,7 +51,9 @@ def _spawn(jobdir: str, foreground: bool = False) -> int:
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - process-wide streams
         sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
-        code = supervisor.main(["--foreground", jobdir] if foreground else [jobdir])
+        code = (
+            supervisor.main(["--foreground", jobdir]) if foreground else supervisor.forked(jobdir)
+        )
     except BaseException as exc:  # the child must never return into the server's loop
         with contextlib.suppress(OSError):
             os.write(2, f"forkserver: {exc!r}\n".encode())

@@ -32,6 +32,7 @@ the process is the account's: the account may have changed any of them.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import errno
@@ -62,6 +63,7 @@ from phalanx.runtime.spec import (
     RuntimeEvent,
     Started,
     StepsReported,
+    TaskSpec,
 )
 
 __all__ = ["LocalRuntime"]
@@ -146,7 +148,10 @@ class LocalRuntime:
         self._default_command = list(self.supervisor_command)
         self.use_forkserver = True
         """Fork supervisors from a fork server (only with the default supervisor command)."""
-        self._forkserver: subprocess.Popen[str] | None = None
+        self._forkserver: subprocess.Popen[bytes] | None = None
+        self._unanswered: collections.deque[_Attempt] = collections.deque()
+        """Launches sent to the fork server whose answer has not been read, in order."""
+        self._answer_buffer = b""
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._backlog: list[RuntimeEvent] = []
 
@@ -187,31 +192,18 @@ class LocalRuntime:
         spec = self._with_node_names(spec)
         if spec.kube is not None:
             spec = self._prepare_kube(path, spec)
-        _write_json(path / "launch.json", dataclasses.asdict(spec))
+        # Written in place: the directory is new, and nothing reads it before the
+        # supervisor starts (a crash before then ends the attempt NODE_FAIL, unread).
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(path / "launch.json", flags, 0o644)
+        with open(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(_spec_dict(spec)))
         if spec.account is not None:
             self._give(path, spec)
         self._attempts[(spec.job_id, spec.attempt)] = record
         direct = not self.use_forkserver or self.supervisor_command != self._default_command
-        if not direct and self._fork(path):
-            return
-        fd = os.open(
-            path / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644
-        )
-        with open(fd, "ab") as log:
-            try:
-                record.process = subprocess.Popen(
-                    [*self.supervisor_command, str(path)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    close_fds=True,
-                    start_new_session=True,
-                    cwd="/",
-                )
-            except OSError as exc:
-                # The directory exists now, so it is never retried: report NODE_FAIL.
-                log.write(f"cannot start the supervisor: {exc}\n".encode())
-                record.failed_to_start = True
+        if direct or not self._fork(record):
+            self._start_directly(record)
 
     def _give(self, path: Path, spec: LaunchSpec) -> None:
         """Hand the attempt's directory to its account (``launch.json`` stays root's).
@@ -305,41 +297,116 @@ class LocalRuntime:
         write_files(path, files)
         return spec
 
-    def _fork(self, path: Path) -> bool:
-        """Have the fork server start the supervisor of ``path``; False if it cannot."""
-        for _ in range(2):
-            server = self._forkserver
-            if server is None or server.poll() is not None:
-                try:
-                    server = self._forkserver = subprocess.Popen(
-                        [*self._default_command[:-1], "phalanx.runtime.forkserver"],
-                        stdin=subprocess.PIPE,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.DEVNULL,
-                        text=True,
-                        close_fds=True,
-                        start_new_session=True,
-                        cwd="/",
-                    )
-                except OSError:
-                    self.use_forkserver = False
-                    return False
-            assert server.stdin is not None and server.stdout is not None
-            try:
-                server.stdin.write(f"{path}\n")
-                server.stdin.flush()
-                answer = server.stdout.readline()
-            except (BrokenPipeError, OSError):
-                answer = ""
-            if answer.startswith("ok "):
-                return True
-            if answer.startswith("error "):
+    def _fork(self, record: _Attempt) -> bool:
+        """Ask the fork server to start the supervisor of ``record``; False if it cannot.
+
+        The request is written and the answer read later (:meth:`_answers`), so a
+        cycle's launches go out one after the other without waiting for each fork.
+        """
+        server = self._forkserver
+        if server is not None and server.poll() is not None:
+            self._answers()  # what it answered before it went
+            if self._forkserver is not None:
+                self._forkserver_died()
+            server = None
+        if server is None:
+            server = self._start_forkserver()
+            if server is None:
                 return False
-            # The server died: start a fresh one and try once more.
+        assert server.stdin is not None
+        try:
+            server.stdin.write(f"{record.path}\n".encode())
+            server.stdin.flush()
+        except OSError:
+            self._forkserver_died()
+            return False
+        self._unanswered.append(record)
+        self._answers()
+        return True
+
+    def _start_forkserver(self) -> subprocess.Popen[bytes] | None:
+        try:
+            server = subprocess.Popen(
+                [*self._default_command[:-1], "phalanx.runtime.forkserver"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+                start_new_session=True,
+                cwd="/",
+            )
+        except OSError:
+            self.use_forkserver = False
+            return None
+        assert server.stdout is not None
+        os.set_blocking(server.stdout.fileno(), False)
+        self._forkserver = server
+        self._answer_buffer = b""
+        return server
+
+    def _answers(self) -> None:
+        """Read the fork server's answers so far: ``ok PID``, or ``error MESSAGE``, in the
+        order of the requests; a refused one is started directly."""
+        server = self._forkserver
+        if server is None or not self._unanswered:
+            return
+        assert server.stdout is not None
+        gone = False
+        while True:
+            try:
+                chunk = os.read(server.stdout.fileno(), 65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                gone = True
+                break
+            self._answer_buffer += chunk
+        *lines, self._answer_buffer = self._answer_buffer.split(b"\n")
+        for line in lines:
+            if not self._unanswered:
+                break
+            record = self._unanswered.popleft()
+            if not line.startswith(b"ok "):
+                self._start_directly(record)
+        if gone:
+            self._forkserver_died()
+
+    def _forkserver_died(self) -> None:
+        """The fork server is gone: the requests it did not answer are started directly,
+        unless their supervisor came up before it went. The next launch starts a new one."""
+        server, self._forkserver = self._forkserver, None
+        if server is not None:
             with contextlib.suppress(OSError):
                 server.kill()
-            self._forkserver = None
-        return False
+            server.wait()
+        pending, self._unanswered = self._unanswered, collections.deque()
+        for record in pending:
+            if not (record.path / "supervisor.pid").exists() and not _supervisor_alive(record.path):
+                self._start_directly(record)
+
+    def _start_directly(self, record: _Attempt) -> None:
+        """Start the supervisor command of ``record`` as a child process."""
+        path = record.path
+        fd = os.open(
+            path / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644
+        )
+        with open(fd, "ab") as log:
+            try:
+                record.process = subprocess.Popen(
+                    [*self.supervisor_command, str(path)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    close_fds=True,
+                    start_new_session=True,
+                    cwd="/",
+                )
+            except OSError as exc:
+                # The directory exists now, so it is never retried: report NODE_FAIL.
+                log.write(f"cannot start the supervisor: {exc}\n".encode())
+                record.failed_to_start = True
 
     def cancel(self, job_id: int, *, preempt_grace_s: float | None = None) -> None:
         """Cancel the current attempt of ``job_id`` (marker file first, then SIGTERM).
@@ -419,11 +486,17 @@ class LocalRuntime:
 
     def close(self) -> None:
         """Stop tracking; running supervisors keep running."""
-        server, self._forkserver = self._forkserver, None
+        server = self._forkserver
         if server is not None:
             with contextlib.suppress(OSError):
                 assert server.stdin is not None
                 server.stdin.close()
+            # It answers what it was sent before it exits: read that to the end.
+            assert server.stdout is not None
+            os.set_blocking(server.stdout.fileno(), True)
+            while self._unanswered and self._forkserver is not None:
+                self._answers()
+            self._forkserver = None
             with contextlib.suppress(subprocess.TimeoutExpired):
                 server.wait(timeout=5)
         for record in self._attempts.values():
@@ -458,6 +531,7 @@ class LocalRuntime:
             time.sleep(0.02)
 
     def _collect(self) -> None:
+        self._answers()
         now = time.monotonic()
         for record in list(self._attempts.values()):
             if record.exited:
@@ -604,6 +678,21 @@ class LocalRuntime:
             return None
         attempts = [int(n) for n in names if n.isdigit()]
         return max(attempts) if attempts else None
+
+
+def _spec_dict(spec: LaunchSpec) -> dict[str, Any]:
+    """``dataclasses.asdict(spec)`` as far as JSON can tell, without its deep copies (the
+    dict is only written out)."""
+    data = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    data["tasks"] = [_task_dict(t) for t in spec.tasks]
+    data["allocation"] = [_task_dict(t) for t in spec.allocation]
+    if spec.account is not None:
+        data["account"] = dataclasses.asdict(spec.account)
+    return data
+
+
+def _task_dict(task: TaskSpec) -> dict[str, Any]:
+    return {f.name: getattr(task, f.name) for f in dataclasses.fields(task)}
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -101,9 +101,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["TICK_S", "main"]
+__all__ = ["TICK_S", "forked", "main"]
 
 TICK_S = 0.2
 """Longest sleep of the supervisor loop: how often it looks at the cancel marker."""
@@ -219,6 +220,7 @@ class Supervisor:
         """The step socket (:class:`phalanx.runtime.stepd.StepServer`) of a Slurm job."""
         self.claimed = False
         self.steps_mtime: int | None = None
+        self.status_written = False
         self.status: dict[str, Any] = {
             "state": "starting",
             "pid": os.getpid(),
@@ -236,6 +238,7 @@ class Supervisor:
     def write_status(self, **changes: Any) -> None:
         self.status.update(changes)
         _write_json(self.status_path, self.status)
+        self.status_written = True
 
     def finish(
         self, job_state: str, exit_code: int | None, sig: int | None, message: str = ""
@@ -620,7 +623,8 @@ class Supervisor:
 
     def run(self) -> None:
         wakeup = self.install_signals()
-        self.write_status()
+        if not self.status_written:
+            self.write_status()
         if self.cancelled():
             self.finish(self.cancel_reason, None, None, "cancelled before start")
             return
@@ -814,6 +818,42 @@ def main(argv: list[str] | None = None) -> int:
             _write_json_pidfile(jobdir, child)
         os._exit(0 if ok else 1)
     os.close(rfd)
+
+    def ready() -> None:
+        os.write(wfd, b"1")
+        os.close(wfd)
+
+    def refused() -> None:
+        os.close(wfd)
+
+    return _supervise(jobdir, spec, ready, refused)
+
+
+def forked(jobdir: str) -> int:
+    """The supervisor in a child of the fork server (:mod:`phalanx.runtime.forkserver`).
+
+    That child is not the control plane's: it needs no second fork to detach,
+    only its own session, and writes ``supervisor.pid`` itself once it holds
+    the lock (what the first process of :func:`main` does for the second).
+    """
+    jobdir = os.path.abspath(jobdir)
+    spec = _read_spec(jobdir)
+    _drop_privileges(spec)
+
+    def ready() -> None:
+        _write_json_pidfile(jobdir, os.getpid())
+
+    return _supervise(jobdir, spec, ready, lambda: None)
+
+
+def _supervise(
+    jobdir: str,
+    spec: dict[str, Any],
+    ready: Callable[[], None],
+    refused: Callable[[], None],
+) -> int:
+    """Take the job lock in a new session and supervise; ``ready`` once the lock is held
+    and the first status written, ``refused`` when another supervisor holds it."""
     # A cancel can come as soon as the lock is held (the pid file is written then),
     # before the supervisor's own handlers are in place: note it, do not die of it.
     early: list[int] = []
@@ -824,7 +864,7 @@ def main(argv: list[str] | None = None) -> int:
     lock = _lock(jobdir)
     if lock is None:
         print(f"supervisor: {jobdir} is supervised already", file=sys.stderr)
-        os.close(wfd)
+        refused()
         return 1
     supervisor: Supervisor | None = None
     try:
@@ -832,8 +872,7 @@ def main(argv: list[str] | None = None) -> int:
         if early:
             supervisor.cancel_requested = True
         supervisor.write_status()
-        os.write(wfd, b"1")
-        os.close(wfd)
+        ready()
         supervisor.run()
     except BaseException as exc:
         print(f"supervisor: {exc!r}", file=sys.stderr)
@@ -870,8 +909,13 @@ def _foreground(jobdir: str, spec: dict[str, Any]) -> int:
 def _write_json_pidfile(jobdir: str, pid: int) -> None:
     path = os.path.join(jobdir, "supervisor.pid")
     tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="ascii") as fh:
-        fh.write(f"{pid}\n")
+    # Bytes, not a text file: no codec to look up, which as a job's account (that may
+    # not read the interpreter's library) could fail.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, f"{pid}\n".encode())
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
 
 

@@ -51,6 +51,9 @@ class NewJob:
     id_span: int = 1
     """How many ids the job takes: a heterogeneous job's components have the ids after
     its own (``SLURM_JOB_ID_HET_GROUP_N`` is the job's id + N, as in Slurm)."""
+    parsed: JobSubmission | None = field(default=None, compare=False, repr=False)
+    """``submission`` as the caller has it parsed (the row read back in the same
+    transaction then needs no parse)."""
 
 
 class _Parsed:
@@ -119,6 +122,14 @@ class JobRow(_Parsed):
             return parsed.slurm
         stored = self.submission.get("slurm")
         return None if stored is None else SlurmRequest.model_validate(stored)
+
+
+def with_submission(row: JobRow, parsed: JobSubmission) -> JobRow:
+    """``row``, its :attr:`~JobRow.parsed_submission` being ``parsed`` (the caller's parse
+    of the same ``submission``): a row made with :func:`dataclasses.replace` from one
+    already parsed need not be parsed again."""
+    object.__setattr__(row, "_parsed", parsed)
+    return row
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,7 @@ from phalanx.store.records import (
     TokenRow,
     TombstoneRow,
     UsageRow,
+    with_submission,
 )
 from phalanx.store.schema import (
     job_charges,
@@ -103,6 +104,15 @@ _USAGE_FIELDS = tuple(f.name for f in dataclasses.fields(UsageRow))
 _CHARGE_FIELDS = tuple(f.name for f in dataclasses.fields(JobChargeRow))
 _SELECT_USAGE: Select[Any] = select(*(usage.c[name] for name in _USAGE_FIELDS))
 _SELECT_CHARGES: Select[Any] = select(*(job_charges.c[name] for name in _CHARGE_FIELDS))
+_SELECT_CHARGE_BY_JOB: Select[Any] = _SELECT_CHARGES.where(
+    job_charges.c.job_id == bindparam("_job_id")
+)
+_INSERT_CHARGES = insert(job_charges)
+_UPDATE_CHARGES = (
+    update(job_charges)
+    .where(job_charges.c.job_id == bindparam("_job_id"))
+    .values({name: bindparam(name) for name in _CHARGE_FIELDS[1:]})
+)
 
 UNFINISHED_STATES: tuple[str, ...] = (
     JobState.PENDING.value,
@@ -226,6 +236,19 @@ def _get_job(conn: Connection, job_id: int) -> JobRow | None:
     return None if row is None else _job(row)
 
 
+_PREFETCH_CHUNK = 500
+"""Job ids per ``IN`` list of :meth:`Tx.prefetch_jobs` (SQLite binds at most 999)."""
+
+
+def _updated(row: JobRow, fields: Mapping[str, Any]) -> JobRow:
+    """``row`` with ``fields`` set; its parsed submission kept when that did not change."""
+    new = dataclasses.replace(row, **fields)
+    parsed = getattr(row, "_parsed", None)
+    if parsed is not None and "submission" not in fields:
+        with_submission(new, parsed)
+    return new
+
+
 _UPDATE_STATEMENTS: dict[tuple[str, ...], Any] = {}
 
 
@@ -322,7 +345,7 @@ class Tx:
     loop. :meth:`get_job` sees the buffered updates.
     """
 
-    __slots__ = ("_conn", "_events", "_inserted", "_open", "_updates")
+    __slots__ = ("_charges", "_conn", "_events", "_inserted", "_open", "_rows", "_updates")
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
@@ -332,6 +355,11 @@ class Tx:
         self._events: list[EventTuple] = []
         self._inserted: set[int] = set()
         """Jobs inserted here and not yet given their first revision."""
+        self._rows: dict[int, JobRow] = {}
+        """Jobs read here, as written so far (buffered updates not merged): each is read
+        from the database once per transaction, and keeps its parsed submission."""
+        self._charges: dict[int, JobChargeRow | None] = {}
+        """Job charge rows read or written here (None: the job has none)."""
 
     @property
     def connection(self) -> Connection:
@@ -358,6 +386,9 @@ class Tx:
             groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
             for job_id, fields in self._updates.items():
                 groups.setdefault(tuple(sorted(fields)), []).append({"_job_id": job_id, **fields})
+            for job_id, fields in self._updates.items():
+                if job_id in self._rows:
+                    self._rows[job_id] = _updated(self._rows[job_id], fields)
             self._updates = {}
             for key, params in groups.items():
                 self._conn.execute(_update_statement(key), params)
@@ -473,6 +504,19 @@ class Tx:
                 )
         self.add_events(events)
         self._inserted.update(ids)
+        at_submission = _JOB_FIELDS.index("submission")
+        for values, j in zip(rows, new_jobs, strict=True):
+            # As a read would give it back: the submission through JSON (the caller's
+            # dict stays the caller's), parsed already when the caller had it parsed.
+            values = (
+                *values[:at_submission],
+                json.loads(json.dumps(j.submission)),
+                *values[at_submission + 1 :],
+            )
+            row = JobRow(*values)
+            if j.parsed is not None:
+                with_submission(row, j.parsed)
+            self._rows[row.id] = row
         return ids
 
     def _allocate_job_ids(self, n: int) -> list[int]:
@@ -516,11 +560,27 @@ class Tx:
     def get_job(self, job_id: int) -> JobRow | None:
         """Read a job inside this transaction (sees this transaction's own writes)."""
         self._check()
-        row = _get_job(self._conn, job_id)
+        row = self._rows.get(job_id)
+        if row is None:
+            row = _get_job(self._conn, job_id)
+            if row is None:
+                return None
+            self._rows[job_id] = row
         pending = self._updates.get(job_id)
-        if row is None or not pending:
+        if not pending:
             return row
-        return dataclasses.replace(row, **pending)
+        return _updated(row, pending)
+
+    def prefetch_jobs(self, job_ids: Iterable[int]) -> None:
+        """Read these jobs in a few statements, for the :meth:`get_job` calls to come (the
+        control loop's per-job steps of an iteration read many jobs one by one)."""
+        self._check()
+        missing = sorted({job_id for job_id in job_ids if job_id not in self._rows})
+        for at in range(0, len(missing), _PREFETCH_CHUNK):
+            chunk = missing[at : at + _PREFETCH_CHUNK]
+            for found in self._conn.execute(_SELECT_JOBS.where(jobs.c.id.in_(chunk))).all():
+                row = _job(found)
+                self._rows[row.id] = row
 
     def list_jobs(self, **filters: Any) -> list[JobRow]:
         """:meth:`Store.list_jobs` inside this transaction (sees its own writes)."""
@@ -735,21 +795,38 @@ class Tx:
     def get_job_charge(self, job_id: int) -> JobChargeRow | None:
         """A job's charges so far, or None if it was never charged."""
         self._check()
-        row = self._conn.execute(_SELECT_CHARGES.where(job_charges.c.job_id == job_id)).first()
-        return None if row is None else JobChargeRow(*row)
+        if job_id in self._charges:
+            return self._charges[job_id]
+        row = self._conn.execute(_SELECT_CHARGE_BY_JOB, {"_job_id": job_id}).first()
+        charge = self._charges[job_id] = None if row is None else JobChargeRow(*row)
+        return charge
+
+    def prefetch_job_charges(self, job_ids: Iterable[int]) -> None:
+        """Read these jobs' charge rows in a few statements, for the
+        :meth:`get_job_charge` calls to come."""
+        self._check()
+        missing = sorted({job_id for job_id in job_ids if job_id not in self._charges})
+        for at in range(0, len(missing), _PREFETCH_CHUNK):
+            chunk = missing[at : at + _PREFETCH_CHUNK]
+            self._charges.update(dict.fromkeys(chunk))
+            stmt = _SELECT_CHARGES.where(job_charges.c.job_id.in_(chunk))
+            for found in self._conn.execute(stmt).all():
+                charge = JobChargeRow(*found)
+                self._charges[charge.job_id] = charge
 
     def put_job_charges(self, rows: Sequence[JobChargeRow], *, new: bool) -> None:
         """Insert (``new``) or replace jobs' charge rows."""
         self._check()
         if not rows:
             return
+        self._charges.update((r.job_id, r) for r in rows)
         if new:
-            self._conn.execute(insert(job_charges), [dataclasses.asdict(r) for r in rows])
+            # Not dataclasses.asdict: it deep-copies every row, the statement only reads it.
+            params = [{name: getattr(r, name) for name in _CHARGE_FIELDS} for r in rows]
+            self._conn.execute(_INSERT_CHARGES, params)
             return
         self._conn.execute(
-            update(job_charges)
-            .where(job_charges.c.job_id == bindparam("_job_id"))
-            .values({name: bindparam(name) for name in _CHARGE_FIELDS[1:]}),
+            _UPDATE_CHARGES,
             [{"_job_id": r.job_id, **{n: getattr(r, n) for n in _CHARGE_FIELDS[1:]}} for r in rows],
         )
 
