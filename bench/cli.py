@@ -93,11 +93,11 @@ def main() -> int:
         with Client(server.url, server.token) as client:
             running = args.jobs // 2
             ids = client.submit_many(
-                [
-                    submission("default", work, ["sleep", "3600"], f"run{i}")
-                    for i in range(running)
+                [submission("default", work, ["sleep", "3600"], f"run{i}") for i in range(running)]
+                + [
+                    submission("held", work, ["true"], f"wait{i}")
+                    for i in range(args.jobs - running)
                 ]
-                + [submission("held", work, ["true"], f"wait{i}") for i in range(args.jobs - running)]
             )
             deadline = time.monotonic() + 120
             while sum(j["state"] == "RUNNING" for j in client.jobs()) < running:
@@ -105,9 +105,7 @@ def main() -> int:
                     raise SystemExit("the benchmark's jobs did not start in 2 minutes")
                 time.sleep(0.2)
 
-        env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PHALANX_"))
-        }
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PHALANX_"))}
         env.update(PHALANX_URL=server.url, PHALANX_TOKEN=server.token)
         bindir = Path(sys.executable).parent
         shims = state / "shims"

@@ -12,9 +12,11 @@ model.
 
 from __future__ import annotations
 
-import re
-
 from phalanx.errors import Invalid
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import re
 
 __all__ = [
     "FORMATS",
@@ -31,12 +33,20 @@ FORMATS = (
 """The accepted forms, as error messages name them."""
 
 _UNLIMITED = frozenset({"infinite", "unlimited", "-1"})
-_WITH_DAYS = re.compile(r"([0-9]+)-([0-9]+)(?::([0-9]+))?(?::([0-9]+))?")
-_CLOCK = re.compile(r"([0-9]+)(?::([0-9]+))?(?::([0-9]+))?")
+_WITH_DAYS = r"([0-9]+)-([0-9]+)(?::([0-9]+))?(?::([0-9]+))?"
+_CLOCK = r"([0-9]+)(?::([0-9]+))?(?::([0-9]+))?"
 _MAX_DIGITS = 10
 """A field of more digits is refused (Slurm keeps time limits in 32 bits of minutes)."""
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_SPAN = re.compile(r"([0-9]{1,10}) ?([smhdw])")
+_SPAN = r"([0-9]{1,10}) ?([smhdw])"
+
+
+def _fullmatch(pattern: str, text: str) -> re.Match[str] | None:
+    """``re.fullmatch``, with :mod:`re` imported on first use: the tools that only print
+    durations (``squeue``, ``sacct``) never load it."""
+    import re
+
+    return re.fullmatch(pattern, text)
 
 
 def parse_time_limit(value: str) -> int | None:
@@ -82,7 +92,7 @@ def parse_span(value: str) -> int:
     (2592000, 43200, 129600, 5400)
     """
     text = value.strip().lower()
-    if m := _SPAN.fullmatch(text):
+    if m := _fullmatch(_SPAN, text):
         seconds: int | None = int(m.group(1)) * _UNITS[m.group(2)]
     else:
         seconds = _parse(text)
@@ -97,16 +107,16 @@ def parse_span(value: str) -> int:
 
 
 def _parse(text: str) -> int | None:
-    m = _WITH_DAYS.fullmatch(text) or _CLOCK.fullmatch(text)
+    m = _fullmatch(_WITH_DAYS, text) or _fullmatch(_CLOCK, text)
     if m is not None and any(g is not None and len(g) > _MAX_DIGITS for g in m.groups()):
         raise Invalid(
             f"time {text[:40]!r}{'...' if len(text) > 40 else ''}: a number of more than "
             f"{_MAX_DIGITS} digits is too large (expected at most {_MAX_DIGITS} per number)"
         )
-    if m := _WITH_DAYS.fullmatch(text):
+    if m := _fullmatch(_WITH_DAYS, text):
         days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
         return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-    if m := _CLOCK.fullmatch(text):
+    if m := _fullmatch(_CLOCK, text):
         parts = [int(g) for g in m.groups() if g is not None]
         if len(parts) == 1:
             return parts[0] * 60

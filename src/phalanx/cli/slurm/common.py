@@ -1,7 +1,10 @@
 """Shared Slurm formatting: states, time strings, hostlists, job ids, field widths.
 
 Everything here is standard library only and pure, but for ``my_user`` (which
-asks the server). Time strings follow ``src/squeue/print.c`` ``_print_secs`` (``M:SS``, ``H:MM:SS``,
+asks the server). The tools import this module on every run, so it imports
+almost nothing: no :mod:`re`, :mod:`datetime` or :mod:`typing` (hand scanners for
+job references, format specifiers and timestamps). Time strings follow
+``src/squeue/print.c`` ``_print_secs`` (``M:SS``, ``H:MM:SS``,
 ``D-HH:MM:SS``) and ``src/common/parse_time.c`` ``secs2time_str``
 (``HH:MM:SS``, ``D-HH:MM:SS``, ``UNLIMITED``); hostlists follow
 ``src/common/hostlist.c`` (compress in the given order, no sorting).
@@ -9,22 +12,22 @@ asks the server). Time strings follow ``src/squeue/print.c`` ``_print_secs`` (``
 
 from __future__ import annotations
 
-import re
 import sys
 import time
-from collections.abc import Iterable
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
-from phalanx.dialects.slurm.environment import compress_hostlist
-from phalanx.timefmt import format_duration
+from phalanx.dialects.slurm.hostranges import compress_hostlist
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
     from phalanx.client import Client
 
 __all__ = [
     "FINISHED",
     "HET_MAX_COMPONENTS",
+    "JOB_STATES",
     "STATE_CODES",
     "ArrayRef",
     "collapse_ranges",
@@ -34,6 +37,7 @@ __all__ = [
     "expand_hostlist",
     "expand_ranges",
     "fit",
+    "format_specs",
     "het_matches",
     "het_rows",
     "het_selected",
@@ -41,7 +45,9 @@ __all__ = [
     "mark_unavailable_nodes",
     "parse_job_ref",
     "reason_of",
+    "resolve",
     "secs2time",
+    "server_states",
     "short_secs",
     "slurm_state",
     "slurm_time",
@@ -88,6 +94,33 @@ FINISHED = frozenset(
 )
 
 _PHALANX_TO_SLURM = {"ADMITTED": "CONFIGURING"}
+
+JOB_STATES = (
+    "PENDING",
+    "ADMITTED",
+    "RUNNING",
+    "COMPLETING",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "PREEMPTED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+)
+"""phalanx's job states (``phalanx.model.JobState``, spelled here: the tools do not load
+the models)."""
+
+
+def server_states(states: frozenset[str] | None) -> list[str] | None:
+    """The phalanx states whose jobs Slurm names by one of ``states``, for the server to
+    filter on (``None``: every state, or a set no job can be in, left to the caller)."""
+    if states is None:
+        return None
+    wanted = [s for s in JOB_STATES if _PHALANX_TO_SLURM.get(s, s) in states]
+    return wanted or None
+
+
 _REASON_STATES = frozenset({"PENDING", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE"})
 
 
@@ -150,8 +183,6 @@ def mark_unavailable_nodes(client: Any, jobs: list[dict[str, Any]]) -> None:
     about nodes), and :data:`NODES_NOT_AVAILABLE` for a job waiting on ``Resources``
     in a partition whose every node is drained or down. Asks for the nodes only when
     such a job is listed, and for the partitions only when a node is out of service."""
-    from phalanx.cli.slurm.sinfo import partition_nodes
-
     pending = [j for j in jobs if slurm_state(j) == "PENDING" and reason_of(j) in _NODE_REASONS]
     if not pending:
         return
@@ -173,6 +204,8 @@ def mark_unavailable_nodes(client: Any, jobs: list[dict[str, Any]]) -> None:
             job["slurm_reason"] = f"ReqNodeNotAvail, UnavailableNodes:{compress_hostlist(missing)}"
     if not anywhere:
         return
+    from phalanx.cli.slurm.sinfo import partition_nodes
+
     flavors = {f["metadata"]["name"]: f for f in client.resource_flavors()}
     out_of_service: set[str] = set()
     for cq in client.cluster_queues():
@@ -195,7 +228,51 @@ def epoch(stamp: str | None) -> float | None:
     """RFC 3339 (``...Z``) to epoch seconds."""
     if not stamp:
         return None
-    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    text = str(stamp)
+    seconds = _utc_seconds(text)
+    if seconds is not None:
+        return seconds
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _utc_seconds(text: str) -> float | None:
+    """``YYYY-MM-DDTHH:MM:SS[.fff[fff]]Z`` (the server's form) to epoch seconds, as
+    ``datetime.timestamp`` computes them; ``None`` for any other form."""
+    size = len(text)
+    if size not in (20, 24, 27) or text[-1] != "Z" or text[10] != "T":
+        return None
+    if text[4] != "-" or text[7] != "-" or text[13] != ":" or text[16] != ":":
+        return None
+    fields = (text[0:4], text[5:7], text[8:10], text[11:13], text[14:16], text[17:19])
+    if not all(f.isascii() and f.isdigit() for f in fields):
+        return None
+    micro = 0
+    if size > 20:
+        fraction = text[20:-1]
+        if text[19] != "." or not (fraction.isascii() and fraction.isdigit()):
+            return None
+        micro = int(fraction) * (1000 if len(fraction) == 3 else 1)
+    year, month, day, hour, minute, second = (int(f) for f in fields)
+    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 60):
+        return None
+    # Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+    y = year - (month <= 2)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+    if day > 28 and _past_month_end(year, month, day):
+        return None
+    return ((days * 86400 + hour * 3600 + minute * 60 + second) * 10**6 + micro) / 10**6
+
+
+def _past_month_end(year: int, month: int, day: int) -> bool:
+    if month == 2:
+        leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+        return day > (29 if leap else 28)
+    return day > 30 and month in (4, 6, 9, 11)
 
 
 def slurm_time(stamp: str | None, unknown: str = "N/A") -> str:
@@ -239,6 +316,8 @@ def secs2time(seconds: int | None) -> str:
         return "UNLIMITED"
     if seconds < 0:
         return "INVALID"
+    from phalanx.timefmt import format_duration
+
     return format_duration(seconds)
 
 
@@ -248,6 +327,35 @@ def fit(text: str, width: int | None, right: bool) -> str:
         return text
     text = text[:width]
     return text.rjust(width) if right else text.ljust(width)
+
+
+# --------------------------------------------------------------------------- format specs
+
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz%")
+
+
+def format_specs(fmt: str, flag: str) -> list[tuple[int, int, bool, bool, str, str]]:
+    r"""The ``%[.][FLAG][size]type`` specifiers of an ``-o`` format, as
+    ``re.finditer(r"%(\.)?(FLAG)?(\d+)?([A-Za-z%])")`` finds them: ``(start, end,
+    dot, flag, size digits, type letter)`` each; what lies between is literal text."""
+    found = []
+    size = len(fmt)
+    at = fmt.find("%")
+    while at >= 0:
+        i = at + 1
+        dot = i < size and fmt[i] == "."
+        i += dot
+        flagged = i < size and fmt[i] == flag
+        i += flagged
+        digits_at = i
+        while i < size and fmt[i].isdecimal():
+            i += 1
+        if i < size and fmt[i] in _LETTERS:
+            found.append((at, i + 1, dot, flagged, fmt[digits_at:i], fmt[i]))
+            at = fmt.find("%", i + 1)
+        else:
+            at = fmt.find("%", at + 1)
+    return found
 
 
 # --------------------------------------------------------------------------- arrays
@@ -331,29 +439,55 @@ class ArrayRef:
     __hash__ = None  # type: ignore[assignment]
 
 
-_REF = re.compile(r"(\d+)(?:_(\d+|\[[0-9,\-:%]+\]))?")
-_HET_REF = re.compile(r"(\d+)\+(\d+)")
+_RANGE_CHARS = frozenset("0123456789,-:%")
 
 
 def parse_job_ref(text: str) -> ArrayRef | None:
     """``12`` / ``12_3`` / ``12_[1-3,5]`` / ``12+1``; ``None`` when it is not a job id."""
     text = text.strip()
-    het = _HET_REF.fullmatch(text)
-    if het is not None:
-        return ArrayRef(text, int(het.group(1)), None, int(het.group(2)))
-    m = _REF.fullmatch(text)
-    if not m:
+    head, plus, offset = text.partition("+")
+    if plus:
+        if head.isdecimal() and offset.isdecimal():
+            return ArrayRef(text, int(head), None, int(offset))
         return None
-    job_id = int(m.group(1))
-    task = m.group(2)
-    if task is None:
+    head, underscore, task = text.partition("_")
+    if not head.isdecimal():
+        return None
+    job_id = int(head)
+    if not underscore:
         return ArrayRef(text, job_id, None)
-    if task.startswith("["):
+    if task.isdecimal():
+        return ArrayRef(text, job_id, [int(task)])
+    if len(task) > 2 and task[0] == "[" and task[-1] == "]" and _RANGE_CHARS.issuperset(task[1:-1]):
         try:
             return ArrayRef(text, job_id, expand_ranges(task))
         except ValueError:
             return None
-    return ArrayRef(text, job_id, [int(task)])
+    return None
+
+
+def resolve(client: Client, ref: ArrayRef) -> list[dict[str, Any]]:
+    """The job views ``ref`` names; empty when none exists. A job that is no array's
+    first task (whose id is the array's) is the answer to its own id: one request."""
+    from phalanx import errors
+
+    job = None
+    if ref.tasks is None:
+        try:
+            job = client.get(ref.job_id)
+        except errors.NotFound:
+            job = None
+        if job is not None and job.get("array_job_id") is None:
+            return [job]
+    members = list(client.jobs(array_job_id=ref.job_id))
+    members = [m for m in members if m.get("array_job_id") is not None]
+    members = [m for m in members if int(m["array_job_id"]) == ref.job_id]
+    if ref.tasks is None:
+        return members or ([job] if job is not None else [])
+    wanted = set(ref.tasks)
+    return [
+        m for m in members if m.get("array_task_id") is not None and m["array_task_id"] in wanted
+    ]
 
 
 # --------------------------------------------------------------------------- heterogeneous jobs

@@ -17,9 +17,6 @@ node as NODE_FAIL, one requeued by hand as REQUEUED.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
-from typing import Any
 
 from phalanx.cli.slurm.common import (
     compress_hostlist,
@@ -34,12 +31,17 @@ from phalanx.cli.slurm.common import (
     slurm_time,
 )
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+    from typing import Any
+
+    Getter = Callable[[dict[str, Any], float], str]
+
 __all__ = ["DEFAULT_FIELDS", "cell", "earlier_runs", "format_jobs", "parse_fields"]
 
 DEFAULT_FIELDS = "jobid,jobname,partition,account,alloccpus,state,exitcode"
 BRIEF_FIELDS = "jobid,state,exitcode"
-
-Getter = Callable[[dict[str, Any], float], str]
 
 STEP = "step_label"
 """A step row's key: ``batch`` or the step's number (``N.batch``, ``N.0``)."""
@@ -151,6 +153,8 @@ _REQUEUED_AS = {
 def _rfc3339(t: Any) -> str | None:
     if t is None:
         return None
+    from datetime import UTC, datetime
+
     return datetime.fromtimestamp(float(t), UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -255,7 +259,8 @@ FIELDS: dict[str, tuple[str, int, Getter]] = {
 }
 """sacct fields: header, width (negative: left-justified), value."""
 
-Field = tuple[str, int, Getter]
+if TYPE_CHECKING:
+    Field = tuple[str, int, Getter]
 
 
 def _step_suffixed(text: str, row: dict[str, Any]) -> str:
@@ -454,6 +459,8 @@ def format_jobs(
 
 def parse_when(text: str) -> float:
     """sacct ``-S``/``-E``: ``YYYY-MM-DD[THH:MM[:SS]]``, ``HH:MM[:SS]``, ``now[-1hours]``."""
+    from datetime import datetime
+
     from phalanx.errors import Invalid
 
     raw = text.strip()
@@ -559,11 +566,20 @@ def run(
         start = parse_when("midnight")
     try:
         with Client() as client:
-            if not users and not allusers:
-                me = client.whoami()
-                if not me.get("admin"):
-                    users = [str(me["user"])]
-            listed = list(client.jobs(user=users, tenant=accounts, name=names))
+            # One request where the server can: the caller's jobs (unless -u or -a) with
+            # their steps (unless -X).
+            mine = not users and not allusers
+            page = client.job_list(
+                user=users, tenant=accounts, name=names, mine=mine, steps=not allocations
+            )
+            if page is None:  # an older server: whoami, jobs, then steps
+                if mine:
+                    me = client.whoami()
+                    if not me.get("admin"):
+                        users = [str(me["user"])]
+                listed = list(client.jobs(user=users, tenant=accounts, name=names))
+            else:
+                listed = page["items"]
             chosen_jobs = [
                 j
                 for j in listed
@@ -573,7 +589,11 @@ def run(
             ]
             steps: dict[str, list[dict[str, Any]]] = {}
             if not allocations and chosen_jobs:
-                steps = client.steps_of(int(j["id"]) for j in chosen_jobs)
+                steps = (
+                    page["steps"]
+                    if page is not None
+                    else client.steps_of(int(j["id"]) for j in chosen_jobs)
+                )
             runs: list[dict[str, Any]] = []
             for j in chosen_jobs:
                 if j.get("het_components"):

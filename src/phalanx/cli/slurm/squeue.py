@@ -8,10 +8,7 @@ one ``12_[3-15%4]`` line unless ``-r``. Standard library only.
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 from phalanx.cli.slurm.common import (
     collapse_ranges,
@@ -19,6 +16,7 @@ from phalanx.cli.slurm.common import (
     elapsed,
     expand_ranges,
     fit,
+    format_specs,
     het_matches,
     het_rows,
     het_selected,
@@ -31,6 +29,15 @@ from phalanx.cli.slurm.common import (
     slurm_time,
     state_code,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+    from typing import Any
+
+    Getter = Callable[[dict[str, Any], float], str]
+    Part = tuple[str, int | None, bool, Getter | None]
+    """(header or literal text, width, right-justified, value getter; None for literal text)."""
 
 __all__ = [
     "DEFAULT_FORMAT",
@@ -48,8 +55,6 @@ DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
 START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"
 STEPS_FORMAT = "%.15i %.8j %.9P %.8u %.9M %N"
-
-Getter = Callable[[dict[str, Any], float], str]
 
 
 def _null(value: Any) -> str:
@@ -185,21 +190,15 @@ LONG_NAMES: dict[str, tuple[str, Getter]] = {
 }
 """squeue ``-O`` names (case-insensitive)."""
 
-Part = tuple[str, int | None, bool, Getter | None]
-"""(header or literal text, width, right-justified, value getter; None for literal text)."""
-
-_SPEC = re.compile(r"%(\.)?(-)?(\d+)?([A-Za-z%])")
-
 
 def parse_format(fmt: str) -> list[Part]:
     """squeue ``-o``: ``%[.][size]type`` specifiers and literal text between them."""
     parts: list[Part] = []
     pos = 0
-    for m in _SPEC.finditer(fmt):
-        if m.start() > pos:
-            parts.append((fmt[pos : m.start()], None, False, None))
-        pos = m.end()
-        letter = m.group(4)
+    for start, end, dot, _, digits, letter in format_specs(fmt, "-"):
+        if start > pos:
+            parts.append((fmt[pos:start], None, False, None))
+        pos = end
         if letter == "%":
             parts.append(("%", None, False, None))
             continue
@@ -208,8 +207,8 @@ def parse_format(fmt: str) -> list[Part]:
             from phalanx.errors import Invalid
 
             raise Invalid(f"squeue: error: Invalid job format specification: {letter}")
-        width = int(m.group(3)) if m.group(3) else None
-        parts.append((field[0], width, bool(m.group(1)), field[1]))
+        width = int(digits) if digits else None
+        parts.append((field[0], width, dot, field[1]))
     if pos < len(fmt):
         parts.append((fmt[pos:], None, False, None))
     return parts
@@ -379,7 +378,7 @@ def run(
     """The squeue command; returns the exit status."""
     import sys
 
-    from phalanx.cli.slurm.common import my_user, parse_job_ref, tool_error
+    from phalanx.cli.slurm.common import my_user, parse_job_ref, server_states, tool_error
     from phalanx.client import Client
     from phalanx.errors import Invalid, PhalanxError
 
@@ -412,7 +411,15 @@ def run(
             if me:
                 users = [my_user(client)]
             while True:
-                listed = list(client.jobs(user=users, tenant=accounts, name=names))
+                # The server leaves out the finished jobs squeue would drop anyway.
+                listed = list(
+                    client.jobs(
+                        user=users,
+                        tenant=accounts,
+                        name=names,
+                        state=server_states(wanted_states),
+                    )
+                )
                 shown = [
                     j
                     for j in listed
