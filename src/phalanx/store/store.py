@@ -51,6 +51,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import make_url
+from sqlalchemy.sql.elements import BindParameter
 
 from phalanx.model.job import JobState
 from phalanx.store.records import (
@@ -765,6 +766,8 @@ class Tx:
 def _in(column: Any, values: Iterable[Any] | None) -> ColumnElement[bool] | None:
     if values is None:
         return None
+    if isinstance(values, BindParameter):
+        return column.in_(values)  # type: ignore[no-any-return]
     if isinstance(values, str):
         values = [values]
     condition: ColumnElement[bool] = column.in_(list(values))
@@ -836,6 +839,59 @@ SORT_COLUMNS: dict[str, Any] = {
     "start": jobs.c.start_time,
 }
 """What :meth:`Store.list_jobs` sorts by (ties by id, in the same direction)."""
+
+
+_BOUND_LISTS = frozenset({"states", "tenants", "users", "ids", "names"})
+_BOUND_VALUES: dict[str, Any] = {
+    "array_job_id": Integer(),
+    "queue": Text(),
+    "cluster_queue": Text(),
+    "after_id": Integer(),
+    "limit": Integer(),
+}
+_RECORD_QUERIES: dict[tuple[Any, ...], tuple[Select[Any], Select[Any]]] = {}
+""":meth:`Store.list_job_records`'s statements (rows, and the page of them as one JSON
+row) by the filters given and how they sort: built once per such shape, with the values
+bound at each call. Building the page statement (and SQLAlchemy's cache key of it)
+cost more than reading 50 jobs."""
+_RECORD_QUERY_SHAPES = 256
+"""At most this many shapes are kept (there are far fewer in practice)."""
+
+
+def _record_queries(
+    filters: Mapping[str, Any],
+) -> tuple[Select[Any], Select[Any], dict[str, Any]]:
+    """The row and page statements of :meth:`Store.list_job_records` for ``filters``,
+    and the values to bind."""
+    shape: dict[str, Any] = {}
+    params: dict[str, Any] = {}
+    key: list[Any] = []
+    cacheable = not filters.get("search") and not filters.get("offset")
+    for name, value in sorted(filters.items()):
+        if value is None:
+            continue
+        if name in _BOUND_LISTS and cacheable:
+            params[name] = [value] if isinstance(value, str) else list(value)
+            shape[name] = bindparam(name, expanding=True)
+            key.append(name)
+        elif name in _BOUND_VALUES and cacheable:
+            params[name] = value
+            shape[name] = bindparam(name, type_=_BOUND_VALUES[name])
+            key.append(name)
+        else:
+            shape[name] = value
+            key.append((name, value))
+    if not cacheable:
+        stmt = _jobs_query(**filters).with_only_columns(*_JOB_RECORD_COLUMNS)
+        return stmt, _page_query(stmt), {}
+    found = _RECORD_QUERIES.get(tuple(key))
+    if found is None:
+        stmt = _jobs_query(**shape).with_only_columns(*_JOB_RECORD_COLUMNS)
+        found = (stmt, _page_query(stmt))
+        if len(_RECORD_QUERIES) >= _RECORD_QUERY_SHAPES:
+            _RECORD_QUERIES.clear()
+        _RECORD_QUERIES[tuple(key)] = found
+    return found[0], found[1], params
 
 
 def _search(text: str) -> ColumnElement[bool]:
@@ -998,16 +1054,16 @@ class Store:
         For callers that keep what they made of a row: two equal records are the same
         stored job, so only the ones that changed need decoding (:func:`job_from_record`).
         """
-        stmt = _jobs_query(**filters).with_only_columns(*_JOB_RECORD_COLUMNS)
+        stmt, page, params = _record_queries(filters)
         with self._read() as conn:
             if conn.dialect.name == "sqlite" and filters.get("sort", "id") == "id":
-                text, out_of_range = conn.execute(_page_query(stmt)).one()
+                text, out_of_range = conn.execute(page, params).one()
                 if not out_of_range:
                     # json_group_array's order is not the query's: put it back.
                     records = _records_of_page(text)
                     records.sort(key=_record_id, reverse=bool(filters.get("descending")))
                     return records
-            return [tuple(row) for row in conn.execute(stmt).all()]
+            return [tuple(row) for row in conn.execute(stmt, params).all()]
 
     def count_matching(
         self,
