@@ -387,15 +387,18 @@ class Client:
         state: Iterable[str] | None = None,
         mine: bool = False,
         steps: bool = False,
+        nodes_down: bool = False,
         page_size: int = 500,
     ) -> dict[str, Any] | None:
         """Every page of ``GET /api/v1/jobs`` in one answer: ``items``; with ``mine``, only
         the caller's jobs (the admin's: everyone's) and ``mine`` (``{"user", "admin"}``);
-        with ``steps``, ``steps`` (each job's steps by id, as :meth:`steps_of`). ``None``
-        when the server does not know ``mine`` or ``steps`` (an older one)."""
+        with ``steps``, ``steps`` (each job's steps by id, as :meth:`steps_of`); with
+        ``nodes_down``, ``nodes_down`` (the names of the nodes draining, drained or down).
+        ``None`` when the server does not know one of them (an older one)."""
         items: list[dict[str, Any]] = []
         found_steps: dict[str, list[dict[str, Any]]] = {}
         whose: Any = None
+        down: list[str] = []
         token: str | None = None
         while True:
             params: list[tuple[str, Any]] = [
@@ -407,10 +410,15 @@ class Client:
                 ("continue", token),
                 ("mine", "true" if mine else None),
                 ("steps", "true" if steps else None),
+                ("nodes_down", "true" if nodes_down and token is None else None),
             ]
             page = self._json("GET", "/api/v1/jobs", params=params)
             if (mine and "mine" not in page) or (steps and "steps" not in page):
                 return None
+            if nodes_down and token is None:
+                if "nodes_down" not in page:
+                    return None
+                down = page["nodes_down"]
             items += page["items"]
             found_steps.update(page.get("steps") or {})
             whose = page.get("mine", whose)
@@ -422,6 +430,8 @@ class Client:
             answer["mine"] = whose
         if steps:
             answer["steps"] = found_steps
+        if nodes_down:
+            answer["nodes_down"] = down
         return answer
 
     def cluster(self) -> dict[str, Any] | None:

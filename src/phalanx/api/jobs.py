@@ -90,14 +90,26 @@ def list_jobs(
         bool, Query(description="only the caller's own jobs, unless the caller is the admin")
     ] = False,
     steps: Annotated[bool, Query(description="each listed job's steps too")] = False,
+    nodes_down: Annotated[
+        bool, Query(description="the names of the nodes out of service too")
+    ] = False,
 ) -> Response:
     """Jobs visible to the caller, oldest first (``order=desc``: newest first).
 
     ``mine=true``: only the caller's jobs (the admin's token: every user's), and the page
     says whose (``"mine": {"user", "admin"}``); ``steps=true``: the page has ``"steps"``,
     each listed job's steps by job id, as ``GET /api/v1/steps`` gives them. With both,
-    ``sacct`` is one request instead of three (``whoami``, ``jobs``, ``steps``)."""
+    ``sacct`` is one request instead of three (``whoami``, ``jobs``, ``steps``).
+    ``nodes_down=true``: the page has ``"nodes_down"``, the nodes draining, drained or
+    down, so that ``squeue`` asks for the nodes only when its reasons need them."""
     extra: dict[str, Any] = {}
+    if nodes_down:
+        status = plane.node_status(principal)
+        extra["nodes_down"] = sorted(
+            name
+            for name, entry in status.items()
+            if str(entry.get("state") or "") in ("draining", "drain", "down")
+        )
     if mine:
         extra["mine"] = {"user": principal.user, "admin": principal.admin}
         if not principal.admin:

@@ -176,19 +176,25 @@ NODES_NOT_AVAILABLE = (
 """slurmctld's description of ReqNodeNotAvail for a job that names no nodes."""
 
 
-def mark_unavailable_nodes(client: Any, jobs: list[dict[str, Any]]) -> None:
+def mark_unavailable_nodes(
+    client: Any, jobs: list[dict[str, Any]], nodes_down: list[str] | None = None
+) -> None:
     """Slurm's ``ReqNodeNotAvail`` as the ``slurm_reason`` of the pending jobs it applies
     to, as slurmctld describes it: ``ReqNodeNotAvail, UnavailableNodes:HOSTLIST`` for a
     job whose ``--nodelist`` names a drained or down node (checked before anything else
     about nodes), and :data:`NODES_NOT_AVAILABLE` for a job waiting on ``Resources``
     in a partition whose every node is drained or down. Asks for the nodes only when
-    such a job is listed, and for the partitions only when a node is out of service."""
+    such a job is listed, and for the partitions only when a node is out of service;
+    ``nodes_down`` (the server's list of nodes out of service, when it gave one) spares
+    asking for the nodes when none is."""
     pending = [j for j in jobs if slurm_state(j) == "PENDING" and reason_of(j) in _NODE_REASONS]
     if not pending:
         return
     named = [j for j in pending if any(p.get("node_names") for p in j.get("pod_sets") or [])]
     anywhere = [j for j in pending if j not in named and reason_of(j) == "Resources"]
     if not named and not anywhere:
+        return
+    if nodes_down is not None and not nodes_down:
         return
     nodes = list(client.nodes())
     down = {

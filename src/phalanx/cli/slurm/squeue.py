@@ -411,15 +411,22 @@ def run(
             if me:
                 users = [my_user(client)]
             while True:
-                # The server leaves out the finished jobs squeue would drop anyway.
-                listed = list(
-                    client.jobs(
-                        user=users,
-                        tenant=accounts,
-                        name=names,
-                        state=server_states(wanted_states),
-                    )
+                # One request where the server can: it leaves out the finished jobs
+                # squeue would drop anyway and says which nodes are out of service.
+                wanted_on_server = server_states(wanted_states)
+                page = client.job_list(
+                    user=users,
+                    tenant=accounts,
+                    name=names,
+                    state=wanted_on_server,
+                    nodes_down=True,
                 )
+                if page is None:  # an older server
+                    listed = list(
+                        client.jobs(user=users, tenant=accounts, name=names, state=wanted_on_server)
+                    )
+                else:
+                    listed = page["items"]
                 shown = [
                     j
                     for j in listed
@@ -432,7 +439,7 @@ def run(
                     and (not refs or _matches_refs(j, refs) or het_matches(j, refs))
                 ]
                 shown = sort_jobs(shown)
-                mark_unavailable_nodes(client, shown)
+                mark_unavailable_nodes(client, shown, None if page is None else page["nodes_down"])
                 shown = expand_arrays(shown) if array else collapse_arrays(shown)
                 # A heterogeneous job: a line per component (12+0, 12+1), as Slurm's.
                 shown = [
