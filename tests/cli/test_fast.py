@@ -177,6 +177,25 @@ def test_epoch_is_datetimes(stamp: str) -> None:
     assert common.epoch(stamp) == expected
 
 
+@pytest.mark.parametrize(
+    "zone", ["UTC", "America/New_York", "Europe/Paris", "America/Santiago", "Asia/Kolkata"]
+)
+def test_local_midnight_is_datetimes(zone: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from phalanx.cli.slurm import sacct
+
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        now = datetime.now()
+        expected = now.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+        assert sacct._local_midnight() == expected
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 def test_epoch_refuses_what_datetime_refuses() -> None:
     with pytest.raises(ValueError):
         common.epoch("2026-02-30T00:00:00Z")

@@ -457,10 +457,23 @@ def format_jobs(
     return "".join(line + "\n" for line in lines)
 
 
-def parse_when(text: str) -> float:
-    """sacct ``-S``/``-E``: ``YYYY-MM-DD[THH:MM[:SS]]``, ``HH:MM[:SS]``, ``now[-1hours]``."""
+def _local_midnight() -> float:
+    """Today's 00:00 local time in epoch seconds, as ``datetime.now().replace(hour=0,
+    minute=0, second=0, microsecond=0).timestamp()`` gives it; without :mod:`datetime`
+    (sacct's default start) unless the UTC offset changes within three hours of it."""
+    now = time.localtime()
+    day = (now.tm_year, now.tm_mon, now.tm_mday)
+    stamp = time.mktime((*day, 0, 0, 0, 0, 0, -1))
+    around = time.localtime(stamp - 10800).tm_gmtoff, time.localtime(stamp + 10800).tm_gmtoff
+    if around[0] == around[1] and tuple(time.localtime(stamp))[:6] == (*day, 0, 0, 0):
+        return stamp
     from datetime import datetime
 
+    return datetime.now().replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+
+
+def parse_when(text: str) -> float:
+    """sacct ``-S``/``-E``: ``YYYY-MM-DD[THH:MM[:SS]]``, ``HH:MM[:SS]``, ``now[-1hours]``."""
     from phalanx.errors import Invalid
 
     raw = text.strip()
@@ -479,7 +492,9 @@ def parse_when(text: str) -> float:
                 return time.time() + sign * int(digits) * scale
         raise Invalid(f"Invalid time specification: {text}")
     if lower in ("midnight", "today"):
-        return datetime.now().replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+        return _local_midnight()
+    from datetime import datetime
+
     for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d", "%m/%d/%y", "%m/%d"):
         try:
             stamp = datetime.strptime(raw, fmt)
