@@ -26,7 +26,7 @@ from phalanx import wire
 from phalanx.cli import fast, jobtable, render
 from phalanx.cli.app import app
 from phalanx.cli.slurm import common
-from phalanx.dialects.slurm.hostranges import _numbered
+from phalanx.hostranges import _numbered
 from phalanx.model.job import JobState
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import time
 
-from phalanx.dialects.slurm.hostranges import compress_hostlist
+from phalanx.hostranges import compress_hostlist
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -54,7 +54,7 @@ from urllib.parse import urlsplit
 
 import hostlist
 
-from phalanx.dialects.slurm.hostranges import compress_hostlist
+from phalanx.hostranges import compress_hostlist
 
 __all__ = [
     "DEFAULT_SLURM_CONF",
