@@ -211,6 +211,7 @@ def bench_phalanx(args: argparse.Namespace) -> dict[str, Any]:
         # CLI cold start, as users run it: the phalanx console script, and squeue through
         # the shim `phalanx shims` writes; against the bare interpreter the shims run.
         env = {**os.environ, "PHALANX_URL": url, "PHALANX_TOKEN": token}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # as users run it: bytecode caches used
         phalanx = str(Path(sys.executable).parent / "phalanx")
         shims = state / "shims"
         subprocess.run([phalanx, "shims", str(shims)], env=env, check=True, capture_output=True)

@@ -105,7 +105,13 @@ def main() -> int:
                     raise SystemExit("the benchmark's jobs did not start in 2 minutes")
                 time.sleep(0.2)
 
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PHALANX_"))}
+        # As users run them: bytecode caches written and read (a PYTHONDONTWRITEBYTECODE
+        # left in the environment would have every console-script run compile its modules).
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "PHALANX_")) and k != "PYTHONDONTWRITEBYTECODE"
+        }
         env.update(PHALANX_URL=server.url, PHALANX_TOKEN=server.token)
         bindir = Path(sys.executable).parent
         shims = state / "shims"
