@@ -64,7 +64,7 @@ from phalanx.control.queries import JobQueries
 from phalanx.control.recovery import Recovery, configuration
 from phalanx.control.runtime_events import RuntimeEvents
 from phalanx.control.state import LoopState
-from phalanx.control.steps import latest_steps
+from phalanx.control.steps import STEP_EVENT, latest_steps
 from phalanx.control.tokens import Tokens
 from phalanx.control.validation import Validator
 from phalanx.engine import Admit, Decision, Engine, EngineConfig
@@ -497,7 +497,7 @@ class ControlPlane:
             for r in self.store.list_job_records(ids=job_ids)
             if principal.may_act_for(r[_TENANT])
         ]
-        histories = self.store.events_of([job_id for job_id, _ in rows])
+        histories = self.store.events_of([job_id for job_id, _ in rows], kinds=[STEP_EVENT])
         return {
             job_id: latest_steps(histories.get(job_id, []), attempt) for job_id, attempt in rows
         }

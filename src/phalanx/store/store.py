@@ -1169,15 +1169,19 @@ class Store:
         """A job's history, oldest first."""
         return self.events_of([job_id]).get(job_id, [])
 
-    def events_of(self, job_ids: Sequence[int]) -> dict[int, list[JobEventRow]]:
-        """The histories of several jobs, oldest first, in one query per 500 jobs."""
+    def events_of(
+        self, job_ids: Sequence[int], kinds: Sequence[str] | None = None
+    ) -> dict[int, list[JobEventRow]]:
+        """The histories of several jobs, oldest first, in one query per 500 jobs
+        (``kinds``: only the events of those kinds)."""
         out: dict[int, list[JobEventRow]] = {}
         ids = list(dict.fromkeys(job_ids))
         with self._read() as conn:
             for start in range(0, len(ids), 500):
-                stmt = _SELECT_EVENTS.where(
-                    job_events.c.job_id.in_(ids[start : start + 500])
-                ).order_by(job_events.c.id)
+                stmt = _SELECT_EVENTS.where(job_events.c.job_id.in_(ids[start : start + 500]))
+                if kinds is not None:
+                    stmt = stmt.where(job_events.c.kind.in_(list(kinds)))
+                stmt = stmt.order_by(job_events.c.id)
                 for row in conn.execute(stmt):
                     event = _event(row)
                     out.setdefault(event.job_id, []).append(event)
