@@ -7,7 +7,9 @@ number is *minutes* (``10`` is ten minutes), which is the one thing users most
 often get wrong. Slurm's resolution is one minute and seconds are rounded **up**
 (``30:15`` is 31 minutes). ``0``, ``-1``, ``infinite`` and ``unlimited`` mean no
 limit. Standard library only, so the CLI can parse ``--time`` without loading the
-model.
+model. Also the server's RFC 3339 timestamps back to epoch seconds (:func:`epoch`),
+by hand for the server's own form: the CLI's tables need it and nothing of
+:mod:`datetime`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMATS",
+    "epoch",
     "format_duration",
     "parse_duration_seconds",
     "parse_span",
@@ -140,3 +143,54 @@ def format_duration(seconds: float) -> str:
     minutes, secs = divmod(rest, 60)
     clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
     return f"{days}-{clock}" if days else clock
+
+
+def epoch(stamp: str | None) -> float | None:
+    """RFC 3339 (``...Z``) to epoch seconds."""
+    if not stamp:
+        return None
+    text = str(stamp)
+    seconds = _utc_seconds(text)
+    if seconds is not None:
+        return seconds
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _utc_seconds(text: str) -> float | None:
+    """``YYYY-MM-DDTHH:MM:SS[.fff[fff]]Z`` (the server's form) to epoch seconds, as
+    ``datetime.timestamp`` computes them; ``None`` for any other form."""
+    size = len(text)
+    if size not in (20, 24, 27) or text[-1] != "Z" or text[10] != "T":
+        return None
+    if text[4] != "-" or text[7] != "-" or text[13] != ":" or text[16] != ":":
+        return None
+    fields = (text[0:4], text[5:7], text[8:10], text[11:13], text[14:16], text[17:19])
+    if not all(f.isascii() and f.isdigit() for f in fields):
+        return None
+    micro = 0
+    if size > 20:
+        fraction = text[20:-1]
+        if text[19] != "." or not (fraction.isascii() and fraction.isdigit()):
+            return None
+        micro = int(fraction) * (1000 if len(fraction) == 3 else 1)
+    year, month, day, hour, minute, second = (int(f) for f in fields)
+    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 60):
+        return None
+    # Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+    y = year - (month <= 2)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+    if day > 28 and _past_month_end(year, month, day):
+        return None
+    return ((days * 86400 + hour * 3600 + minute * 60 + second) * 10**6 + micro) / 10**6
+
+
+def _past_month_end(year: int, month: int, day: int) -> bool:
+    if month == 2:
+        leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+        return day > (29 if leap else 28)
+    return day > 30 and month in (4, 6, 9, 11)

@@ -14,8 +14,7 @@ import os
 import sys
 import time
 
-from phalanx.cli.slurm.common import epoch
-from phalanx.timefmt import format_duration
+from phalanx.timefmt import epoch, format_duration
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -16,10 +16,11 @@ import sys
 import time
 
 from phalanx.hostranges import compress_hostlist
+from phalanx.timefmt import epoch, format_duration
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
     from typing import Any
 
     from phalanx.client import Client
@@ -43,7 +44,9 @@ __all__ = [
     "het_selected",
     "job_display_id",
     "mark_unavailable_nodes",
+    "matches_refs",
     "parse_job_ref",
+    "parse_states",
     "reason_of",
     "resolve",
     "secs2time",
@@ -230,57 +233,6 @@ def reason_list(job: dict[str, Any]) -> str:
     return compress_hostlist(job.get("nodes") or [])
 
 
-def epoch(stamp: str | None) -> float | None:
-    """RFC 3339 (``...Z``) to epoch seconds."""
-    if not stamp:
-        return None
-    text = str(stamp)
-    seconds = _utc_seconds(text)
-    if seconds is not None:
-        return seconds
-    from datetime import datetime
-
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def _utc_seconds(text: str) -> float | None:
-    """``YYYY-MM-DDTHH:MM:SS[.fff[fff]]Z`` (the server's form) to epoch seconds, as
-    ``datetime.timestamp`` computes them; ``None`` for any other form."""
-    size = len(text)
-    if size not in (20, 24, 27) or text[-1] != "Z" or text[10] != "T":
-        return None
-    if text[4] != "-" or text[7] != "-" or text[13] != ":" or text[16] != ":":
-        return None
-    fields = (text[0:4], text[5:7], text[8:10], text[11:13], text[14:16], text[17:19])
-    if not all(f.isascii() and f.isdigit() for f in fields):
-        return None
-    micro = 0
-    if size > 20:
-        fraction = text[20:-1]
-        if text[19] != "." or not (fraction.isascii() and fraction.isdigit()):
-            return None
-        micro = int(fraction) * (1000 if len(fraction) == 3 else 1)
-    year, month, day, hour, minute, second = (int(f) for f in fields)
-    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 60):
-        return None
-    # Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
-    y = year - (month <= 2)
-    era = y // 400
-    yoe = y - era * 400
-    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
-    days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
-    if day > 28 and _past_month_end(year, month, day):
-        return None
-    return ((days * 86400 + hour * 3600 + minute * 60 + second) * 10**6 + micro) / 10**6
-
-
-def _past_month_end(year: int, month: int, day: int) -> bool:
-    if month == 2:
-        leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
-        return day > (29 if leap else 28)
-    return day > 30 and month in (4, 6, 9, 11)
-
-
 def slurm_time(stamp: str | None, unknown: str = "N/A") -> str:
     """``YYYY-MM-DDTHH:MM:SS`` in local time, as Slurm prints times; ``unknown`` if none."""
     t = epoch(stamp)
@@ -322,8 +274,6 @@ def secs2time(seconds: int | None) -> str:
         return "UNLIMITED"
     if seconds < 0:
         return "INVALID"
-    from phalanx.timefmt import format_duration
-
     return format_duration(seconds)
 
 
@@ -494,6 +444,67 @@ def resolve(client: Client, ref: ArrayRef) -> list[dict[str, Any]]:
     return [
         m for m in members if m.get("array_task_id") is not None and m["array_task_id"] in wanted
     ]
+
+
+# --------------------------------------------------------------------------- states and refs
+
+_STATE_NAMES = {
+    "PD": "PENDING",
+    "R": "RUNNING",
+    "CG": "COMPLETING",
+    "CD": "COMPLETED",
+    "CF": "CONFIGURING",
+    "F": "FAILED",
+    "CA": "CANCELLED",
+    "TO": "TIMEOUT",
+    "NF": "NODE_FAIL",
+    "PR": "PREEMPTED",
+    "OOM": "OUT_OF_MEMORY",
+    "S": "SUSPENDED",
+    "ST": "STOPPED",
+    "BF": "BOOT_FAIL",
+    "DL": "DEADLINE",
+    "RQ": "REQUEUED",
+}
+
+
+def parse_states(values: Sequence[str]) -> frozenset[str] | None:
+    """``-t pd,R,running`` -> Slurm state names; ``None`` for ``all``."""
+    from phalanx.errors import Invalid
+
+    states: set[str] = set()
+    for value in values:
+        for item in value.split(","):
+            item = item.strip().upper()
+            if not item:
+                continue
+            if item == "ALL":
+                return None
+            name = _STATE_NAMES.get(item, item)
+            if name not in _STATE_NAMES.values() and name not in ("REQUEUED", "SIGNALING"):
+                raise Invalid(f"Invalid job state specified: {item}")
+            states.add(name)
+    return frozenset(states)
+
+
+def matches_refs(job: dict[str, Any], refs: Sequence[Any]) -> bool:
+    """Whether one of ``refs`` (:class:`ArrayRef`) names the job or its array."""
+    for ref in refs:
+        array_id = job.get("array_job_id")
+        if ref.tasks is None:
+            if int(job["id"]) == ref.job_id or (
+                array_id is not None and int(array_id) == ref.job_id
+            ):
+                return True
+            continue
+        task = job.get("array_task_id")
+        if (
+            array_id is not None
+            and int(array_id) == ref.job_id
+            and (task is None or int(task) in ref.tasks)
+        ):
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------- heterogeneous jobs

@@ -549,8 +549,7 @@ def run(
     import os
     import sys
 
-    from phalanx.cli.slurm.common import parse_job_ref, tool_error
-    from phalanx.cli.slurm.squeue import _matches_refs, parse_states
+    from phalanx.cli.slurm.common import matches_refs, parse_job_ref, parse_states, tool_error
     from phalanx.client import Client
     from phalanx.errors import Invalid, PhalanxError
 
@@ -598,7 +597,7 @@ def run(
             chosen_jobs = [
                 j
                 for j in listed
-                if (not refs or _matches_refs(j, refs) or het_matches(j, refs))
+                if (not refs or matches_refs(j, refs) or het_matches(j, refs))
                 and (not partitions or (j.get("partition") or j.get("cluster_queue")) in partitions)
                 and (not names or j.get("name") in names)
             ]

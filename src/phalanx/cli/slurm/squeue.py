@@ -22,6 +22,8 @@ from phalanx.cli.slurm.common import (
     het_selected,
     job_display_id,
     mark_unavailable_nodes,
+    matches_refs,
+    parse_states,
     reason_list,
     reason_of,
     short_secs,
@@ -298,44 +300,7 @@ def expand_arrays(jobs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-_STATE_NAMES = {
-    "PD": "PENDING",
-    "R": "RUNNING",
-    "CG": "COMPLETING",
-    "CD": "COMPLETED",
-    "CF": "CONFIGURING",
-    "F": "FAILED",
-    "CA": "CANCELLED",
-    "TO": "TIMEOUT",
-    "NF": "NODE_FAIL",
-    "PR": "PREEMPTED",
-    "OOM": "OUT_OF_MEMORY",
-    "S": "SUSPENDED",
-    "ST": "STOPPED",
-    "BF": "BOOT_FAIL",
-    "DL": "DEADLINE",
-    "RQ": "REQUEUED",
-}
 DEFAULT_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING"})
-
-
-def parse_states(values: Sequence[str]) -> frozenset[str] | None:
-    """``-t pd,R,running`` -> Slurm state names; ``None`` for ``all``."""
-    from phalanx.errors import Invalid
-
-    states: set[str] = set()
-    for value in values:
-        for item in value.split(","):
-            item = item.strip().upper()
-            if not item:
-                continue
-            if item == "ALL":
-                return None
-            name = _STATE_NAMES.get(item, item)
-            if name not in _STATE_NAMES.values() and name not in ("REQUEUED", "SIGNALING"):
-                raise Invalid(f"Invalid job state specified: {item}")
-            states.add(name)
-    return frozenset(states)
 
 
 def matches_state(job: dict[str, Any], states: frozenset[str] | None) -> bool:
@@ -436,7 +401,7 @@ def run(
                         or (j.get("partition") or j.get("cluster_queue")) in partitions
                     )
                     and (not names or j.get("name") in names)
-                    and (not refs or _matches_refs(j, refs) or het_matches(j, refs))
+                    and (not refs or matches_refs(j, refs) or het_matches(j, refs))
                 ]
                 shown = sort_jobs(shown)
                 mark_unavailable_nodes(client, shown, None if page is None else page["nodes_down"])
@@ -463,22 +428,3 @@ def run(
     except PhalanxError as exc:
         tool_error("squeue", exc.detail)
         return 1
-
-
-def _matches_refs(job: dict[str, Any], refs: Sequence[Any]) -> bool:
-    for ref in refs:
-        array_id = job.get("array_job_id")
-        if ref.tasks is None:
-            if int(job["id"]) == ref.job_id or (
-                array_id is not None and int(array_id) == ref.job_id
-            ):
-                return True
-            continue
-        task = job.get("array_task_id")
-        if (
-            array_id is not None
-            and int(array_id) == ref.job_id
-            and (task is None or int(task) in ref.tasks)
-        ):
-            return True
-    return False
