@@ -117,6 +117,13 @@ _SELECT_JOBS: Select[Any] = select(*_JOB_COLUMNS)
 _SELECT_EVENTS: Select[Any] = select(*_EVENT_COLUMNS)
 _SELECT_OBJECTS: Select[Any] = select(*_OBJECT_COLUMNS)
 _SELECT_TOKENS: Select[Any] = select(*_TOKEN_COLUMNS)
+_EVENTS_OF: Select[Any] = _SELECT_EVENTS.where(
+    job_events.c.job_id.in_(bindparam("ids", expanding=True))
+).order_by(job_events.c.id)
+_EVENTS_OF_KINDS: Select[Any] = _EVENTS_OF.where(
+    job_events.c.kind.in_(bindparam("kinds", expanding=True))
+)
+""":meth:`Store.events_of`'s statements, built once (the job ids and kinds bound per call)."""
 
 
 _JSON_DECODER = json.JSONDecoder()
@@ -1176,13 +1183,13 @@ class Store:
         (``kinds``: only the events of those kinds)."""
         out: dict[int, list[JobEventRow]] = {}
         ids = list(dict.fromkeys(job_ids))
+        stmt = _EVENTS_OF if kinds is None else _EVENTS_OF_KINDS
         with self._read() as conn:
             for start in range(0, len(ids), 500):
-                stmt = _SELECT_EVENTS.where(job_events.c.job_id.in_(ids[start : start + 500]))
+                params: dict[str, Any] = {"ids": ids[start : start + 500]}
                 if kinds is not None:
-                    stmt = stmt.where(job_events.c.kind.in_(list(kinds)))
-                stmt = stmt.order_by(job_events.c.id)
-                for row in conn.execute(stmt):
+                    params["kinds"] = list(kinds)
+                for row in conn.execute(stmt, params):
                     event = _event(row)
                     out.setdefault(event.job_id, []).append(event)
         return out
