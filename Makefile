@@ -57,6 +57,7 @@ bench: venv test-deps
 	$(BIN)/python bench/engine.py --json --topology
 	$(BIN)/python bench/topology.py
 	$(BIN)/python bench/api.py $$(test -f "$${PHALANX_SHARED:-../shared}/peers/slurm/start-slurm.sh" && echo --slurm)
+	$(BIN)/python bench/cli.py
 	$(BIN)/python bench/sbatch.py $$(test -f "$${PHALANX_SHARED:-../shared}/peers/slurm/start-slurm.sh" || echo --no-slurm)
 	$(BIN)/python bench/kueue_baseline.py --json
 	$(BIN)/python bench/openb.py

@@ -11,7 +11,8 @@ directory and measures, with 16 concurrent clients:
 - then, on the idle server, 25 jobs submitted one at a time (each waited for):
   submit-to-RUNNING as the submitting client sees it (``one_job_*``), what one user
   submitting one job feels, apart from the backlog a burst of 1,000 builds;
-- the cold start of ``phalanx get jobs``.
+- the cold start of ``phalanx get jobs`` (the console script) and of ``squeue`` (the
+  shim ``phalanx shims`` writes), and their ratio to a bare ``python -I -S -c pass``.
 
 With ``--slurm`` the same run starts the real Slurm of ``../shared/peers/slurm``
 (4 nodes x 64 CPUs x 8 GPUs, like the phalanx cluster here) and measures
@@ -228,12 +229,23 @@ def bench_phalanx(args: argparse.Namespace) -> dict[str, Any]:
         result["one_job_submit_to_running_p50_s"] = round(percentile(walls, 50), 4)
         result["one_job_submit_to_running_server_p50_s"] = round(percentile(stamps, 50), 4)
 
-        # CLI cold start.
+        # CLI cold start, as users run it: the phalanx console script, and squeue through
+        # the shim `phalanx shims` writes; against the bare interpreter the shims run.
         env = {**os.environ, "PHALANX_URL": url, "PHALANX_TOKEN": token}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # as users run it: bytecode caches used
         phalanx = str(Path(sys.executable).parent / "phalanx")
+        shims = state / "shims"
+        subprocess.run([phalanx, "shims", str(shims)], env=env, check=True, capture_output=True)
         result["cli_get_jobs_ms_median"] = time_command(
             [phalanx, "get", "jobs", "--limit", "20"], env
         )
+        result["cli_squeue_ms_median"] = time_command([str(shims / "squeue")], env)
+        result["python_floor_ms_median"] = time_command(
+            [sys.executable, "-I", "-S", "-c", "pass"], env
+        )
+        floor = result["python_floor_ms_median"]
+        result["cli_get_jobs_over_floor"] = round(result["cli_get_jobs_ms_median"] / floor, 2)
+        result["cli_squeue_over_floor"] = round(result["cli_squeue_ms_median"] / floor, 2)
         metrics = Client(url, token).metrics()
         result["scheduling_cycles"] = _metric(metrics, "phalanx_scheduling_cycles_total")
     finally:

@@ -1,16 +1,18 @@
 """phalanx: a GPU workload orchestrator that speaks Slurm and Kueue and schedules gangs.
 
-``import phalanx`` stays light: :class:`phalanx.Client` is loaded on first use.
+``import phalanx`` stays light (not even :mod:`typing`): :class:`phalanx.Client` is loaded
+on first use.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False
 __version__ = "0.1.0"
 __all__ = ["Client", "__version__"]
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from phalanx.client import Client
 
 

@@ -16,28 +16,30 @@ Several servers on one PostgreSQL (one leads, the others forward to it) are
 given as a comma-separated list, ``PHALANX_URL=https://a:6900,https://b:6900``:
 a server that cannot be reached is passed over for the next.
 
-Standard library only (``http.client``, ``json``): the CLI builds on this
-module and must start in well under 150 ms, so it loads neither httpx nor
-pydantic. Submissions are plain dicts (a :class:`~phalanx.model.JobSubmission`
-is accepted too and sent as its ``to_dict()``).
+Standard library only: the CLI builds on this module and a command such as
+``squeue`` should cost little more than the interpreter's own start, so it loads
+neither httpx nor pydantic, and an ``http://`` server is talked to through
+:mod:`phalanx.wire` (a socket and the JSON scanner) rather than ``http.client``,
+``ssl`` and ``json``, which are imported only for ``https`` and for request bodies.
+Submissions are plain dicts (a :class:`~phalanx.model.JobSubmission` is accepted
+too and sent as its ``to_dict()``).
 """
 
 from __future__ import annotations
 
-import codecs
-import http.client
-import json
 import os
-import socket
-import ssl
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
-from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
 
-from phalanx import errors
-from phalanx.statedir import CLIENT_CONFIG, default_state_dir
+from phalanx import errors, wire
+from phalanx.statedir import CLIENT_CONFIG, state_dir_text
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import http.client
+    import ssl
+    from collections.abc import Iterable, Iterator, Mapping
+    from pathlib import Path
+    from typing import Any
 
 __all__ = ["DEFAULT_URL", "Client", "ClientConfig", "resolve_config"]
 
@@ -67,35 +69,42 @@ class _Unreachable(Exception):
 class ClientConfig:
     """The resolved URL, token and state directory of a client."""
 
-    __slots__ = ("state_dir", "token", "url")
+    __slots__ = ("_state_dir", "token", "url")
 
-    def __init__(self, url: str, token: str | None, state_dir: Path) -> None:
+    def __init__(self, url: str, token: str | None, state_dir: str | Path) -> None:
         self.url = url
         self.token = token
-        self.state_dir = state_dir
+        self._state_dir = os.fspath(state_dir)
+
+    @property
+    def state_dir(self) -> Path:
+        from pathlib import Path
+
+        return Path(self._state_dir)
 
     def __repr__(self) -> str:
         hidden = "set" if self.token else "none"
-        return f"ClientConfig(url={self.url!r}, token={hidden}, state_dir={str(self.state_dir)!r})"
+        return f"ClientConfig(url={self.url!r}, token={hidden}, state_dir={self._state_dir!r})"
 
 
 def resolve_config(
     url: str | None = None, token: str | None = None, state_dir: str | Path | None = None
 ) -> ClientConfig:
     """Arguments first, then the environment, then ``STATE/client.json``, then the defaults."""
-    state = default_state_dir() if state_dir is None else Path(state_dir)
+    state = state_dir_text() if state_dir is None else os.fspath(state_dir)
     url = url or os.environ.get("PHALANX_URL") or None
     token = token or os.environ.get("PHALANX_TOKEN") or None
     if url is None or token is None:
-        saved = _read_client_json(state / CLIENT_CONFIG)
+        saved = _read_client_json(os.path.join(state, CLIENT_CONFIG))
         url = url or saved.get("url") or DEFAULT_URL
         token = token or saved.get("token") or None
     return ClientConfig(url.rstrip("/"), token, state)
 
 
-def _read_client_json(path: Path) -> dict[str, str]:
+def _read_client_json(path: str) -> dict[str, str]:
     try:
-        data = json.loads(path.read_text())
+        with open(path, "rb") as file:
+            data = wire.loads(file.read())
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):
@@ -114,7 +123,7 @@ class Response:
         self.body = body
 
     def json(self) -> Any:
-        return json.loads(self.body) if self.body else None
+        return wire.loads(self.body) if self.body else None
 
 
 class Client:
@@ -132,10 +141,10 @@ class Client:
         self.urls = [u.strip().rstrip("/") for u in self.config.url.split(",") if u.strip()]
         """The servers to try, in order (one, or several that share a PostgreSQL)."""
         self.timeout = timeout
-        self._conn: http.client.HTTPConnection | None = None
+        self._conn: http.client.HTTPConnection | wire.Connection | None = None
         for candidate in self.urls or [self.config.url]:
-            parts = urlsplit(candidate)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
+            parts = _split_url(candidate)
+            if parts[0] not in ("http", "https") or not parts[1]:
                 raise errors.Invalid(
                     f"server URL {candidate!r} is not an http(s) URL such as {DEFAULT_URL}"
                 )
@@ -145,11 +154,11 @@ class Client:
         """Talk to the ``index``-th server of :attr:`urls` from now on."""
         self._current = index
         self.url = self.urls[index]
-        parts = urlsplit(self.url)
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname or ""
-        self._port = parts.port or (443 if self._https else 80)
-        self._base = parts.path.rstrip("/")
+        scheme, host, port, path = _split_url(self.url)
+        self._https = scheme == "https"
+        self._host = host
+        self._port = port or (443 if self._https else 80)
+        self._base = path.rstrip("/")
 
     # ------------------------------------------------------------------ plumbing
 
@@ -164,17 +173,27 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _exchange(
+        self, method: str, target: str, body: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One request on the kept-alive connection (opened if need be): the answer's
+        status, headers (lower-case names) and body."""
+        if not self._https:
+            if self._conn is None:
+                self._conn = wire.Connection(self._host, self._port, self.timeout)
+            assert isinstance(self._conn, wire.Connection)
+            return self._conn.request(method, target, body, headers)
+        import http.client
+
         if self._conn is None:
-            if self._https:
-                self._conn = http.client.HTTPSConnection(
-                    self._host, self._port, timeout=self.timeout, context=_tls_context()
-                )
-            else:
-                self._conn = http.client.HTTPConnection(
-                    self._host, self._port, timeout=self.timeout
-                )
-        return self._conn
+            self._conn = http.client.HTTPSConnection(
+                self._host, self._port, timeout=self.timeout, context=_tls_context()
+            )
+        assert isinstance(self._conn, http.client.HTTPConnection)
+        self._conn.request(method, target, body=body, headers=headers)
+        raw = self._conn.getresponse()
+        data = raw.read()
+        return raw.status, {k.lower(): v for k, v in raw.getheaders()}, data
 
     def request(
         self,
@@ -191,15 +210,17 @@ class Client:
         """One request; a 4xx/5xx answer raises the matching :mod:`phalanx.errors` class."""
         target = self._base + path
         if params:
-            items = params.items() if isinstance(params, Mapping) else params
+            items = params.items() if hasattr(params, "items") else params
             query = [(k, _param(v)) for k, v in items if v is not None]
             if query:
-                target += "?" + urlencode(query)
+                target += "?" + wire.urlencode(query)
         headers = {"Accept": "application/json"}
         if auth and self.config.token:
             headers["Authorization"] = f"Bearer {self.config.token}"
         body = content
         if json_body is not None:
+            import json
+
             body = json.dumps(json_body).encode()
             content_type = "application/json"
         if content_type:
@@ -229,46 +250,52 @@ class Client:
     ) -> Response:
         for attempt in (1, 2):
             reused = self._conn is not None
-            conn = self._connection()
             try:
-                conn.request(method, target, body=body, headers=headers)
-                raw = conn.getresponse()
-                data = raw.read()
-            except (ConnectionRefusedError, socket.gaierror) as exc:
+                status, answer, data = self._exchange(method, target, body, headers)
+            except ConnectionRefusedError as exc:
                 self.close()
                 raise _Unreachable(
                     f"no phalanx server at {self.url}: start one with `phalanx up`"
                 ) from exc
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
-                # A kept-alive connection the server closed meanwhile: retry once on a fresh one.
+            except OSError as exc:
                 self.close()
-                if reused and attempt == 1:
-                    continue
-                raise errors.Unavailable(
-                    f"the phalanx server at {self.url} hung up: {exc}"
-                ) from exc
-            except TimeoutError as exc:
+                self._failed(exc, retry=reused and attempt == 1)
+                continue
+            if answer.get("connection", "").lower() == "close":
                 self.close()
-                raise errors.Unavailable(
-                    f"the phalanx server at {self.url} did not answer within {self.timeout}s"
-                ) from exc
-            except ssl.SSLCertVerificationError as exc:
-                self.close()
+            return Response(status, answer, data)
+        raise AssertionError("unreachable")
+
+    def _failed(self, exc: OSError, *, retry: bool) -> None:
+        """What a failed exchange means: returns when it is worth sending again on a fresh
+        connection (a kept-alive one the server closed meanwhile), else raises."""
+        import _socket
+
+        if isinstance(exc, _socket.gaierror):
+            raise _Unreachable(
+                f"no phalanx server at {self.url}: start one with `phalanx up`"
+            ) from exc
+        if isinstance(exc, ConnectionResetError | BrokenPipeError):
+            if retry:
+                return
+            raise errors.Unavailable(f"the phalanx server at {self.url} hung up: {exc}") from exc
+        if isinstance(exc, TimeoutError):
+            raise errors.Unavailable(
+                f"the phalanx server at {self.url} did not answer within {self.timeout}s"
+            ) from exc
+        if self._https:
+            import ssl
+
+            if isinstance(exc, ssl.SSLCertVerificationError):
                 trusted = os.environ.get(CA_ENV) or "the system's certificate store"
                 raise errors.Unavailable(
                     f"the certificate of {self.url} cannot be verified against {trusted} "
                     f"({exc.verify_message}); set {CA_ENV} to the CA or certificate file "
                     "the server uses"
                 ) from exc
-            except OSError as exc:
-                self.close()
-                raise errors.Unavailable(
-                    f"cannot reach the phalanx server at {self.url}: {exc.strerror or exc}"
-                ) from exc
-            if raw.getheader("connection", "").lower() == "close":
-                self.close()
-            return Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, data)
-        raise AssertionError("unreachable")
+        raise errors.Unavailable(
+            f"cannot reach the phalanx server at {self.url}: {exc.strerror or exc}"
+        ) from exc
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.request(method, path, **kwargs).json()
@@ -350,6 +377,72 @@ class Client:
             token = page.get("continue")
             if not token:
                 return
+
+    def job_list(
+        self,
+        *,
+        user: str | Iterable[str] | None = None,
+        tenant: str | Iterable[str] | None = None,
+        name: str | Iterable[str] | None = None,
+        state: Iterable[str] | None = None,
+        mine: bool = False,
+        steps: bool = False,
+        nodes_down: bool = False,
+        page_size: int = 500,
+    ) -> dict[str, Any] | None:
+        """Every page of ``GET /api/v1/jobs`` in one answer: ``items``; with ``mine``, only
+        the caller's jobs (the admin's: everyone's) and ``mine`` (``{"user", "admin"}``);
+        with ``steps``, ``steps`` (each job's steps by id, as :meth:`steps_of`); with
+        ``nodes_down``, ``nodes_down`` (the names of the nodes draining, drained or down).
+        ``None`` when the server does not know one of them (an older one)."""
+        items: list[dict[str, Any]] = []
+        found_steps: dict[str, list[dict[str, Any]]] = {}
+        whose: Any = None
+        down: list[str] = []
+        token: str | None = None
+        while True:
+            params: list[tuple[str, Any]] = [
+                *_multi("state", state),
+                *_multi("tenant", tenant),
+                *_multi("user", user),
+                *_multi("name", name),
+                ("limit", max(1, min(page_size, MAX_PAGE))),
+                ("continue", token),
+                ("mine", "true" if mine else None),
+                ("steps", "true" if steps else None),
+                ("nodes_down", "true" if nodes_down and token is None else None),
+            ]
+            page = self._json("GET", "/api/v1/jobs", params=params)
+            if (mine and "mine" not in page) or (steps and "steps" not in page):
+                return None
+            if nodes_down and token is None:
+                if "nodes_down" not in page:
+                    return None
+                down = page["nodes_down"]
+            items += page["items"]
+            found_steps.update(page.get("steps") or {})
+            whose = page.get("mine", whose)
+            token = page.get("continue")
+            if not token:
+                break
+        answer: dict[str, Any] = {"items": items}
+        if mine:
+            answer["mine"] = whose
+        if steps:
+            answer["steps"] = found_steps
+        if nodes_down:
+            answer["nodes_down"] = down
+        return answer
+
+    def cluster(self) -> dict[str, Any] | None:
+        """ClusterQueues, ResourceFlavors and Nodes with their status, and the caller's
+        ``default_partition``, in one request (``GET /api/v1/cluster``); ``None`` when
+        the server does not have that endpoint (an older one)."""
+        response = self.request("GET", "/api/v1/cluster", ok=(404,))
+        if response.status == 404:
+            return None
+        answer = response.json()
+        return answer if isinstance(answer, dict) and "nodes" in answer else None
 
     def steps_of(self, job_ids: Iterable[int]) -> dict[str, list[dict[str, Any]]]:
         """The steps of each job (by id, as a string), in chunks of 500 ids."""
@@ -464,7 +557,7 @@ class Client:
     ) -> dict[str, Any]:
         """Pending jobs' priority factors and the ordering weights (``GET /api/v1/priority``)."""
         params = ["id=" + ",".join(str(int(i)) for i in ids)] if ids else []
-        params += ["user=" + quote(",".join(users))] if users else []
+        params += ["user=" + wire.quote(",".join(users))] if users else []
         path = "/api/v1/priority" + ("?" + "&".join(params) if params else "")
         result: dict[str, Any] = self._json("GET", path)
         return result
@@ -496,6 +589,8 @@ class Client:
         offset: int = 0,
     ) -> Iterator[str]:
         """The job's output as text; with ``follow``, until the job finishes."""
+        import codecs
+
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         while True:
             data, offset, finished = self.read_log(job_id, stream=stream, offset=offset)
@@ -602,12 +697,14 @@ class Client:
 
     def revoke_token(self, name: str) -> list[dict[str, Any]]:
         """Revoke every token named ``name`` (admin only); the tokens, now revoked."""
-        result = self._json("DELETE", f"/api/v1/tokens/{quote(name, safe='')}")
+        result = self._json("DELETE", f"/api/v1/tokens/{wire.quote(name, safe='')}")
         return list(result["items"])
 
 
 def _tls_context() -> ssl.SSLContext:
     """Certificate checks against ``PHALANX_CA`` when set, else the system's store."""
+    import ssl
+
     cafile = os.environ.get(CA_ENV) or None
     try:
         return ssl.create_default_context(cafile=cafile)
@@ -619,6 +716,8 @@ def _tls_context() -> ssl.SSLContext:
 
 
 def _as_dict(submission: Any) -> dict[str, Any]:
+    from collections.abc import Mapping
+
     if isinstance(submission, Mapping):
         return dict(submission)
     to_dict = getattr(submission, "to_dict", None)
@@ -644,11 +743,27 @@ def _multi(name: str, value: str | Iterable[str] | None) -> list[tuple[str, str]
 
 
 def _segment(kind: str) -> str:
-    return quote(kind.strip(), safe="")
+    return wire.quote(kind.strip(), safe="")
 
 
 def _name(name: str) -> str:
-    return quote(name, safe="/")
+    return wire.quote(name, safe="/")
+
+
+def _split_url(url: str) -> tuple[str, str, int | None, str]:
+    """``(scheme, host, port, path)`` of a server URL (``urllib.parse`` only for the
+    unusual ones: a user, a query)."""
+    parts = wire.split_url(url)
+    if parts is not None:
+        return parts
+    from urllib.parse import urlsplit
+
+    split = urlsplit(url)
+    try:
+        port = split.port
+    except ValueError:
+        port = None
+    return split.scheme, split.hostname or "", port, split.path
 
 
 def _error(response: Response, method: str, target: str) -> errors.PhalanxError:
@@ -656,7 +771,7 @@ def _error(response: Response, method: str, target: str) -> errors.PhalanxError:
     code = None
     detail = None
     try:
-        body = json.loads(response.body)
+        body = wire.loads(response.body)
         if isinstance(body, dict):
             code = body.get("error")
             detail = body.get("detail")

@@ -7,13 +7,17 @@ one it is ``/var/lib/phalanx`` for root, as for slurmctld's StateSaveLocation
 (jobs of other accounts must enter it, which they cannot do under ``/root``),
 and ``~/.local/state/phalanx`` (XDG's state home) for everyone else.
 
-Standard library only: every CLI command resolves it.
+Standard library only, and not even :mod:`pathlib` until a :class:`~pathlib.Path` is
+asked for: every CLI command resolves it (:func:`state_dir_text`).
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "CLIENT_CONFIG",
@@ -23,6 +27,7 @@ __all__ = [
     "SYSTEM_STATE_DIR",
     "default_state_dir",
     "make_state_dir",
+    "state_dir_text",
 ]
 
 CLIENT_CONFIG = "client.json"
@@ -32,24 +37,50 @@ LOCK_FILE = "phalanx.lock"
 LOG_FILE = "server.log"
 """Where a server started in the background writes."""
 STATE_DIR_ENV = "PHALANX_STATE_DIR"
-SYSTEM_STATE_DIR = Path("/var/lib/phalanx")
+_SYSTEM_STATE_DIR = "/var/lib/phalanx"
+
+
+def __getattr__(name: str) -> Path:
+    if name == "SYSTEM_STATE_DIR":
+        from pathlib import Path
+
+        return Path(_SYSTEM_STATE_DIR)
+    raise AttributeError(f"module 'phalanx.statedir' has no attribute {name!r}")
+
+
+SYSTEM_STATE_DIR: Path
 """Root's default: a system location every account can enter."""
 
 
-def default_state_dir() -> Path:
+def state_dir_text() -> str:
     """``PHALANX_STATE_DIR``, else root's system folder, else the user's XDG state home."""
     env = os.environ.get(STATE_DIR_ENV)
     if env:
-        return Path(env)
+        return env
     if os.geteuid() == 0:
-        return SYSTEM_STATE_DIR
+        return _SYSTEM_STATE_DIR
     xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".local" / "state"
-    return base / "phalanx"
+    base = xdg if xdg and os.path.isabs(xdg) else os.path.join(_home(), ".local", "state")
+    return os.path.join(base, "phalanx")
+
+
+def _home() -> str:
+    """``Path.home()``: ``HOME``, else the account's home directory."""
+    home = os.path.expanduser("~")
+    if home == "~":
+        raise RuntimeError("Could not determine home directory.")
+    return home
+
+
+def default_state_dir() -> Path:
+    """:func:`state_dir_text` as a :class:`~pathlib.Path`."""
+    from pathlib import Path
+
+    return Path(state_dir_text())
 
 
 def make_state_dir(path: Path) -> None:
     """Create ``path`` (and its parents); the system folder is made 0755 whatever the umask."""
     path.mkdir(parents=True, exist_ok=True)
-    if path == SYSTEM_STATE_DIR and os.geteuid() == 0:
+    if str(path) == _SYSTEM_STATE_DIR and os.geteuid() == 0:
         path.chmod(0o755)

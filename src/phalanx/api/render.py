@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -86,6 +86,9 @@ class JobViewCache:
         return out
 
 
-def list_body(views: Sequence[bytes], token: str | None) -> bytes:
-    """``{"items": [...], "continue": token}`` from views already encoded."""
-    return b'{"items":[' + b",".join(views) + b'],"continue":' + dumps(token) + b"}"
+def list_body(
+    views: Sequence[bytes], token: str | None, extra: Mapping[str, Any] | None = None
+) -> bytes:
+    """``{"items": [...], "continue": token, **extra}`` from views already encoded."""
+    tail = b"".join(b"," + dumps(k) + b":" + dumps(v) for k, v in (extra or {}).items())
+    return b'{"items":[' + b",".join(views) + b'],"continue":' + dumps(token) + tail + b"}"

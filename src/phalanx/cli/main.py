@@ -1,7 +1,9 @@
 """Entry point of the ``phalanx`` command: runs the click app, renders every error as one line.
 
 Start-up is kept fast: this module imports only the standard library, and the
-commands import what they need when they run. Errors never show a traceback:
+commands import what they need when they run; the read-only ones (``squeue``,
+``sinfo``, ``get jobs``, ...) go through :mod:`phalanx.cli.fast` without click
+when their command line allows. Errors never show a traceback:
 ``phalanx: error: <detail>`` on standard error, exit status 1 (2 for usage).
 """
 
@@ -10,7 +12,15 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["main"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["guarded", "main"]
+
+
+_FAST = frozenset({"squeue", "sinfo", "sacct", "scontrol", "sprio", "sshare", "scancel", "get"})
+"""The commands :mod:`phalanx.cli.fast` may run without click."""
 
 
 def _error(message: str) -> None:
@@ -18,6 +28,26 @@ def _error(message: str) -> None:
     line = f"phalanx: error: {message}"
     sys.stderr.write(f"\x1b[31m{line}\x1b[0m\n" if color else f"{line}\n")
     sys.stderr.flush()
+
+
+def guarded(work: Callable[[], int | None]) -> int | None:
+    """``work()``, with its errors reported as :func:`main` reports them (no click)."""
+    from phalanx.errors import PhalanxError
+
+    try:
+        return work()
+    except PhalanxError as exc:
+        for line in exc.detail.splitlines() or [exc.error]:
+            _error(line)
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+        return 130
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:
+        _error(str(exc))
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
 
         sys.stdout.write(f"phalanx {__version__}\n")
         return 0
+    if args and args[0] in _FAST:
+        from phalanx.cli import fast
+
+        done = guarded(lambda: fast.run(args[0], args[1:]))
+        if done is not None:
+            return done
     if args[:1] in (["srun"], ["salloc"], ["sattach"], ["sstat"]):
         # Slurm's interactive tools parse their own command lines: no click, no app.
         from importlib import import_module

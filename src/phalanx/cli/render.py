@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from phalanx.cli.jobtable import age, job_rows
 from phalanx.timefmt import format_duration
 
 __all__ = [
@@ -46,73 +47,6 @@ def epoch(stamp: str | None) -> float | None:
     if not stamp:
         return None
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
-def _age(seconds: float) -> str:
-    """kubectl-style ages: 45s, 12m, 3h, 2d."""
-    s = max(0, int(seconds))
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    if s < 172800:
-        return f"{s // 3600}h"
-    return f"{s // 86400}d"
-
-
-def _nodelist(nodes: Sequence[str]) -> str:
-    if not nodes:
-        return ""
-    if len(nodes) <= 3:
-        return ",".join(nodes)
-    return f"{','.join(nodes[:2])},+{len(nodes) - 2}"
-
-
-def _run_time(job: dict[str, Any], now: float) -> str:
-    start = epoch(job.get("start_time"))
-    if start is None:
-        return "0:00"
-    end = epoch(job.get("end_time")) or now
-    return format_duration(max(0.0, end - start))
-
-
-def job_rows(
-    jobs: Iterable[dict[str, Any]], *, wide: bool = False
-) -> tuple[list[str], list[list[str]]]:
-    """Header and cells of ``phalanx get jobs`` (``wide``: more columns)."""
-    now = time.time()
-    header = ["ID", "NAME", "TENANT", "USER", "QUEUE", "STATE", "REASON", "GPUS", "NODES"]
-    header += ["AGE", "TIME"]
-    if wide:
-        header += ["CLUSTER_QUEUE", "FLAVOR", "PRIORITY", "EXIT", "COMMAND"]
-    rows = []
-    for job in jobs:
-        submitted = epoch(job.get("submit_time")) or now
-        nodes = job.get("nodes") or []
-        row = [
-            str(job["id"]),
-            job.get("name") or "",
-            job.get("tenant") or "",
-            job.get("user") or "",
-            job.get("queue") or job.get("cluster_queue") or "",
-            job.get("state", ""),
-            job.get("reason") or "",
-            str(job.get("gpus", 0)),
-            ",".join(nodes) if wide else _nodelist(nodes),
-            _age(now - submitted),
-            _run_time(job, now),
-        ]
-        if wide:
-            exit_code = job.get("exit_code")
-            row += [
-                job.get("cluster_queue") or "",
-                job.get("flavor") or "",
-                "" if job.get("priority") is None else str(job["priority"]),
-                "" if exit_code is None else str(exit_code),
-                " ".join(job.get("command") or []),
-            ]
-        rows.append(row)
-    return header, rows
 
 
 def print_table(
@@ -256,7 +190,7 @@ def _epoch(stamp: str | None) -> float | None:
 
 def _since(stamp: str | None) -> str:
     start = _epoch(stamp)
-    return _age(time.time() - start) if start is not None else ""
+    return age(time.time() - start) if start is not None else ""
 
 
 def _kube_status(status: dict[str, Any]) -> str:
@@ -302,7 +236,7 @@ def _duration(status: dict[str, Any]) -> str:
     if start is None:
         return ""
     end = _epoch(status.get("completionTime")) or time.time()
-    return _age(max(0.0, end - start))
+    return age(max(0.0, end - start))
 
 
 def dump(data: Any, fmt: str) -> str:

@@ -26,6 +26,7 @@ that owns it:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -64,7 +65,7 @@ from phalanx.control.queries import JobQueries
 from phalanx.control.recovery import Recovery, configuration
 from phalanx.control.runtime_events import RuntimeEvents
 from phalanx.control.state import LoopState
-from phalanx.control.steps import latest_steps
+from phalanx.control.steps import STEP_EVENT, latest_steps
 from phalanx.control.tokens import Tokens
 from phalanx.control.validation import Validator
 from phalanx.engine import Admit, Decision, Engine, EngineConfig
@@ -84,6 +85,10 @@ from phalanx.store.lease import Lease
 from phalanx.usage.ledger import UsageLedger
 
 __all__ = ["SHARE_ENV", "ControlPlane"]
+
+_JOB_FIELDS = [f.name for f in dataclasses.fields(JobRow)]
+_ID, _TENANT, _ATTEMPT = (_JOB_FIELDS.index(n) for n in ("id", "tenant", "attempt"))
+"""Where a :meth:`~phalanx.store.Store.list_job_records` record holds these fields."""
 
 log = logging.getLogger("phalanx.control")
 
@@ -503,11 +508,17 @@ class ControlPlane:
 
     def steps_of(self, principal: Principal, job_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
         """The steps of each of the jobs ``principal`` may see (``sacct``)."""
+        # Records, not rows: the id, tenant and attempt are all this needs, and the
+        # records skip decoding every job's submission.
         rows = [
-            row for row in self.store.list_jobs(ids=job_ids) if principal.may_act_for(row.tenant)
+            (r[_ID], r[_ATTEMPT])
+            for r in self.store.list_job_records(ids=job_ids)
+            if principal.may_act_for(r[_TENANT])
         ]
-        histories = self.store.events_of([r.id for r in rows])
-        return {r.id: latest_steps(histories.get(r.id, []), r.attempt) for r in rows}
+        histories = self.store.events_of([job_id for job_id, _ in rows], kinds=[STEP_EVENT])
+        return {
+            job_id: latest_steps(histories.get(job_id, []), attempt) for job_id, attempt in rows
+        }
 
     def step_usage(self, principal: Principal, job_id: int) -> list[dict[str, Any]]:
         """The running steps' usage, task by task (``sstat``); [] when none runs."""

@@ -51,6 +51,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import make_url
+from sqlalchemy.sql.elements import BindParameter
 
 from phalanx.model.job import JobState
 from phalanx.store.records import (
@@ -126,6 +127,13 @@ _SELECT_JOBS: Select[Any] = select(*_JOB_COLUMNS)
 _SELECT_EVENTS: Select[Any] = select(*_EVENT_COLUMNS)
 _SELECT_OBJECTS: Select[Any] = select(*_OBJECT_COLUMNS)
 _SELECT_TOKENS: Select[Any] = select(*_TOKEN_COLUMNS)
+_EVENTS_OF: Select[Any] = _SELECT_EVENTS.where(
+    job_events.c.job_id.in_(bindparam("ids", expanding=True))
+).order_by(job_events.c.id)
+_EVENTS_OF_KINDS: Select[Any] = _EVENTS_OF.where(
+    job_events.c.kind.in_(bindparam("kinds", expanding=True))
+)
+""":meth:`Store.events_of`'s statements, built once (the job ids and kinds bound per call)."""
 
 
 _JSON_DECODER = json.JSONDecoder()
@@ -842,6 +850,8 @@ class Tx:
 def _in(column: Any, values: Iterable[Any] | None) -> ColumnElement[bool] | None:
     if values is None:
         return None
+    if isinstance(values, BindParameter):
+        return column.in_(values)  # type: ignore[no-any-return]
     if isinstance(values, str):
         values = [values]
     condition: ColumnElement[bool] = column.in_(list(values))
@@ -913,6 +923,59 @@ SORT_COLUMNS: dict[str, Any] = {
     "start": jobs.c.start_time,
 }
 """What :meth:`Store.list_jobs` sorts by (ties by id, in the same direction)."""
+
+
+_BOUND_LISTS = frozenset({"states", "tenants", "users", "ids", "names"})
+_BOUND_VALUES: dict[str, Any] = {
+    "array_job_id": Integer(),
+    "queue": Text(),
+    "cluster_queue": Text(),
+    "after_id": Integer(),
+    "limit": Integer(),
+}
+_RECORD_QUERIES: dict[tuple[Any, ...], tuple[Select[Any], Select[Any]]] = {}
+""":meth:`Store.list_job_records`'s statements (rows, and the page of them as one JSON
+row) by the filters given and how they sort: built once per such shape, with the values
+bound at each call. Building the page statement (and SQLAlchemy's cache key of it)
+cost more than reading 50 jobs."""
+_RECORD_QUERY_SHAPES = 256
+"""At most this many shapes are kept (there are far fewer in practice)."""
+
+
+def _record_queries(
+    filters: Mapping[str, Any],
+) -> tuple[Select[Any], Select[Any], dict[str, Any]]:
+    """The row and page statements of :meth:`Store.list_job_records` for ``filters``,
+    and the values to bind."""
+    shape: dict[str, Any] = {}
+    params: dict[str, Any] = {}
+    key: list[Any] = []
+    cacheable = not filters.get("search") and not filters.get("offset")
+    for name, value in sorted(filters.items()):
+        if value is None:
+            continue
+        if name in _BOUND_LISTS and cacheable:
+            params[name] = [value] if isinstance(value, str) else list(value)
+            shape[name] = bindparam(name, expanding=True)
+            key.append(name)
+        elif name in _BOUND_VALUES and cacheable:
+            params[name] = value
+            shape[name] = bindparam(name, type_=_BOUND_VALUES[name])
+            key.append(name)
+        else:
+            shape[name] = value
+            key.append((name, value))
+    if not cacheable:
+        stmt = _jobs_query(**filters).with_only_columns(*_JOB_RECORD_COLUMNS)
+        return stmt, _page_query(stmt), {}
+    found = _RECORD_QUERIES.get(tuple(key))
+    if found is None:
+        stmt = _jobs_query(**shape).with_only_columns(*_JOB_RECORD_COLUMNS)
+        found = (stmt, _page_query(stmt))
+        if len(_RECORD_QUERIES) >= _RECORD_QUERY_SHAPES:
+            _RECORD_QUERIES.clear()
+        _RECORD_QUERIES[tuple(key)] = found
+    return found[0], found[1], params
 
 
 def _search(text: str) -> ColumnElement[bool]:
@@ -1075,16 +1138,16 @@ class Store:
         For callers that keep what they made of a row: two equal records are the same
         stored job, so only the ones that changed need decoding (:func:`job_from_record`).
         """
-        stmt = _jobs_query(**filters).with_only_columns(*_JOB_RECORD_COLUMNS)
+        stmt, page, params = _record_queries(filters)
         with self._read() as conn:
             if conn.dialect.name == "sqlite" and filters.get("sort", "id") == "id":
-                text, out_of_range = conn.execute(_page_query(stmt)).one()
+                text, out_of_range = conn.execute(page, params).one()
                 if not out_of_range:
                     # json_group_array's order is not the query's: put it back.
                     records = _records_of_page(text)
                     records.sort(key=_record_id, reverse=bool(filters.get("descending")))
                     return records
-            return [tuple(row) for row in conn.execute(stmt).all()]
+            return [tuple(row) for row in conn.execute(stmt, params).all()]
 
     def count_matching(
         self,
@@ -1190,16 +1253,20 @@ class Store:
         """A job's history, oldest first."""
         return self.events_of([job_id]).get(job_id, [])
 
-    def events_of(self, job_ids: Sequence[int]) -> dict[int, list[JobEventRow]]:
-        """The histories of several jobs, oldest first, in one query per 500 jobs."""
+    def events_of(
+        self, job_ids: Sequence[int], kinds: Sequence[str] | None = None
+    ) -> dict[int, list[JobEventRow]]:
+        """The histories of several jobs, oldest first, in one query per 500 jobs
+        (``kinds``: only the events of those kinds)."""
         out: dict[int, list[JobEventRow]] = {}
         ids = list(dict.fromkeys(job_ids))
+        stmt = _EVENTS_OF if kinds is None else _EVENTS_OF_KINDS
         with self._read() as conn:
             for start in range(0, len(ids), 500):
-                stmt = _SELECT_EVENTS.where(
-                    job_events.c.job_id.in_(ids[start : start + 500])
-                ).order_by(job_events.c.id)
-                for row in conn.execute(stmt):
+                params: dict[str, Any] = {"ids": ids[start : start + 500]}
+                if kinds is not None:
+                    params["kinds"] = list(kinds)
+                for row in conn.execute(stmt, params):
                     event = _event(row)
                     out.setdefault(event.job_id, []).append(event)
         return out

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import phalanx
 from phalanx.cli.slurm import common, sacct, scontrol, shims, sinfo, sprio, squeue
 from phalanx.cli.slurm.scancel import parse_signal
 
@@ -344,7 +346,17 @@ def test_shims(tmp_path: Path) -> None:
     names = sorted(p.name for p in written)
     assert names == sorted(shims.TOOLS)
     assert {"srun", "salloc", "sattach", "sstat"} <= set(names)
-    for tool in ("squeue", "srun", "salloc"):
+    for tool in ("sbatch", "srun", "salloc"):
         shim = (tmp_path / "bin" / tool).read_text()
         assert shim.endswith(f'exec /opt/py -m phalanx.cli.main {tool} "$@"\n')
         assert (tmp_path / "bin" / tool).stat().st_mode & 0o111
+    # The read-only tools start Python without site and import phalanx from where it is.
+    source = str(Path(phalanx.__file__).resolve().parents[1])
+    for tool in ("squeue", "sinfo", "sacct", "scontrol"):
+        lines = (tmp_path / "bin" / tool).read_text().splitlines()
+        assert lines[:2] == ["#!/bin/sh", f"# phalanx shim for {tool}"]
+        words = shlex.split(lines[2])
+        assert words[:5] == ["exec", "/opt/py", "-I", "-S", "-c"]
+        assert words[6:] == [tool, "$@"]
+        assert f"sys.path.insert(0, {source!r})" in words[5]
+        assert "from phalanx.cli.fast import shim" in words[5]

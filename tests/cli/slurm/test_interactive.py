@@ -68,6 +68,17 @@ def wait_state(env: dict[str, str], job: int | str, states: set[str], timeout: f
     raise AssertionError(f"job {job} is {state!r}, not one of {states}")
 
 
+def wait_step(env: dict[str, str], step: str, timeout: float = 30) -> None:
+    """Until sacct lists ``step`` (``12.0``): it has started."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = tool(env, "sacct", "-n", "-P", "-j", step, "-o", "JobID")
+        if step in done.stdout.split():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"step {step} did not start in {timeout} s")
+
+
 class Terminal:
     """A command under a pseudo-terminal: what it prints, keys typed to it."""
 
@@ -308,6 +319,7 @@ def batch_job(env: dict[str, str]) -> Iterator[str]:
     assert done.returncode == 0, done.stderr
     job = done.stdout.strip()
     wait_state(env, job, {"RUNNING"})
+    wait_step(env, f"{job}.0")  # the script's own srun is step 0
     try:
         yield job
     finally:

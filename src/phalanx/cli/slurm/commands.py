@@ -1,7 +1,9 @@
 """The click definitions of the Slurm-compatible commands; each imports its tool when it runs.
 
 Slurm's flags are kept (``-h`` is ``--noheader`` for squeue and sinfo, so
-help is ``--help`` only). Every command returns its exit status.
+help is ``--help`` only). Every command returns its exit status. The options
+are spelled again in :data:`phalanx.cli.fast.OPTIONS` (kept equal by a test),
+whose parser runs the same :func:`phalanx.cli.fast.call` without click.
 """
 
 from __future__ import annotations
@@ -13,12 +15,6 @@ import click
 __all__ = ["register"]
 
 _SLURM = {"help_option_names": ["--help"], "max_content_width": 100}
-
-
-def _split(values: tuple[str, ...] | None) -> list[str] | None:
-    if not values:
-        return None
-    return [p.strip() for v in values for p in v.split(",") if p.strip()]
 
 
 @click.command(context_settings=_SLURM)
@@ -40,25 +36,9 @@ def _split(values: tuple[str, ...] | None) -> list[str] | None:
 @click.option("--json", "as_json", is_flag=True, help="job views as JSON")
 def squeue(**opts: Any) -> int:
     """View the job queue (Slurm's squeue)."""
-    from phalanx.cli.slurm import squeue as tool
+    from phalanx.cli.fast import call
 
-    return tool.run(
-        fmt=opts["fmt"],
-        long_fmt=opts["long_fmt"],
-        users=_split(opts["users"]),
-        jobs=_split(opts["jobs"]),
-        partitions=_split(opts["partitions"]),
-        states=list(opts["states"]),
-        accounts=_split(opts["accounts"]),
-        names=_split(opts["names"]),
-        noheader=opts["noheader"],
-        long=opts["long"],
-        start=opts["start"],
-        array=opts["array"],
-        me=opts["me"],
-        iterate=opts["iterate"],
-        as_json=opts["as_json"],
-    )
+    return call("squeue", opts)
 
 
 @click.command(context_settings=_SLURM)
@@ -76,22 +56,9 @@ def squeue(**opts: Any) -> int:
 @click.option("--verbose", "-v", is_flag=True, help="say what is done")
 def scancel(ids: tuple[str, ...], **opts: Any) -> int:
     """Cancel or signal jobs (Slurm's scancel)."""
-    from phalanx.cli.slurm import scancel as tool
+    from phalanx.cli.fast import call
 
-    return tool.run(
-        list(ids),
-        users=_split(opts["users"]),
-        names=_split(opts["names"]),
-        states=list(opts["states"]) or None,
-        partitions=_split(opts["partitions"]),
-        accounts=_split(opts["accounts"]),
-        signal=opts["signal"],
-        batch=opts["batch"],
-        full=opts["full"],
-        me=opts["me"],
-        quiet=opts["quiet"],
-        verbose=opts["verbose"],
-    )
+    return call("scancel", {"ids": ids, **opts})
 
 
 @click.command(context_settings=_SLURM)
@@ -107,18 +74,9 @@ def scancel(ids: tuple[str, ...], **opts: Any) -> int:
 )
 def sinfo(**opts: Any) -> int:
     """View partitions and nodes (Slurm's sinfo)."""
-    from phalanx.cli.slurm import sinfo as tool
+    from phalanx.cli.fast import call
 
-    return tool.run(
-        fmt=opts["fmt"],
-        node_oriented=opts["node_oriented"],
-        partitions=_split(opts["partitions"]),
-        noheader=opts["noheader"],
-        long=opts["long"],
-        summarize=opts["summarize"],
-        states=list(opts["states"]) or None,
-        reasons=opts["reasons"],
-    )
+    return call("sinfo", opts)
 
 
 @click.command(context_settings=_SLURM)
@@ -141,27 +99,9 @@ def sinfo(**opts: Any) -> int:
 @click.option("--duplicates", "-D", is_flag=True, help="earlier runs of requeued jobs too")
 def sacct(**opts: Any) -> int:
     """Accounting data of jobs (Slurm's sacct)."""
-    from phalanx.cli.slurm import sacct as tool
+    from phalanx.cli.fast import call
 
-    return tool.run(
-        jobs=_split(opts["jobs"]),
-        fields=opts["fields"],
-        brief=opts["brief"],
-        noheader=opts["noheader"],
-        parsable=opts["parsable"],
-        parsable2=opts["parsable2"],
-        starttime=opts["starttime"],
-        endtime=opts["endtime"],
-        states=list(opts["states"]) or None,
-        users=_split(opts["users"]),
-        allusers=opts["allusers"],
-        accounts=_split(opts["accounts"]),
-        partitions=_split(opts["partitions"]),
-        names=_split(opts["names"]),
-        as_json=opts["as_json"],
-        duplicates=opts["duplicates"],
-        allocations=opts["allocations"],
-    )
+    return call("sacct", opts)
 
 
 @click.command(context_settings=_SLURM)
@@ -170,9 +110,9 @@ def sacct(**opts: Any) -> int:
 @click.option("--details", "-d", is_flag=True, help="more details")
 def scontrol(args: tuple[str, ...], oneliner: bool, details: bool) -> int:
     """show job|node|partition|hostnames|hostlist, hold, release, requeue, update."""
-    from phalanx.cli.slurm import scontrol as tool
+    from phalanx.cli.fast import call
 
-    return tool.run(list(args), oneliner=oneliner, details=details)
+    return call("scontrol", {"args": args, "oneliner": oneliner, "details": details})
 
 
 @click.command(context_settings=_SLURM)
@@ -182,25 +122,11 @@ def scontrol(args: tuple[str, ...], oneliner: bool, details: bool) -> int:
 @click.option("--long", "-l", "long", is_flag=True, help="USER and NICE too")
 @click.option("--norm", "-n", "norm", is_flag=True, help="factors before their weights")
 @click.option("--weights", "-w", "weights", is_flag=True, help="print the weights")
-def sprio(
-    jobs: tuple[str, ...],
-    users: tuple[str, ...],
-    noheader: bool,
-    long: bool,
-    norm: bool,
-    weights: bool,
-) -> int:
+def sprio(**opts: Any) -> int:
     """Priorities of pending jobs and their factors (Slurm's sprio)."""
-    from phalanx.cli.slurm import sprio as tool
+    from phalanx.cli.fast import call
 
-    return tool.run(
-        jobs=list(jobs) or None,
-        users=_split(users),
-        noheader=noheader,
-        long=long,
-        norm=norm,
-        weights=weights,
-    )
+    return call("sprio", opts)
 
 
 @click.command(context_settings=_SLURM)
@@ -211,27 +137,11 @@ def sprio(
 @click.option("--users", "-u", "users", multiple=True, help="users")
 @click.option("--all", "-a", "all_users", is_flag=True, help="every user's rows")
 @click.option("--long", "-l", "long", is_flag=True, help="NormUsage, LevelFS, ...")
-def sshare(
-    noheader: bool,
-    parsable: bool,
-    parsable2: bool,
-    accounts: tuple[str, ...],
-    users: tuple[str, ...],
-    all_users: bool,
-    long: bool,
-) -> int:
+def sshare(**opts: Any) -> int:
     """Fair-share tree of tenants and users with their decayed usage (Slurm's sshare)."""
-    from phalanx.cli.slurm import sshare as tool
+    from phalanx.cli.fast import call
 
-    return tool.run(
-        noheader=noheader,
-        parsable=parsable,
-        parsable2=parsable2,
-        accounts=_split(accounts),
-        users=_split(users),
-        all_users=all_users,
-        long=long,
-    )
+    return call("sshare", opts)
 
 
 @click.command(

@@ -1,7 +1,10 @@
 """Shared Slurm formatting: states, time strings, hostlists, job ids, field widths.
 
 Everything here is standard library only and pure, but for ``my_user`` (which
-asks the server). Time strings follow ``src/squeue/print.c`` ``_print_secs`` (``M:SS``, ``H:MM:SS``,
+asks the server). The tools import this module on every run, so it imports
+almost nothing: no :mod:`re`, :mod:`datetime` or :mod:`typing` (hand scanners for
+job references, format specifiers and timestamps). Time strings follow
+``src/squeue/print.c`` ``_print_secs`` (``M:SS``, ``H:MM:SS``,
 ``D-HH:MM:SS``) and ``src/common/parse_time.c`` ``secs2time_str``
 (``HH:MM:SS``, ``D-HH:MM:SS``, ``UNLIMITED``); hostlists follow
 ``src/common/hostlist.c`` (compress in the given order, no sorting).
@@ -9,22 +12,23 @@ asks the server). Time strings follow ``src/squeue/print.c`` ``_print_secs`` (``
 
 from __future__ import annotations
 
-import re
 import sys
 import time
-from collections.abc import Iterable
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
-from phalanx.dialects.slurm.environment import compress_hostlist
-from phalanx.timefmt import format_duration
+from phalanx.hostranges import compress_hostlist
+from phalanx.timefmt import epoch, format_duration
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from typing import Any
+
     from phalanx.client import Client
 
 __all__ = [
     "FINISHED",
     "HET_MAX_COMPONENTS",
+    "JOB_STATES",
     "STATE_CODES",
     "ArrayRef",
     "collapse_ranges",
@@ -34,14 +38,19 @@ __all__ = [
     "expand_hostlist",
     "expand_ranges",
     "fit",
+    "format_specs",
     "het_matches",
     "het_rows",
     "het_selected",
     "job_display_id",
     "mark_unavailable_nodes",
+    "matches_refs",
     "parse_job_ref",
+    "parse_states",
     "reason_of",
+    "resolve",
     "secs2time",
+    "server_states",
     "short_secs",
     "slurm_state",
     "slurm_time",
@@ -88,6 +97,33 @@ FINISHED = frozenset(
 )
 
 _PHALANX_TO_SLURM = {"ADMITTED": "CONFIGURING"}
+
+JOB_STATES = (
+    "PENDING",
+    "ADMITTED",
+    "RUNNING",
+    "COMPLETING",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "PREEMPTED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+)
+"""phalanx's job states (``phalanx.model.JobState``, spelled here: the tools do not load
+the models)."""
+
+
+def server_states(states: frozenset[str] | None) -> list[str] | None:
+    """The phalanx states whose jobs Slurm names by one of ``states``, for the server to
+    filter on (``None``: every state, or a set no job can be in, left to the caller)."""
+    if states is None:
+        return None
+    wanted = [s for s in JOB_STATES if _PHALANX_TO_SLURM.get(s, s) in states]
+    return wanted or None
+
+
 _REASON_STATES = frozenset({"PENDING", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE"})
 
 
@@ -143,21 +179,25 @@ NODES_NOT_AVAILABLE = (
 """slurmctld's description of ReqNodeNotAvail for a job that names no nodes."""
 
 
-def mark_unavailable_nodes(client: Any, jobs: list[dict[str, Any]]) -> None:
+def mark_unavailable_nodes(
+    client: Any, jobs: list[dict[str, Any]], nodes_down: list[str] | None = None
+) -> None:
     """Slurm's ``ReqNodeNotAvail`` as the ``slurm_reason`` of the pending jobs it applies
     to, as slurmctld describes it: ``ReqNodeNotAvail, UnavailableNodes:HOSTLIST`` for a
     job whose ``--nodelist`` names a drained or down node (checked before anything else
     about nodes), and :data:`NODES_NOT_AVAILABLE` for a job waiting on ``Resources``
     in a partition whose every node is drained or down. Asks for the nodes only when
-    such a job is listed, and for the partitions only when a node is out of service."""
-    from phalanx.cli.slurm.sinfo import partition_nodes
-
+    such a job is listed, and for the partitions only when a node is out of service;
+    ``nodes_down`` (the server's list of nodes out of service, when it gave one) spares
+    asking for the nodes when none is."""
     pending = [j for j in jobs if slurm_state(j) == "PENDING" and reason_of(j) in _NODE_REASONS]
     if not pending:
         return
     named = [j for j in pending if any(p.get("node_names") for p in j.get("pod_sets") or [])]
     anywhere = [j for j in pending if j not in named and reason_of(j) == "Resources"]
     if not named and not anywhere:
+        return
+    if nodes_down is not None and not nodes_down:
         return
     nodes = list(client.nodes())
     down = {
@@ -173,6 +213,8 @@ def mark_unavailable_nodes(client: Any, jobs: list[dict[str, Any]]) -> None:
             job["slurm_reason"] = f"ReqNodeNotAvail, UnavailableNodes:{compress_hostlist(missing)}"
     if not anywhere:
         return
+    from phalanx.cli.slurm.sinfo import partition_nodes
+
     flavors = {f["metadata"]["name"]: f for f in client.resource_flavors()}
     out_of_service: set[str] = set()
     for cq in client.cluster_queues():
@@ -189,13 +231,6 @@ def reason_list(job: dict[str, Any]) -> str:
     if slurm_state(job) in _REASON_STATES:
         return f"({reason_of(job)})"
     return compress_hostlist(job.get("nodes") or [])
-
-
-def epoch(stamp: str | None) -> float | None:
-    """RFC 3339 (``...Z``) to epoch seconds."""
-    if not stamp:
-        return None
-    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
 
 
 def slurm_time(stamp: str | None, unknown: str = "N/A") -> str:
@@ -248,6 +283,35 @@ def fit(text: str, width: int | None, right: bool) -> str:
         return text
     text = text[:width]
     return text.rjust(width) if right else text.ljust(width)
+
+
+# --------------------------------------------------------------------------- format specs
+
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz%")
+
+
+def format_specs(fmt: str, flag: str) -> list[tuple[int, int, bool, bool, str, str]]:
+    r"""The ``%[.][FLAG][size]type`` specifiers of an ``-o`` format, as
+    ``re.finditer(r"%(\.)?(FLAG)?(\d+)?([A-Za-z%])")`` finds them: ``(start, end,
+    dot, flag, size digits, type letter)`` each; what lies between is literal text."""
+    found = []
+    size = len(fmt)
+    at = fmt.find("%")
+    while at >= 0:
+        i = at + 1
+        dot = i < size and fmt[i] == "."
+        i += dot
+        flagged = i < size and fmt[i] == flag
+        i += flagged
+        digits_at = i
+        while i < size and fmt[i].isdecimal():
+            i += 1
+        if i < size and fmt[i] in _LETTERS:
+            found.append((at, i + 1, dot, flagged, fmt[digits_at:i], fmt[i]))
+            at = fmt.find("%", i + 1)
+        else:
+            at = fmt.find("%", at + 1)
+    return found
 
 
 # --------------------------------------------------------------------------- arrays
@@ -331,29 +395,116 @@ class ArrayRef:
     __hash__ = None  # type: ignore[assignment]
 
 
-_REF = re.compile(r"(\d+)(?:_(\d+|\[[0-9,\-:%]+\]))?")
-_HET_REF = re.compile(r"(\d+)\+(\d+)")
+_RANGE_CHARS = frozenset("0123456789,-:%")
 
 
 def parse_job_ref(text: str) -> ArrayRef | None:
     """``12`` / ``12_3`` / ``12_[1-3,5]`` / ``12+1``; ``None`` when it is not a job id."""
     text = text.strip()
-    het = _HET_REF.fullmatch(text)
-    if het is not None:
-        return ArrayRef(text, int(het.group(1)), None, int(het.group(2)))
-    m = _REF.fullmatch(text)
-    if not m:
+    head, plus, offset = text.partition("+")
+    if plus:
+        if head.isdecimal() and offset.isdecimal():
+            return ArrayRef(text, int(head), None, int(offset))
         return None
-    job_id = int(m.group(1))
-    task = m.group(2)
-    if task is None:
+    head, underscore, task = text.partition("_")
+    if not head.isdecimal():
+        return None
+    job_id = int(head)
+    if not underscore:
         return ArrayRef(text, job_id, None)
-    if task.startswith("["):
+    if task.isdecimal():
+        return ArrayRef(text, job_id, [int(task)])
+    if len(task) > 2 and task[0] == "[" and task[-1] == "]" and _RANGE_CHARS.issuperset(task[1:-1]):
         try:
             return ArrayRef(text, job_id, expand_ranges(task))
         except ValueError:
             return None
-    return ArrayRef(text, job_id, [int(task)])
+    return None
+
+
+def resolve(client: Client, ref: ArrayRef) -> list[dict[str, Any]]:
+    """The job views ``ref`` names; empty when none exists. A job that is no array's
+    first task (whose id is the array's) is the answer to its own id: one request."""
+    from phalanx import errors
+
+    job = None
+    if ref.tasks is None:
+        try:
+            job = client.get(ref.job_id)
+        except errors.NotFound:
+            job = None
+        if job is not None and job.get("array_job_id") is None:
+            return [job]
+    members = list(client.jobs(array_job_id=ref.job_id))
+    members = [m for m in members if m.get("array_job_id") is not None]
+    members = [m for m in members if int(m["array_job_id"]) == ref.job_id]
+    if ref.tasks is None:
+        return members or ([job] if job is not None else [])
+    wanted = set(ref.tasks)
+    return [
+        m for m in members if m.get("array_task_id") is not None and m["array_task_id"] in wanted
+    ]
+
+
+# --------------------------------------------------------------------------- states and refs
+
+_STATE_NAMES = {
+    "PD": "PENDING",
+    "R": "RUNNING",
+    "CG": "COMPLETING",
+    "CD": "COMPLETED",
+    "CF": "CONFIGURING",
+    "F": "FAILED",
+    "CA": "CANCELLED",
+    "TO": "TIMEOUT",
+    "NF": "NODE_FAIL",
+    "PR": "PREEMPTED",
+    "OOM": "OUT_OF_MEMORY",
+    "S": "SUSPENDED",
+    "ST": "STOPPED",
+    "BF": "BOOT_FAIL",
+    "DL": "DEADLINE",
+    "RQ": "REQUEUED",
+}
+
+
+def parse_states(values: Sequence[str]) -> frozenset[str] | None:
+    """``-t pd,R,running`` -> Slurm state names; ``None`` for ``all``."""
+    from phalanx.errors import Invalid
+
+    states: set[str] = set()
+    for value in values:
+        for item in value.split(","):
+            item = item.strip().upper()
+            if not item:
+                continue
+            if item == "ALL":
+                return None
+            name = _STATE_NAMES.get(item, item)
+            if name not in _STATE_NAMES.values() and name not in ("REQUEUED", "SIGNALING"):
+                raise Invalid(f"Invalid job state specified: {item}")
+            states.add(name)
+    return frozenset(states)
+
+
+def matches_refs(job: dict[str, Any], refs: Sequence[Any]) -> bool:
+    """Whether one of ``refs`` (:class:`ArrayRef`) names the job or its array."""
+    for ref in refs:
+        array_id = job.get("array_job_id")
+        if ref.tasks is None:
+            if int(job["id"]) == ref.job_id or (
+                array_id is not None and int(array_id) == ref.job_id
+            ):
+                return True
+            continue
+        task = job.get("array_task_id")
+        if (
+            array_id is not None
+            and int(array_id) == ref.job_id
+            and (task is None or int(task) in ref.tasks)
+        ):
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------- heterogeneous jobs

@@ -17,9 +17,6 @@ node as NODE_FAIL, one requeued by hand as REQUEUED.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
-from typing import Any
 
 from phalanx.cli.slurm.common import (
     compress_hostlist,
@@ -34,12 +31,17 @@ from phalanx.cli.slurm.common import (
     slurm_time,
 )
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+    from typing import Any
+
+    Getter = Callable[[dict[str, Any], float], str]
+
 __all__ = ["DEFAULT_FIELDS", "cell", "earlier_runs", "format_jobs", "parse_fields"]
 
 DEFAULT_FIELDS = "jobid,jobname,partition,account,alloccpus,state,exitcode"
 BRIEF_FIELDS = "jobid,state,exitcode"
-
-Getter = Callable[[dict[str, Any], float], str]
 
 STEP = "step_label"
 """A step row's key: ``batch`` or the step's number (``N.batch``, ``N.0``)."""
@@ -151,6 +153,8 @@ _REQUEUED_AS = {
 def _rfc3339(t: Any) -> str | None:
     if t is None:
         return None
+    from datetime import UTC, datetime
+
     return datetime.fromtimestamp(float(t), UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -255,7 +259,8 @@ FIELDS: dict[str, tuple[str, int, Getter]] = {
 }
 """sacct fields: header, width (negative: left-justified), value."""
 
-Field = tuple[str, int, Getter]
+if TYPE_CHECKING:
+    Field = tuple[str, int, Getter]
 
 
 def _step_suffixed(text: str, row: dict[str, Any]) -> str:
@@ -452,6 +457,21 @@ def format_jobs(
     return "".join(line + "\n" for line in lines)
 
 
+def _local_midnight() -> float:
+    """Today's 00:00 local time in epoch seconds, as ``datetime.now().replace(hour=0,
+    minute=0, second=0, microsecond=0).timestamp()`` gives it; without :mod:`datetime`
+    (sacct's default start) unless the UTC offset changes within three hours of it."""
+    now = time.localtime()
+    day = (now.tm_year, now.tm_mon, now.tm_mday)
+    stamp = time.mktime((*day, 0, 0, 0, 0, 0, -1))
+    around = time.localtime(stamp - 10800).tm_gmtoff, time.localtime(stamp + 10800).tm_gmtoff
+    if around[0] == around[1] and tuple(time.localtime(stamp))[:6] == (*day, 0, 0, 0):
+        return stamp
+    from datetime import datetime
+
+    return datetime.now().replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+
+
 def parse_when(text: str) -> float:
     """sacct ``-S``/``-E``: ``YYYY-MM-DD[THH:MM[:SS]]``, ``HH:MM[:SS]``, ``now[-1hours]``."""
     from phalanx.errors import Invalid
@@ -472,7 +492,9 @@ def parse_when(text: str) -> float:
                 return time.time() + sign * int(digits) * scale
         raise Invalid(f"Invalid time specification: {text}")
     if lower in ("midnight", "today"):
-        return datetime.now().replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+        return _local_midnight()
+    from datetime import datetime
+
     for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d", "%m/%d/%y", "%m/%d"):
         try:
             stamp = datetime.strptime(raw, fmt)
@@ -527,8 +549,7 @@ def run(
     import os
     import sys
 
-    from phalanx.cli.slurm.common import parse_job_ref, tool_error
-    from phalanx.cli.slurm.squeue import _matches_refs, parse_states
+    from phalanx.cli.slurm.common import matches_refs, parse_job_ref, parse_states, tool_error
     from phalanx.client import Client
     from phalanx.errors import Invalid, PhalanxError
 
@@ -559,21 +580,34 @@ def run(
         start = parse_when("midnight")
     try:
         with Client() as client:
-            if not users and not allusers:
-                me = client.whoami()
-                if not me.get("admin"):
-                    users = [str(me["user"])]
-            listed = list(client.jobs(user=users, tenant=accounts, name=names))
+            # One request where the server can: the caller's jobs (unless -u or -a) with
+            # their steps (unless -X).
+            mine = not users and not allusers
+            page = client.job_list(
+                user=users, tenant=accounts, name=names, mine=mine, steps=not allocations
+            )
+            if page is None:  # an older server: whoami, jobs, then steps
+                if mine:
+                    me = client.whoami()
+                    if not me.get("admin"):
+                        users = [str(me["user"])]
+                listed = list(client.jobs(user=users, tenant=accounts, name=names))
+            else:
+                listed = page["items"]
             chosen_jobs = [
                 j
                 for j in listed
-                if (not refs or _matches_refs(j, refs) or het_matches(j, refs))
+                if (not refs or matches_refs(j, refs) or het_matches(j, refs))
                 and (not partitions or (j.get("partition") or j.get("cluster_queue")) in partitions)
                 and (not names or j.get("name") in names)
             ]
             steps: dict[str, list[dict[str, Any]]] = {}
             if not allocations and chosen_jobs:
-                steps = client.steps_of(int(j["id"]) for j in chosen_jobs)
+                steps = (
+                    page["steps"]
+                    if page is not None
+                    else client.steps_of(int(j["id"]) for j in chosen_jobs)
+                )
             runs: list[dict[str, Any]] = []
             for j in chosen_jobs:
                 if j.get("het_components"):

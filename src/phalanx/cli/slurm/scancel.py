@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.cli.slurm.common import (
     FINISHED,
-    ArrayRef,
     my_user,
     parse_job_ref,
+    resolve,
     slurm_state,
     tool_error,
 )
 
 if TYPE_CHECKING:
-    from phalanx.client import Client
+    from phalanx.cli.slurm.common import ArrayRef
 
 __all__ = ["parse_signal", "resolve", "run"]
 
@@ -52,26 +52,6 @@ def _error_text(exc: Exception) -> str:
     if isinstance(exc, errors.Forbidden | errors.Unauthorized):
         return "Access/permission denied"
     return str(getattr(exc, "detail", exc))
-
-
-def resolve(client: Client, ref: ArrayRef) -> list[dict[str, Any]]:
-    """The job views ``ref`` names; empty when none exists."""
-    from phalanx import errors
-
-    members = list(client.jobs(array_job_id=ref.job_id))
-    members = [m for m in members if m.get("array_job_id") is not None]
-    members = [m for m in members if int(m["array_job_id"]) == ref.job_id]
-    if ref.tasks is None:
-        if members:
-            return members
-        try:
-            return [client.get(ref.job_id)]
-        except errors.NotFound:
-            return []
-    wanted = set(ref.tasks)
-    return [
-        m for m in members if m.get("array_task_id") is not None and m["array_task_id"] in wanted
-    ]
 
 
 def _filtered(

@@ -9,10 +9,7 @@ than invented. ``show hostnames``/``show hostlist`` run locally, no server.
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import Sequence
-from typing import Any
 
 from phalanx.cli.slurm.common import (
     HET_MAX_COMPONENTS,
@@ -30,6 +27,14 @@ from phalanx.cli.slurm.common import (
     tool_error,
 )
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    Record = list[list[str]]
+    """Lines of ``Key=Value`` items."""
+
 __all__ = [
     "job_record",
     "node_record",
@@ -39,9 +44,6 @@ __all__ = [
     "render",
     "run",
 ]
-
-Record = list[list[str]]
-"""Lines of ``Key=Value`` items."""
 
 
 def _null(value: Any) -> str:
@@ -180,6 +182,8 @@ def reason_text(status: dict[str, Any]) -> str:
 
 
 def partition_record(cq: dict[str, Any], nodes: Sequence[dict[str, Any]]) -> Record:
+    import contextlib
+
     status = cq.get("status") or {}
     names = [n["metadata"]["name"] for n in nodes]
     cpus = 0
@@ -209,11 +213,11 @@ def render(record: Record, *, oneliner: bool = False) -> str:
 _UPDATE_KEYS = {"timelimit": "time_limit", "nice": "nice", "comment": "comment"}
 
 
-def _job_ids(client: Any, text: str) -> list[int] | None:
-    from phalanx.cli.slurm.common import parse_job_ref
-    from phalanx.cli.slurm.scancel import resolve
+def _jobs_named(client: Any, text: str) -> list[dict[str, Any]] | None:
+    """The views of the jobs ``12,13_[1-2]`` names; ``None`` if a part names none."""
+    from phalanx.cli.slurm.common import resolve
 
-    ids: list[int] = []
+    views: list[dict[str, Any]] = []
     for part in text.split(","):
         ref = parse_job_ref(part)
         if ref is None:
@@ -221,8 +225,13 @@ def _job_ids(client: Any, text: str) -> list[int] | None:
         found = resolve(client, ref)
         if not found:
             return None
-        ids += [int(j["id"]) for j in found]
-    return ids
+        views += found
+    return views
+
+
+def _job_ids(client: Any, text: str) -> list[int] | None:
+    views = _jobs_named(client, text)
+    return None if views is None else [int(j["id"]) for j in views]
 
 
 def run(args: Sequence[str], *, oneliner: bool, details: bool) -> int:
@@ -335,14 +344,15 @@ def _show(client: Any, rest: list[str], *, oneliner: bool) -> int:
         if target is None:
             jobs = list(client.jobs())
         else:
-            ids = _job_ids(client, target)
-            if ids is None:
+            # The views that named the jobs are the jobs: no second request for each.
+            named = _jobs_named(client, target)
+            if named is None:
                 # A heterogeneous job's component by its own id (the job's + N)?
-                ids = [int(j["id"]) for j in _het_leaders(client, target)] or None
-            if ids is None:
+                named = _het_leaders(client, target) or None
+            if named is None:
                 sys.stderr.write("slurm_load_jobs error: Invalid job id specified\n")
                 return 1
-            jobs = [client.get(i) for i in ids]
+            jobs = named
         mark_unavailable_nodes(client, jobs)
         # A heterogeneous job: a record per component (JobId=13 HetJobId=12 HetJobOffset=1).
         refs = [r for r in map(parse_job_ref, (target or "").split(",")) if r is not None]

@@ -8,11 +8,12 @@ follow sinfo.1: default ``%#P %.5a %.10l %.6D %.6t %N``, ``-N``, ``-l``, ``-s``.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
-from typing import Any
+from phalanx.cli.slurm.common import compress_hostlist, fit, format_specs
 
-from phalanx.cli.slurm.common import compress_hostlist, fit
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
 
 __all__ = ["DEFAULT_FORMAT", "Row", "build_rows", "format_rows", "partition_nodes"]
 
@@ -56,14 +57,16 @@ def _capacity(node: dict[str, Any], key: str) -> str:
 
 def _mem_mb(node: dict[str, Any]) -> str:
     text = _capacity(node, "memory")
-    m = re.fullmatch(r"(\d+)([KMGTP]i?)?", text)
-    if not m:
+    # re.fullmatch(r"(\d+)([KMGTP]i?)?", text), by hand: digits, then an optional unit
+    digits = text.rstrip("i") if text.endswith(("Ki", "Mi", "Gi", "Ti", "Pi")) else text
+    unit = digits[-1:] if digits[-1:] in ("K", "M", "G", "T", "P") else ""
+    digits = digits[: len(digits) - len(unit)]
+    if not digits.isdecimal():
         return text or "1"
     scale = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
-    unit = (m.group(2) or "")[:1]
     if not unit:
-        return str(int(m.group(1)) // (1024 * 1024))
-    return str(int(int(m.group(1)) * scale[unit]))
+        return str(int(digits) // (1024 * 1024))
+    return str(int(int(digits) * scale[unit]))
 
 
 def _gres(node: dict[str, Any]) -> str:
@@ -108,7 +111,8 @@ def _counts(rows: Sequence[Row]) -> str:
     return f"{alloc}/{idle}/{len(rows) - alloc - idle}/{len(rows)}"
 
 
-Getter = Callable[[Sequence[Row]], str]
+if TYPE_CHECKING:
+    Getter = Callable[[Sequence[Row]], str]
 
 FIELDS: dict[str, tuple[str, Getter, bool]] = {
     "P": ("PARTITION", lambda rs: rs[0].partition + ("*" if rs[0].default else ""), True),
@@ -147,9 +151,8 @@ FIELDS: dict[str, tuple[str, Getter, bool]] = {
 }
 """sinfo letters: header, value, whether it is part of the grouping key."""
 
-_SPEC = re.compile(r"%(\.)?(#)?(\d+)?([A-Za-z%])")
-
-Part = tuple[str, int | None, bool, str | None]
+if TYPE_CHECKING:
+    Part = tuple[str, int | None, bool, str | None]
 
 
 def parse_format(fmt: str, rows: Sequence[Row]) -> list[Part]:
@@ -158,21 +161,20 @@ def parse_format(fmt: str, rows: Sequence[Row]) -> list[Part]:
 
     parts: list[Part] = []
     pos = 0
-    for m in _SPEC.finditer(fmt):
-        if m.start() > pos:
-            parts.append((fmt[pos : m.start()], None, False, None))
-        pos = m.end()
-        letter = m.group(4)
+    for start, end, dot, widest, digits, letter in format_specs(fmt, "#"):
+        if start > pos:
+            parts.append((fmt[pos:start], None, False, None))
+        pos = end
         if letter == "%":
             parts.append(("%", None, False, None))
             continue
         if letter not in FIELDS:
             raise Invalid(f"Invalid node format specification: {letter}")
         header, get, _ = FIELDS[letter]
-        width = int(m.group(3)) if m.group(3) else None
-        if m.group(2):
+        width = int(digits) if digits else None
+        if widest:
             width = max([len(header)] + [len(get([r])) for r in rows])
-        parts.append((header, width, bool(m.group(1)), letter))
+        parts.append((header, width, dot, letter))
     if pos < len(fmt):
         parts.append((fmt[pos:], None, False, None))
     return parts
@@ -263,10 +265,17 @@ def run(
 
     try:
         with Client() as client:
-            cqs = client.cluster_queues()
-            flavors = client.resource_flavors()
-            nodes = client.nodes()
-            default = _default_partition(client)
+            everything = client.cluster()
+            if everything is not None:
+                cqs = everything["clusterqueues"]
+                flavors = everything["resourceflavors"]
+                nodes = everything["nodes"]
+                default = everything["default_partition"]
+            else:  # a server without GET /api/v1/cluster
+                cqs = client.cluster_queues()
+                flavors = client.resource_flavors()
+                nodes = client.nodes()
+                default = _default_partition(client)
     except PhalanxError as exc:
         tool_error("sinfo", exc.detail)
         return 1

@@ -10,10 +10,12 @@ before its weight, ``-w`` the weights, ``-l`` adds USER and NICE.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
-
 from phalanx.cli.slurm.common import fit, job_display_id, slurm_state
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any
 
 __all__ = ["COLUMNS", "LONG_COLUMNS", "format_jobs", "format_weights", "run"]
 

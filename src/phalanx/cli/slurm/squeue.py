@@ -8,10 +8,7 @@ one ``12_[3-15%4]`` line unless ``-r``. Standard library only.
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 from phalanx.cli.slurm.common import (
     collapse_ranges,
@@ -19,11 +16,14 @@ from phalanx.cli.slurm.common import (
     elapsed,
     expand_ranges,
     fit,
+    format_specs,
     het_matches,
     het_rows,
     het_selected,
     job_display_id,
     mark_unavailable_nodes,
+    matches_refs,
+    parse_states,
     reason_list,
     reason_of,
     short_secs,
@@ -31,6 +31,15 @@ from phalanx.cli.slurm.common import (
     slurm_time,
     state_code,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+    from typing import Any
+
+    Getter = Callable[[dict[str, Any], float], str]
+    Part = tuple[str, int | None, bool, Getter | None]
+    """(header or literal text, width, right-justified, value getter; None for literal text)."""
 
 __all__ = [
     "DEFAULT_FORMAT",
@@ -48,8 +57,6 @@ DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
 START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"
 STEPS_FORMAT = "%.15i %.8j %.9P %.8u %.9M %N"
-
-Getter = Callable[[dict[str, Any], float], str]
 
 
 def _null(value: Any) -> str:
@@ -185,21 +192,15 @@ LONG_NAMES: dict[str, tuple[str, Getter]] = {
 }
 """squeue ``-O`` names (case-insensitive)."""
 
-Part = tuple[str, int | None, bool, Getter | None]
-"""(header or literal text, width, right-justified, value getter; None for literal text)."""
-
-_SPEC = re.compile(r"%(\.)?(-)?(\d+)?([A-Za-z%])")
-
 
 def parse_format(fmt: str) -> list[Part]:
     """squeue ``-o``: ``%[.][size]type`` specifiers and literal text between them."""
     parts: list[Part] = []
     pos = 0
-    for m in _SPEC.finditer(fmt):
-        if m.start() > pos:
-            parts.append((fmt[pos : m.start()], None, False, None))
-        pos = m.end()
-        letter = m.group(4)
+    for start, end, dot, _, digits, letter in format_specs(fmt, "-"):
+        if start > pos:
+            parts.append((fmt[pos:start], None, False, None))
+        pos = end
         if letter == "%":
             parts.append(("%", None, False, None))
             continue
@@ -208,8 +209,8 @@ def parse_format(fmt: str) -> list[Part]:
             from phalanx.errors import Invalid
 
             raise Invalid(f"squeue: error: Invalid job format specification: {letter}")
-        width = int(m.group(3)) if m.group(3) else None
-        parts.append((field[0], width, bool(m.group(1)), field[1]))
+        width = int(digits) if digits else None
+        parts.append((field[0], width, dot, field[1]))
     if pos < len(fmt):
         parts.append((fmt[pos:], None, False, None))
     return parts
@@ -299,44 +300,7 @@ def expand_arrays(jobs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-_STATE_NAMES = {
-    "PD": "PENDING",
-    "R": "RUNNING",
-    "CG": "COMPLETING",
-    "CD": "COMPLETED",
-    "CF": "CONFIGURING",
-    "F": "FAILED",
-    "CA": "CANCELLED",
-    "TO": "TIMEOUT",
-    "NF": "NODE_FAIL",
-    "PR": "PREEMPTED",
-    "OOM": "OUT_OF_MEMORY",
-    "S": "SUSPENDED",
-    "ST": "STOPPED",
-    "BF": "BOOT_FAIL",
-    "DL": "DEADLINE",
-    "RQ": "REQUEUED",
-}
 DEFAULT_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING"})
-
-
-def parse_states(values: Sequence[str]) -> frozenset[str] | None:
-    """``-t pd,R,running`` -> Slurm state names; ``None`` for ``all``."""
-    from phalanx.errors import Invalid
-
-    states: set[str] = set()
-    for value in values:
-        for item in value.split(","):
-            item = item.strip().upper()
-            if not item:
-                continue
-            if item == "ALL":
-                return None
-            name = _STATE_NAMES.get(item, item)
-            if name not in _STATE_NAMES.values() and name not in ("REQUEUED", "SIGNALING"):
-                raise Invalid(f"Invalid job state specified: {item}")
-            states.add(name)
-    return frozenset(states)
 
 
 def matches_state(job: dict[str, Any], states: frozenset[str] | None) -> bool:
@@ -379,7 +343,7 @@ def run(
     """The squeue command; returns the exit status."""
     import sys
 
-    from phalanx.cli.slurm.common import my_user, parse_job_ref, tool_error
+    from phalanx.cli.slurm.common import my_user, parse_job_ref, server_states, tool_error
     from phalanx.client import Client
     from phalanx.errors import Invalid, PhalanxError
 
@@ -412,7 +376,22 @@ def run(
             if me:
                 users = [my_user(client)]
             while True:
-                listed = list(client.jobs(user=users, tenant=accounts, name=names))
+                # One request where the server can: it leaves out the finished jobs
+                # squeue would drop anyway and says which nodes are out of service.
+                wanted_on_server = server_states(wanted_states)
+                page = client.job_list(
+                    user=users,
+                    tenant=accounts,
+                    name=names,
+                    state=wanted_on_server,
+                    nodes_down=True,
+                )
+                if page is None:  # an older server
+                    listed = list(
+                        client.jobs(user=users, tenant=accounts, name=names, state=wanted_on_server)
+                    )
+                else:
+                    listed = page["items"]
                 shown = [
                     j
                     for j in listed
@@ -422,10 +401,10 @@ def run(
                         or (j.get("partition") or j.get("cluster_queue")) in partitions
                     )
                     and (not names or j.get("name") in names)
-                    and (not refs or _matches_refs(j, refs) or het_matches(j, refs))
+                    and (not refs or matches_refs(j, refs) or het_matches(j, refs))
                 ]
                 shown = sort_jobs(shown)
-                mark_unavailable_nodes(client, shown)
+                mark_unavailable_nodes(client, shown, None if page is None else page["nodes_down"])
                 shown = expand_arrays(shown) if array else collapse_arrays(shown)
                 # A heterogeneous job: a line per component (12+0, 12+1), as Slurm's.
                 shown = [
@@ -449,22 +428,3 @@ def run(
     except PhalanxError as exc:
         tool_error("squeue", exc.detail)
         return 1
-
-
-def _matches_refs(job: dict[str, Any], refs: Sequence[Any]) -> bool:
-    for ref in refs:
-        array_id = job.get("array_job_id")
-        if ref.tasks is None:
-            if int(job["id"]) == ref.job_id or (
-                array_id is not None and int(array_id) == ref.job_id
-            ):
-                return True
-            continue
-        task = job.get("array_task_id")
-        if (
-            array_id is not None
-            and int(array_id) == ref.job_id
-            and (task is None or int(task) in ref.tasks)
-        ):
-            return True
-    return False

@@ -448,10 +448,29 @@ def _allocate_and_run(client: Any, args: SrunArgs) -> int:
         return 1
     try:
         channel, _ = connect_step(client, job_id)
-        return run_step(
+        code = run_step(
             channel, job_id, args.step_words(), pty=args.pty, release=True, on_hangup=cancel
         )
     except StepAnswer as exc:
         cancel()
         _say(f"srun: {exc.message}")
         return exc.code
+    _wait_ended(client, job_id)
+    return code
+
+
+def _wait_ended(client: Any, job_id: int, timeout: float = 2.0) -> None:
+    """Slurm's srun exits once its allocation is released, so the job has ended when
+    the shell gets its prompt back (``sacct`` right after says COMPLETED): wait, a
+    little, for the server to end the job the step released."""
+    from phalanx.cli.slurm.common import FINISHED
+    from phalanx.errors import PhalanxError
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if str(client.get(job_id).get("state")) in FINISHED:
+                return
+        except PhalanxError:
+            return
+        time.sleep(0.02)

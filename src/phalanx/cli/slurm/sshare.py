@@ -14,12 +14,14 @@ field with ``|``, ``-P`` separates them with it; ``-n`` drops the header.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
+
+    Getter = Callable[[dict[str, Any]], str]
 
 __all__ = ["COLUMNS", "LONG_COLUMNS", "format_usage", "select_rows"]
-
-Getter = Callable[[dict[str, Any]], str]
 
 
 def _fixed(value: Any) -> str:

@@ -10,7 +10,11 @@
 Every error is a :class:`phalanx.errors.Invalid` worded as sbatch words it.
 """
 
-from typing import TYPE_CHECKING, Any
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _LAZY: dict[str, str] = {
     "DepTerm": "phalanx.dialects.slurm.dependency",

@@ -47,13 +47,14 @@ Only this module, :mod:`hostlist` and the standard library are imported: ``srun`
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 import hostlist
+
+from phalanx.hostranges import compress_hostlist
 
 __all__ = [
     "DEFAULT_SLURM_CONF",
@@ -138,62 +139,6 @@ def compress_counts(values: Sequence[int]) -> str:
 def node_list(names: Sequence[str]) -> str:
     """A job or step node list (sorted and compressed, as from Slurm's node bitmaps)."""
     return str(hostlist.collect_hostlist(list(names)))
-
-
-_NUMBERED = re.compile(r"^(.*?)(\d+)$")
-
-
-def compress_hostlist(names: Sequence[str]) -> str:
-    """``scontrol show hostlist``: compress in the given order, without sorting or dedup.
-
-    ``tux2,tux1,tux2`` -> ``tux[2,1-2]`` (Slurm's hostlist_ranged_string).
-    """
-    # Ranges: (prefix, lo, hi, width) or (name, None, None, 0) for unnumbered names.
-    ranges: list[tuple[str, int | None, int | None, int]] = []
-    for name in names:
-        match = _NUMBERED.match(name)
-        if match is None:
-            ranges.append((name, None, None, 0))
-            continue
-        prefix, digits = match.group(1), match.group(2)
-        number = int(digits)
-        if ranges:
-            last_prefix, lo, hi, width = ranges[-1]
-            if (
-                lo is not None
-                and hi is not None
-                and last_prefix == prefix
-                and number == hi + 1
-                and f"{number:0{width}d}" == digits
-            ):
-                ranges[-1] = (prefix, lo, number, width)
-                continue
-        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
-        ranges.append((prefix, number, number, width))
-    out: list[str] = []
-    i = 0
-    while i < len(ranges):
-        prefix, lo, hi, width = ranges[i]
-        if lo is None or hi is None:
-            out.append(prefix)
-            i += 1
-            continue
-        group = [ranges[i]]
-        j = i + 1
-        while j < len(ranges) and ranges[j][0] == prefix and ranges[j][1] is not None:
-            group.append(ranges[j])
-            j += 1
-        if len(group) == 1 and lo == hi:
-            out.append(f"{prefix}{lo:0{width}d}")
-        else:
-            items = [
-                f"{a:0{w}d}" if a == b else f"{a:0{w}d}-{b:0{w}d}"
-                for _, a, b, w in group
-                if a is not None and b is not None
-            ]
-            out.append(f"{prefix}[{','.join(items)}]")
-        i = j
-    return ",".join(out)
 
 
 def _ids(gpus: Sequence[int]) -> str:
