@@ -207,7 +207,13 @@ def bench_phalanx(args: argparse.Namespace) -> dict[str, Any]:
                     raise SystemExit("phalanx jobs did not finish in 10 minutes")
                 time.sleep(0.1)
         ended = max(_epoch(j["end_time"]) for j in done)
-        to_running = [_epoch(j["start_time"]) - _epoch(j["submit_time"]) for j in done]
+        never = [j for j in done if j["start_time"] is None]
+        if never:
+            result["run_jobs_never_started"] = {str(j["id"]): j["state"] for j in never[:20]}
+            print(f"jobs that ended without starting: {never[:3]}", file=sys.stderr)
+        to_running = [
+            _epoch(j["start_time"]) - _epoch(j["submit_time"]) for j in done if j["start_time"]
+        ]
         result["run_jobs"] = len(done)
         result["run_jobs_completed"] = sum(j["state"] == "COMPLETED" for j in done)
         result["submit_to_running_p50_s"] = round(percentile(to_running, 50), 4)
