@@ -23,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
 
 from phalanx.api.errors import bug_response, phalanx_error_response
+from phalanx.api.forward import Receive, Scope, Send, replaying
 from phalanx.api.jobs import BatchRequest
 from phalanx.api.plane import ControlPlane
 from phalanx.errors import PhalanxError
@@ -38,10 +39,6 @@ __all__ = ["FastSubmit"]
 
 log = logging.getLogger("phalanx.api")
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 _SINGLE = "/api/v1/jobs"
 _BATCH = "/api/v1/jobs/batch"
@@ -69,14 +66,7 @@ class FastSubmit:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+        replay = replaying(body, receive)
 
         submissions = self._understood(scope, body, batch=path == _BATCH)
         if submissions is None:

@@ -87,14 +87,7 @@ class Forwarding:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+        replay = replaying(body, receive)
 
         forwarded = FORWARDED_HEADER.lower().encode() in headers
         leader: str | None = None
@@ -162,6 +155,21 @@ class Forwarding:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await response.aclose()
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives the app ``body`` (read already) once, then the client's
+    own messages (its disconnect)."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def _too_large(limit: int) -> Any:
