@@ -7,11 +7,12 @@ and a team-b user (bob), each with their own token.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from phalanx.client import Client
+from phalanx.errors import PhalanxError
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "examples" / "cluster"
@@ -58,7 +59,17 @@ def running_cluster(state_dir: Path) -> Iterator[Cluster]:
             bob = admin.create_token("bob", ["team-b"], name="bob")["token"]
         yield Cluster(server.url, server.admin_token, alice, bob, state_dir, server)
     finally:
+        _cancel_running(server.url, server.admin_token)
         server.stop()
+
+
+def _cancel_running(url: str, token: str) -> None:
+    """Cancel what still runs: supervisors outlive the server (as they must), and a
+    test's long ticker would otherwise go on for minutes after its module."""
+    with suppress(PhalanxError, OSError), Client(url, token) as admin:
+        for running in list(admin.jobs(state="RUNNING", page_size=1000)):
+            with suppress(PhalanxError):
+                admin.cancel(running["id"])
 
 
 def job(command: list[str], **fields: object) -> dict[str, object]:
