@@ -35,10 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))  # run as a script
 
-from bench.api import CLUSTER  # noqa: E402
+from bench.api import start_phalanx  # noqa: E402
 
 from phalanx import Client  # noqa: E402
-from phalanx.control.spawn import spawn_server  # noqa: E402
 from phalanx.errors import PhalanxError  # noqa: E402
 
 GOAL = 2.5
@@ -84,13 +83,8 @@ def main() -> int:
     state = Path(tempfile.mkdtemp(prefix="phalanx-bench-cli-"))
     work = state / "work"
     work.mkdir()
-    (state / "cluster.yaml").write_text(CLUSTER)
-    try:
-        server = spawn_server(
-            state, ["--port", "0", "--config", str(state / "cluster.yaml"), "--single-user"]
-        )
-    except PhalanxError as exc:
-        raise SystemExit(exc.detail) from None
+    proc, server = start_phalanx(state)
+    url, token = server["url"], server["token"]
     result: dict[str, Any] = {
         "benchmark": "cli",
         "date": datetime.now().isoformat(timespec="seconds"),
@@ -100,7 +94,7 @@ def main() -> int:
         "rounds": args.rounds,
     }
     try:
-        with Client(server.url, server.token) as client:
+        with Client(url, token) as client:
             running = args.jobs // 2
             ids = client.submit_many(
                 [submission("default", work, ["sleep", "3600"], f"run{i}") for i in range(running)]
@@ -122,7 +116,7 @@ def main() -> int:
             for k, v in os.environ.items()
             if not k.startswith(("SLURM_", "PHALANX_")) and k != "PYTHONDONTWRITEBYTECODE"
         }
-        env.update(PHALANX_URL=server.url, PHALANX_TOKEN=server.token)
+        env.update(PHALANX_URL=url, PHALANX_TOKEN=token)
         bindir = Path(sys.executable).parent
         shims = state / "shims"
         subprocess.run(
@@ -161,8 +155,9 @@ def main() -> int:
             name: ratio <= GOAL for name, ratio in result["ratio_to_floor"].items()
         }
     finally:
-        _cancel_all(server.url, server.token)
-        server.stop()
+        _cancel_all(url, token)
+        proc.terminate()
+        proc.wait(timeout=60)
         shutil.rmtree(state, ignore_errors=True)
     print(json.dumps(result, indent=2))
     return 0
