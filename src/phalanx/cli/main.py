@@ -16,6 +16,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from phalanx.errors import PhalanxError
+
 __all__ = ["guarded", "main"]
 
 
@@ -30,6 +32,13 @@ def _error(message: str) -> None:
     sys.stderr.flush()
 
 
+def _failed(exc: PhalanxError) -> int:
+    """Report ``exc`` a line at a time; the exit status 1."""
+    for line in exc.detail.splitlines() or [exc.error]:
+        _error(line)
+    return 1
+
+
 def guarded(work: Callable[[], int | None]) -> int | None:
     """``work()``, with its errors reported as :func:`main` reports them (no click)."""
     from phalanx.errors import PhalanxError
@@ -37,9 +46,7 @@ def guarded(work: Callable[[], int | None]) -> int | None:
     try:
         return work()
     except PhalanxError as exc:
-        for line in exc.detail.splitlines() or [exc.error]:
-            _error(line)
-        return 1
+        return _failed(exc)
     except KeyboardInterrupt:
         sys.stderr.write("\n")
         return 130
@@ -74,9 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             code: int = tool.run(args[1:])
         except PhalanxError as exc:
-            for line in exc.detail.splitlines() or [exc.error]:
-                _error(line)
-            return 1
+            return _failed(exc)
         return code
     if args[:1] == ["sbatch"] and "--help" not in args[1:]:
         # sbatch parses its own command line, as Slurm's does: no click, no app.
@@ -86,20 +91,19 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return run(args[1:])
         except PhalanxError as exc:
-            for line in exc.detail.splitlines() or [exc.error]:
-                _error(line)
-            return 1
+            return _failed(exc)
+    return guarded(lambda: _clicked(args)) or 0
+
+
+def _clicked(args: list[str]) -> int:
+    """The click application, its own errors reported as :func:`main` reports them (the
+    others go on to :func:`guarded`)."""
     import click
 
     from phalanx.cli.app import app
-    from phalanx.errors import PhalanxError
 
     try:
         result = app.main(args=args, prog_name="phalanx", standalone_mode=False)
-    except PhalanxError as exc:
-        for line in exc.detail.splitlines() or [exc.error]:
-            _error(line)
-        return 1
     except click.exceptions.NoArgsIsHelpError as exc:
         if exc.ctx is not None:
             sys.stdout.write(exc.ctx.get_help() + "\n")
@@ -118,14 +122,6 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         _error(exc.format_message())
         return exc.exit_code or 1
-    except KeyboardInterrupt:
-        sys.stderr.write("\n")
-        return 130
-    except BrokenPipeError:
-        return 0
-    except OSError as exc:
-        _error(str(exc))
-        return 1
     return result if isinstance(result, int) else 0
 
 
