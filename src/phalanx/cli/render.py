@@ -10,17 +10,15 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from phalanx.cli.jobtable import age, job_rows
-from phalanx.timefmt import format_duration
+from phalanx.timefmt import epoch, format_duration
 
 __all__ = [
     "describe_job",
     "describe_object",
     "dump",
-    "epoch",
     "job_rows",
     "object_table",
     "print_explanation",
@@ -40,13 +38,6 @@ _STATE_STYLES = {
     "NODE_FAIL": "red",
     "OUT_OF_MEMORY": "red",
 }
-
-
-def epoch(stamp: str | None) -> float | None:
-    """RFC 3339 (``...Z``) back to epoch seconds."""
-    if not stamp:
-        return None
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def print_table(
@@ -182,14 +173,8 @@ def _conditions(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in (manifest.get("status") or {}).get("conditions") or []}
 
 
-def _epoch(stamp: str | None) -> float | None:
-    if not stamp:
-        return None
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
 def _since(stamp: str | None) -> str:
-    start = _epoch(stamp)
+    start = epoch(stamp)
     return age(time.time() - start) if start is not None else ""
 
 
@@ -232,10 +217,10 @@ def _completions(manifest: dict[str, Any]) -> str:
 
 
 def _duration(status: dict[str, Any]) -> str:
-    start = _epoch(status.get("startTime"))
+    start = epoch(status.get("startTime"))
     if start is None:
         return ""
-    end = _epoch(status.get("completionTime")) or time.time()
+    end = epoch(status.get("completionTime")) or time.time()
     return age(max(0.0, end - start))
 
 
