@@ -280,6 +280,79 @@ def test_adopt_reports_a_job_that_finished_while_away(tmp_path: Path) -> None:
     assert rt.poll() == []
 
 
+def test_every_launch_sent_before_the_control_plane_was_killed_starts(tmp_path: Path) -> None:
+    # Launches go to the fork server without waiting for its answers; killed with
+    # thirty of them sent, the control plane leaves them committed, so each must run.
+    state = tmp_path / "state"
+    out = tmp_path / "out"
+    out.mkdir()
+    launcher = textwrap.dedent(
+        f"""
+        import os, signal
+        from pathlib import Path
+        from phalanx.runtime import LaunchSpec, LocalRuntime, TaskSpec
+        rt = LocalRuntime(Path({str(state)!r}))
+        for job in range(1, 31):
+            rt.launch(LaunchSpec(
+                job_id=job, attempt=1, command=("sh", "-c", "echo run"),
+                working_dir={str(tmp_path)!r}, env={{}}, tasks=(TaskSpec(node="n0", rank=0),),
+                output=f"{str(out)}/{{job}}.out",
+            ))
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    proc = subprocess.run([PY, "-c", launcher], check=False)
+    assert proc.returncode == -signal.SIGKILL
+    rt = LocalRuntime(state)
+    try:
+        for job in range(1, 31):
+            assert rt.adopt(job, 1)
+        ended = {job: finish(rt, job, timeout=20) for job in range(1, 31)}
+        assert {job: e.state for job, e in ended.items()} == dict.fromkeys(ended, "COMPLETED")
+        assert all((out / f"{job}.out").read_text() == "run\n" for job in ended)
+    finally:
+        rt.close()
+
+
+def test_a_second_supervisor_of_a_finished_attempt_runs_nothing(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    s = spec(tmp_path, sh("echo run"))
+    runtime.launch(s)
+    assert finish(runtime, 1).state == "COMPLETED"
+    jobdir = runtime.attempt_dir(1, 1)
+    again = subprocess.run(
+        [PY, "-I", "-m", "phalanx.runtime.supervisor", str(jobdir)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert again.returncode == 1
+    assert "taken already" in again.stderr
+    assert Path(s.output).read_text() == "run\n"
+    assert status(runtime, 1)["job_state"] == "COMPLETED"
+
+
+def test_an_attempt_given_up_as_never_started_never_runs(tmp_path: Path) -> None:
+    # A supervisor that comes up after the control plane ended its attempt NODE_FAIL
+    # (the job is launched again as the next attempt) must not run it as well.
+    rt = LocalRuntime(tmp_path / "state")
+    rt.supervisor_command = [PY, "-c", "import sys; sys.exit(3)"]
+    s = spec(tmp_path, sh("echo run"))
+    try:
+        rt.launch(s)
+        assert finish(rt, 1).state == "NODE_FAIL"
+        jobdir = rt.attempt_dir(1, 1)
+        late = subprocess.run(
+            [PY, "-I", "-m", "phalanx.runtime.supervisor", str(jobdir)], check=False
+        )
+        assert late.returncode == 1
+        assert not Path(s.output).exists()
+        assert not (jobdir / "status.json").exists()
+    finally:
+        rt.close()
+
+
 def test_supervisor_killed_fails_the_job(runtime: LocalRuntime, tmp_path: Path) -> None:
     runtime.launch(spec(tmp_path, ("sleep", "30")))
     wait_started(runtime, 1)

@@ -13,7 +13,8 @@ the second fork a directly started one needs, so it survives both the fork
 server (whose children the kernel reaps) and the control plane. Requests may
 be written ahead of the answers: the runtime does not wait for one before it
 sends the next. The server exits when its standard input closes, that is when
-the control plane goes. Standard library only, like the supervisor.
+the control plane goes, after starting every request it was sent (when the
+control plane was killed, unanswered). Standard library only, like the supervisor.
 
 A line ``--foreground DIR`` starts the supervisor of ``DIR`` with ``--foreground``
 instead (the Ray runtime's node agents do): it stays the fork server's child, and
@@ -26,6 +27,7 @@ import contextlib
 import os
 import signal
 import sys
+from typing import TextIO
 
 from phalanx.runtime import supervisor
 
@@ -65,7 +67,7 @@ def main() -> int:
     # Children are reaped by the kernel: the server never waits for a supervisor.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    out = sys.stdout
+    out: TextIO | None = sys.stdout
     for line in sys.stdin:
         jobdir = line.strip()
         foreground = jobdir.startswith("--foreground ")
@@ -76,10 +78,18 @@ def main() -> int:
         try:
             pid = _spawn(jobdir, foreground)
         except OSError as exc:
-            out.write(f"error {exc}\n")
+            answer = f"error {exc}\n"
         else:
-            out.write(f"ok {pid}\n")
-        out.flush()
+            answer = f"ok {pid}\n"
+        if out is None:
+            continue
+        try:
+            out.write(answer)
+            out.flush()
+        except OSError:
+            # The runtime is gone (killed): what it asked for was committed before it
+            # was sent, so the rest of its requests are still started, unanswered.
+            out = None
     return 0
 
 

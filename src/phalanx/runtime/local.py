@@ -1,7 +1,10 @@
 """The local runtime: one detached supervisor process per job attempt, on this machine.
 
 Every attempt of a job gets ``STATE/runtime/jobs/<job_id>/<attempt>/``; its
-creation (``os.mkdir``) is the guard that keeps an attempt from running twice.
+creation (``os.mkdir``) is the guard that keeps an attempt from being launched
+twice, and its ``taken`` file (:func:`phalanx.runtime.supervisor.take`) the one
+that keeps it from running twice: an attempt given up as never started is taken
+here first, so a supervisor that comes up late runs nothing.
 The control plane writes ``launch.json`` there and starts
 ``python -I -m phalanx.runtime.supervisor DIR`` (see
 :mod:`phalanx.runtime.supervisor`), which detaches and reports through
@@ -65,6 +68,7 @@ from phalanx.runtime.spec import (
     StepsReported,
     TaskSpec,
 )
+from phalanx.runtime.supervisor import take
 
 __all__ = ["LocalRuntime"]
 
@@ -563,6 +567,16 @@ class LocalRuntime:
                 and not (record.path / "supervisor.pid").exists()
             ):
                 continue  # adopted while a previous control plane was still starting it
+            if not record.status and not take(str(record.path)):
+                # A supervisor took the attempt after all: it reports, unless it died
+                # before its first status (then nothing ran).
+                if _supervisor_alive(record.path):
+                    continue
+                record.status_key = None
+                if self._read_status(record):
+                    self._report(record)
+                if record.exited:
+                    continue
             message = "supervisor failed to start" if not record.status else "supervisor lost"
             self._lost(record, message)
 

@@ -25,6 +25,13 @@ Files in ``JOBDIR``:
 ``supervisor.lock``
     ``flock``-ed (exclusively) by the supervisor for its whole life; a lock
     that can be taken means no supervisor is alive (immune to pid reuse).
+``taken``
+    Created (``O_EXCL``) by the first supervisor of the attempt once it holds
+    the lock, before anything runs, or by the control plane when it gives up an
+    attempt that never started (:func:`take`). A supervisor that finds it
+    already there runs nothing: an attempt runs at most once, also when a
+    second supervisor is started after the first one has finished, or after
+    the control plane ended the attempt ``NODE_FAIL`` and launched the job anew.
 ``supervisor.pid``
     The real supervisor's pid, written by the first process before it exits.
 ``cancel``
@@ -104,7 +111,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["TICK_S", "forked", "main"]
+__all__ = ["TAKEN", "TICK_S", "forked", "main", "take"]
 
 TICK_S = 0.2
 """Longest sleep of the supervisor loop: how often it looks at the cancel marker."""
@@ -771,6 +778,20 @@ class Supervisor:
             return ""
 
 
+TAKEN = "taken"
+"""The file whose creation takes an attempt (see the module docstring)."""
+
+
+def take(jobdir: str) -> bool:
+    """Take the attempt in ``jobdir``: True for the first caller ever, False after."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    try:
+        os.close(os.open(os.path.join(jobdir, TAKEN), flags, 0o644))
+    except FileExistsError:
+        return False
+    return True
+
+
 def _lock(jobdir: str) -> int | None:
     """Take ``supervisor.lock``; None when another supervisor holds it.
 
@@ -866,6 +887,10 @@ def _supervise(
         print(f"supervisor: {jobdir} is supervised already", file=sys.stderr)
         refused()
         return 1
+    if not take(jobdir):
+        print(f"supervisor: {jobdir} was taken already: it runs at most once", file=sys.stderr)
+        refused()
+        return 1
     supervisor: Supervisor | None = None
     try:
         supervisor = Supervisor(jobdir, spec)
@@ -891,6 +916,9 @@ def _foreground(jobdir: str, spec: dict[str, Any]) -> int:
     lock = _lock(jobdir)
     if lock is None:
         print(f"supervisor: {jobdir} is supervised already", file=sys.stderr)
+        return 1
+    if not take(jobdir):
+        print(f"supervisor: {jobdir} was taken already: it runs at most once", file=sys.stderr)
         return 1
     _write_json_pidfile(jobdir, os.getpid())
     supervisor = Supervisor(jobdir, spec)
