@@ -234,7 +234,7 @@ def run(argv: Sequence[str]) -> int:
 def _salloc(
     client: Any, words: list[str], command: list[str], no_shell: bool, immediate: float | None
 ) -> int:
-    from phalanx.cli.slurm.srun import allocation_submission, wait_for_allocation
+    from phalanx.cli.slurm.srun import allocation_submission, wait_ended, wait_for_allocation
     from phalanx.cli.slurm.stepclient import StepAnswer, connect_step
 
     # Slurm names salloc's jobs so, whatever the command (-J names them otherwise).
@@ -292,6 +292,7 @@ def _salloc(
         code = status
     holder.close()
     _say(f"salloc: Relinquishing job allocation {job_id}")
+    wait_ended(client, job_id)
     return code
 
 

@@ -455,14 +455,15 @@ def _allocate_and_run(client: Any, args: SrunArgs) -> int:
         cancel()
         _say(f"srun: {exc.message}")
         return exc.code
-    _wait_ended(client, job_id)
+    wait_ended(client, job_id)
     return code
 
 
-def _wait_ended(client: Any, job_id: int, timeout: float = 2.0) -> None:
-    """Slurm's srun exits once its allocation is released, so the job has ended when
-    the shell gets its prompt back (``sacct`` right after says COMPLETED): wait, a
-    little, for the server to end the job the step released."""
+def wait_ended(client: Any, job_id: int, timeout: float = 10.0) -> None:
+    """Slurm's srun and salloc exit once their allocation is released (a synchronous
+    call to the controller), so the job has ended when the shell gets its prompt back
+    (``sacct`` right after says COMPLETED): wait, up to ``timeout`` seconds, for the
+    server to end the job the step released."""
     from phalanx.cli.slurm.common import FINISHED
     from phalanx.errors import PhalanxError
 
