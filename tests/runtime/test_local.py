@@ -296,7 +296,7 @@ def test_every_launch_sent_before_the_control_plane_was_killed_starts(tmp_path: 
             rt.launch(LaunchSpec(
                 job_id=job, attempt=1, command=("sh", "-c", "echo run"),
                 working_dir={str(tmp_path)!r}, env={{}}, tasks=(TaskSpec(node="n0", rank=0),),
-                output=f"{str(out)}/{{job}}.out",
+                output=f"{out}/{{job}}.out",
             ))
         os.kill(os.getpid(), signal.SIGKILL)
         """
