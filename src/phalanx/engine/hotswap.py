@@ -82,11 +82,12 @@ class HotSwap:
             if shape is None or found is None:
                 continue
             flavor_name, index = found
-            accept = node_filter(
+            accept = engine.cache.node_filters.get(
                 shape,
                 engine.cache.flavors[flavor_name],
                 engine.cache.flavor_nodes[flavor_name].tainted > 0,
                 (),
+                node_filter,
             )
             for placed in assigned.nodes:
                 if placed.node not in lost:

@@ -374,7 +374,7 @@ class Backfill:
                 index = cache.flavor_nodes.get(name)
                 if flavor is None or index is None or not flavor_matches(pod_set, flavor):
                     continue
-                accept = node_filter(pod_set, flavor, index.tainted > 0, ())
+                accept = cache.node_filters.get(pod_set, flavor, index.tainted > 0, (), node_filter)
                 cutoff = best[0] if best is not None else math.inf
                 held_to = self._engine.assigner.topology_level(pod_set, flavor)
                 if held_to is not None:

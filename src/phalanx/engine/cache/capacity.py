@@ -89,6 +89,9 @@ class NodeSlot:
     gpu_model: str = ""
     resources: tuple[str, ...] = ()
     """The capacity's resources, sorted (for :meth:`class_key`)."""
+    schedulable: bool = field(default=False, init=False)
+    """Whether the node is UP (set with the node, which is frozen, in :meth:`reset`):
+    read for every node a plan walks."""
 
     def __post_init__(self) -> None:
         self.reset(self.node, self.capacity)
@@ -96,6 +99,7 @@ class NodeSlot:
     def reset(self, node: Node, capacity: dict[str, int]) -> None:
         """Take a new version of the node (labels, capacity), keeping what jobs use."""
         self.node, self.capacity = node, capacity
+        self.schedulable = node.state is AdminState.UP
         self.gpu_model = node.gpu_model
         self.resources = tuple(sorted(capacity))
         self.resize_devices()
@@ -103,10 +107,6 @@ class NodeSlot:
     @property
     def name(self) -> str:
         return self.node.name
-
-    @property
-    def schedulable(self) -> bool:
-        return self.node.state is AdminState.UP
 
     @property
     def idle(self) -> bool:

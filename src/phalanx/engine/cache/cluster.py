@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from phalanx.engine.cache.capacity import FlavorNodes, NodeSlot, node_capacity
+from phalanx.engine.cache.nodefilters import NodeFilters
 from phalanx.engine.cache.quota import FlavorResource, QuotaNode
 from phalanx.engine.explain.reasons import Reason, ReasonCode
 from phalanx.model import (
@@ -109,6 +110,8 @@ class ClusterCache:
     cluster_gpus: int = 0
     nodes_seen: int = 0
     """Nodes ever added: the next node's rank (its place in the tie-break order)."""
+    node_filters: NodeFilters = field(default_factory=NodeFilters)
+    """Which nodes suit which pod sets, remembered (placement and backfill ask often)."""
 
     # nodes -----------------------------------------------------------------
 

@@ -558,7 +558,9 @@ class FlavorAssigner:
             failed = self._failed.get(memo_key)
             if failed is not None:
                 return failed
-        node_filter = _node_filter(pod_set, flavor, index.tainted > 0, tuple(chosen))
+        node_filter = self.cache.node_filters.get(
+            pod_set, flavor, index.tainted > 0, tuple(chosen), _node_filter
+        )
         domains = self.domain_index(flavor, index)
         if domains is not None and (
             pod_set.topology is not None
