@@ -61,8 +61,9 @@ class NodeFilters:
     def __init__(self) -> None:
         self._numbers: dict[tuple[Any, ...], int] = {}
         """A number for each set of constraints seen."""
-        self._of_shape: dict[PodSetShape, int] = {}
-        """Each shape's constraints, by number (shapes are hashed once; tuples are not)."""
+        self._of_shape: dict[PodSetShape, tuple[int, bool]] = {}
+        """Each shape's constraints, by number (shapes are hashed once; tuples are not),
+        and whether it has none of its own (only a flavor's taints or labels filter)."""
         self._filters: dict[tuple[Any, ...], _Remembered | None] = {}
 
     def get(
@@ -77,8 +78,8 @@ class NodeFilters:
     ) -> NodeFilter | None:
         """The filter ``make`` gives for these arguments (None: every node passes),
         remembering its verdicts."""
-        number = self._of_shape.get(pod_set)
-        if number is None:
+        known = self._of_shape.get(pod_set)
+        if known is None:
             if len(self._of_shape) >= _MAX_FILTERS or len(self._filters) >= _MAX_FILTERS:
                 self._numbers.clear()
                 self._of_shape.clear()
@@ -90,8 +91,17 @@ class NodeFilters:
                 pod_set.node_names,
                 pod_set.exclude_nodes,
             )
+            free = (
+                not pod_set.node_selector
+                and not pod_set.node_affinity
+                and pod_set.node_names is None
+                and not pod_set.exclude_nodes
+            )
             number = self._numbers.setdefault(constraints, len(self._numbers))
-            self._of_shape[pod_set] = number
+            known = self._of_shape[pod_set] = (number, free)
+        number, free = known
+        if free and not tainted and not any(f.node_labels for f in other_flavors):
+            return None  # what ``make`` says of a pod set without constraints of its own
         extra = tuple(f for f in other_flavors if f.node_labels)
         key = (number, flavor.name, tainted, tuple(f.name for f in extra))
         if key in self._filters:
