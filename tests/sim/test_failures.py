@@ -48,7 +48,7 @@ MODEL = FailureModel(rate=1 / 24, repair_s=HOUR, seed=11)
 
 @pytest.mark.parametrize("policy", ["phalanx", "fifo"])
 def test_failures_are_reproducible_from_the_seed(policy: str) -> None:
-    jobs = _trace(5, 300)
+    jobs = _trace(5, 150)
     first, again = _run(policy, jobs, MODEL), _run(policy, jobs, MODEL)
     assert first.node_failures and first.node_failures == again.node_failures
     assert _outcomes(first) == _outcomes(again)
@@ -64,7 +64,7 @@ def test_a_nodes_failures_depend_on_the_seed_and_its_name_alone() -> None:
     # Each failure comes at least a repair time after the one before.
     assert all(b - a >= MODEL.repair_s for a, b in itertools.pairwise(times))
     # The same nodes fail at the same times under every policy (while jobs remain).
-    jobs = _trace(5, 300)
+    jobs = _trace(5, 150)
     fifo, sjf = _run("fifo", jobs, MODEL), _run("sjf", jobs, MODEL)
     common = min(len(fifo.node_failures), len(sjf.node_failures))
     assert common and fifo.node_failures[:common] == sjf.node_failures[:common]
@@ -104,7 +104,7 @@ def test_a_job_on_a_failed_node_is_requeued_and_finishes_later() -> None:
 
 @pytest.mark.parametrize("policy", ["phalanx", "slurm", "kueue", "fifo", "sjf"])
 def test_goodput_adds_up(policy: str) -> None:
-    jobs = _trace(8, 300)
+    jobs = _trace(8, 150)
     result = _run(policy, jobs, MODEL)
     assert result.node_failures
     numbers = goodput(result.outcomes)
@@ -134,7 +134,7 @@ def test_goodput_adds_up(policy: str) -> None:
 
 @pytest.mark.parametrize("policy", ["phalanx", "slurm", "kueue", "fifo", "sjf"])
 def test_failures_off_changes_nothing(policy: str) -> None:
-    jobs = _trace(9, 300)
+    jobs = _trace(9, 150)
     cluster = Cluster.shared_pool(4, {"a": 1.0, "b": 1.0})
     plain = Simulator(scenario(cluster, policy), jobs).run()
     off = Simulator(scenario(cluster, policy), jobs, failures=None).run()
