@@ -264,6 +264,12 @@ def bench_phalanx(args: argparse.Namespace) -> dict[str, Any]:
         floor = result["python_floor_ms_median"]
         result["cli_get_jobs_over_floor"] = round(result["cli_get_jobs_ms_median"] / floor, 2)
         result["cli_squeue_over_floor"] = round(result["cli_squeue_ms_median"] / floor, 2)
+        # squeue lists the whole queue: here the submit phases' held jobs too (bench/cli.py
+        # measures it on a queue of 50).
+        listed = subprocess.run(
+            [str(shims / "squeue"), "-h"], env=env, capture_output=True, check=True, text=True
+        )
+        result["cli_squeue_jobs_listed"] = len(listed.stdout.splitlines())
         metrics = Client(url, token).metrics()
         result["scheduling_cycles"] = _metric(metrics, "phalanx_scheduling_cycles_total")
     finally:
@@ -385,6 +391,8 @@ def bench_slurm(args: argparse.Namespace) -> dict[str, Any]:
         result["submit_to_running_p99_s"] = percentile(to_start, 99)
         result["note"] = "sacct times have one-second resolution"
         result["cli_squeue_ms_median"] = time_command(["squeue"], dict(os.environ))
+        listed = subprocess.run(["squeue", "-h"], capture_output=True, check=True, text=True)
+        result["cli_squeue_jobs_listed"] = len(listed.stdout.splitlines())
     finally:
         stop_slurm()
         shutil.rmtree(work, ignore_errors=True)
