@@ -554,12 +554,8 @@ class LocalRuntime:
             record.next_liveness = now + LIVENESS_INTERVAL_S
             if record.process is not None or _supervisor_alive(record.path):
                 continue
-            # Dead: it may have written its exit just before going.
-            record.status_key = None
-            if self._read_status(record):
-                self._report(record)
-            if record.exited:
-                continue
+            if self._reread(record):
+                continue  # dead, having written its exit just before going
             if (
                 not record.status
                 and not record.failed_to_start
@@ -567,18 +563,24 @@ class LocalRuntime:
                 and not (record.path / "supervisor.pid").exists()
             ):
                 continue  # adopted while a previous control plane was still starting it
-            if not record.status and not take(str(record.path)):
-                # A supervisor took the attempt after all: it reports, unless it died
-                # before its first status (then nothing ran).
-                if _supervisor_alive(record.path):
-                    continue
-                record.status_key = None
-                if self._read_status(record):
-                    self._report(record)
-                if record.exited:
-                    continue
+            # Not started: taken here, unless a supervisor took it after all (it reports,
+            # unless it died before its first status: then nothing ran).
+            if (
+                not record.status
+                and not take(str(record.path))
+                and (_supervisor_alive(record.path) or self._reread(record))
+            ):
+                continue
             message = "supervisor failed to start" if not record.status else "supervisor lost"
             self._lost(record, message)
+
+    def _reread(self, record: _Attempt) -> bool:
+        """Read ``status.json`` again, changed or not, and report it; whether it says the
+        attempt exited."""
+        record.status_key = None
+        if self._read_status(record):
+            self._report(record)
+        return record.exited
 
     def _read_status(self, record: _Attempt) -> bool:
         path = record.path / "status.json"
