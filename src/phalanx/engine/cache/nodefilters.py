@@ -91,12 +91,9 @@ class NodeFilters:
                 pod_set.node_names,
                 pod_set.exclude_nodes,
             )
-            free = (
-                not pod_set.node_selector
-                and not pod_set.node_affinity
-                and pod_set.node_names is None
-                and not pod_set.exclude_nodes
-            )
+            # Without taints or other flavors to look at, ``make`` filters only by the
+            # pod set's own constraints.
+            free = make(pod_set, flavor, False, ()) is None
             number = self._numbers.setdefault(constraints, len(self._numbers))
             known = self._of_shape[pod_set] = (number, free)
         number, free = known
