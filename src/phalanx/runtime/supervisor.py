@@ -813,6 +813,20 @@ def _lock(jobdir: str) -> int | None:
     return None
 
 
+def _own(jobdir: str) -> int | None:
+    """Take ``supervisor.lock``, then the attempt (:func:`take`): the lock's descriptor,
+    held for the supervisor's life; None, said on stderr, when another supervisor holds
+    the lock or the attempt was taken already."""
+    lock = _lock(jobdir)
+    if lock is None:
+        print(f"supervisor: {jobdir} is supervised already", file=sys.stderr)
+        return None
+    if not take(jobdir):
+        print(f"supervisor: {jobdir} was taken already: it runs at most once", file=sys.stderr)
+        return None
+    return lock
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: detach (fork once more), take the job lock and supervise the job."""
     args = sys.argv[1:] if argv is None else argv
@@ -882,13 +896,7 @@ def _supervise(
     with contextlib.suppress(OSError):
         os.setsid()
     os.chdir("/")
-    lock = _lock(jobdir)
-    if lock is None:
-        print(f"supervisor: {jobdir} is supervised already", file=sys.stderr)
-        refused()
-        return 1
-    if not take(jobdir):
-        print(f"supervisor: {jobdir} was taken already: it runs at most once", file=sys.stderr)
+    if _own(jobdir) is None:
         refused()
         return 1
     supervisor: Supervisor | None = None
@@ -913,12 +921,7 @@ def _foreground(jobdir: str, spec: dict[str, Any]) -> int:
     """Supervise without detaching, as the child of a node agent (the Ray runtime's
     node supervisor actor): when that parent dies, the node is taken as lost."""
     parent = os.getppid()
-    lock = _lock(jobdir)
-    if lock is None:
-        print(f"supervisor: {jobdir} is supervised already", file=sys.stderr)
-        return 1
-    if not take(jobdir):
-        print(f"supervisor: {jobdir} was taken already: it runs at most once", file=sys.stderr)
+    if _own(jobdir) is None:
         return 1
     _write_json_pidfile(jobdir, os.getpid())
     supervisor = Supervisor(jobdir, spec)
