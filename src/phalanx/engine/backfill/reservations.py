@@ -230,9 +230,18 @@ class Reservations:
 
     def drop_all(self, wake: bool = True) -> None:
         """Before the nodes or quotas change (or a pass): every reservation is planned
-        again."""
+        again. With ``wake``, their jobs are tried again too: parked, they would not be
+        heads, and lower jobs of their ClusterQueues would start on what they were held
+        before anything is planned for them again."""
+        holders: list[Any] = []
         for job_id in list(self.by_job):
+            if wake:
+                shape_queue = self._engine.jobs[job_id].queue
+                if shape_queue is not None:
+                    holders.append(shape_queue.cq if shape_queue.cq.strict else shape_queue)
             self.drop(job_id, wake)
+        if holders:
+            self._engine.queues.wake(holders)
 
     def in_order(self) -> list[Reservation]:
         """The reservations held now, in their jobs' order (:meth:`plan_order`)."""
