@@ -103,6 +103,18 @@ def test_rejected_option_is_named() -> None:
         parse_sbatch_args(["--reservation=r"])
 
 
+def test_a_value_the_submission_rejects_names_the_option_that_set_it() -> None:
+    """Checked by the submission model, not the option parser: the error still names
+    the sbatch option to change, not the submission's field."""
+    script = "#!/bin/sh\ntrue\n"
+    with pytest.raises(Invalid) as exc:
+        to_submission(req(["--comment", "x" * 5000], script), env={})
+    assert exc.value.detail.startswith("sbatch: error: Batch job submission failed: --comment: ")
+    with pytest.raises(Invalid) as exc:
+        to_submission(req(["--comment", "--job-name=" + "9" * 5000], script), env={})
+    assert "--comment: " in exc.value.detail
+
+
 @pytest.mark.parametrize(
     ("text", "mb"), [("512", 512), ("1000G", 1024000), ("1T", 1 << 20), ("1500K", 2), ("4gb", 4096)]
 )

@@ -744,6 +744,28 @@ def to_submission(req: SbatchRequest, *, env: Mapping[str, str]) -> JobSubmissio
         return JobSubmission.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
+        loc = tuple(str(part) for part in first["loc"])
+        where = _OPTION_OF.get(loc) or ".".join(loc)
+        if loc == ("name",) and not req.options.job_name:
+            where = "job name (the script's file name; set one with --job-name)"
         message = str(first["msg"]).removeprefix("Value error, ")
         raise _err(f"Batch job submission failed: {where}: {message}") from None
+
+
+_OPTION_OF: dict[tuple[str, ...], str] = {
+    ("name",): "--job-name",
+    ("tenant",): "--account",
+    ("clusterQueue",): "--partition",
+    ("priorityClass",): "--qos",
+    ("comment",): "--comment",
+    ("nice",): "--nice",
+    ("beginTime",): "--begin",
+    ("mail", "type"): "--mail-type",
+    ("mail", "user"): "--mail-user",
+    ("run", "workingDir"): "--chdir",
+    ("run", "output"): "--output",
+    ("run", "error"): "--error",
+    ("run", "timeLimit"): "--time",
+    ("run", "openMode"): "--open-mode",
+}
+"""The sbatch option behind a submission field, for errors that name what to change."""
