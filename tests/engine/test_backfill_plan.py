@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from phalanx.engine import Engine, EngineConfig, Submit, Upsert
@@ -87,6 +87,15 @@ def _brute_force(engine: Engine, unit: dict[str, int], need: int, one_per_node: 
     st.sampled_from((1, 2, 4, 8)),
     st.sampled_from((1, 8, 48, 90)),
     st.booleans(),
+)
+# Found by this property: a job without a time limit started on a node after the
+# whole-node order was made, which still said the node's GPUs were free at 10.
+@example(
+    (3, [(1, 1, 10.0), (2, 1, 10.0), (4, 1, 10.0), (2, 1, 10.0), (8, 1, 10.0), (1, 1, None)]),
+    3,
+    8,
+    1,
+    False,
 )
 def test_the_plan_is_the_earliest_time_the_units_fit(
     timeline: tuple[int, list[tuple[int, int, float | None]]],

@@ -212,7 +212,9 @@ class Timeline:
             on_slot = self._on_slot[slot]
             on_slot.remove(entry)
             self._node_changed(slot, on_slot)
-            if end < math.inf:
+            if end == math.inf:
+                self._reordered(slot)
+            else:
                 for index in slot.flavors:
                     self._moved(index.name)
                     flavor_ends = self._ends.get(index.name)
@@ -228,6 +230,15 @@ class Timeline:
         if self._orders:
             for key in [k for k in self._orders if k[0] == flavor]:
                 del self._orders[key]
+
+    def _reordered(self, slot: NodeSlot) -> None:
+        """A job without an end started or ended on ``slot``: the flavors' ends are the
+        same, but when the node's GPUs are free is not, and an order's times are read as
+        exact (:func:`_plan_first_units`)."""
+        if self._orders:
+            for index in slot.flavors:
+                for key in [k for k in self._orders if k[0] == index.name]:
+                    del self._orders[key]
 
     def _node_changed(self, slot: NodeSlot, on_slot: list[Release]) -> None:
         if not on_slot:
@@ -271,7 +282,9 @@ class Timeline:
                 self.free_at[slot] = end
             if given.get(GPU, 0) > 0 and end > self.gpus_free_at.get(slot, -math.inf):
                 self._gpus_free(slot, end)
-            if end < math.inf:
+            if end == math.inf:
+                self._reordered(slot)
+            else:
                 for index in slot.flavors:
                     self._moved(index.name)
                     ends = self._ends.setdefault(index.name, [])
@@ -434,10 +447,11 @@ def _fits(free: list[int], unit: tuple[tuple[str, int], ...]) -> bool:
 
 
 class NodeOrder:
-    """Nodes with a lower bound on when each can take a unit, soonest first: produced
-    as far as a plan needs, and kept for the rest of the pass (a job started since
-    only makes its nodes later, so the bounds stay bounds; a node closed for the pass
-    is dropped when met)."""
+    """Nodes with the time each first has a unit's GPUs free, soonest first: produced
+    as far as a plan needs, and kept for the rest of the pass while the jobs on the
+    flavor's nodes stay as they are (a job starting or ending there, with an end or
+    without, drops it: plans read its times as exact); a node closed for the pass is
+    dropped when met."""
 
     def __init__(self, source: Iterator[tuple[float, NodeSlot]] | None) -> None:
         self.items: list[tuple[float, NodeSlot]] = []
