@@ -146,7 +146,7 @@ def list_jobs(
     records = records[:limit]
     token = str(records[-1][0]) if more and records else None
     if steps:
-        found = plane.steps_of(principal, [int(r[0]) for r in records])
+        found = plane.steps_of_records(principal, records)
         extra["steps"] = {str(k): v for k, v in found.items()}
     body = list_body(_views(request, plane).render(records), token, extra)
     return Response(body, media_type=JSON)

@@ -7,6 +7,7 @@ and ``cached_principal`` from the event loop: they never block).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Protocol
@@ -139,6 +140,10 @@ class ControlPlane(Protocol):
 
     def steps_of(
         self, principal: Principal, job_ids: list[int]
+    ) -> dict[int, list[dict[str, Any]]]: ...
+
+    def steps_of_records(
+        self, principal: Principal, records: Sequence[tuple[Any, ...]]
     ) -> dict[int, list[dict[str, Any]]]: ...
 
     def step_usage(self, principal: Principal, job_id: int) -> list[dict[str, Any]]: ...

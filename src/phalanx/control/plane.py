@@ -510,11 +510,14 @@ class ControlPlane:
         """The steps of each of the jobs ``principal`` may see (``sacct``)."""
         # Records, not rows: the id, tenant and attempt are all this needs, and the
         # records skip decoding every job's submission.
-        rows = [
-            (r[_ID], r[_ATTEMPT])
-            for r in self.store.list_job_records(ids=job_ids)
-            if principal.may_act_for(r[_TENANT])
-        ]
+        return self.steps_of_records(principal, self.store.list_job_records(ids=job_ids))
+
+    def steps_of_records(
+        self, principal: Principal, records: Sequence[tuple[Any, ...]]
+    ) -> dict[int, list[dict[str, Any]]]:
+        """:meth:`steps_of` for jobs already read (as ``Store.list_job_records`` gives
+        them: a list page does not read them twice)."""
+        rows = [(r[_ID], r[_ATTEMPT]) for r in records if principal.may_act_for(r[_TENANT])]
         histories = self.store.events_of([job_id for job_id, _ in rows], kinds=[STEP_EVENT])
         return {
             job_id: latest_steps(histories.get(job_id, []), attempt) for job_id, attempt in rows
