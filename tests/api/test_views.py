@@ -215,6 +215,20 @@ def test_cached_views_are_reused_only_while_the_job_and_its_estimate_are_unchang
     assert json.loads(fourth[2])["no_estimate"] == plane.why  # the reason is part of the key
 
 
+def test_a_stored_job_is_rendered_again_when_its_revision_changes() -> None:
+    """Rows from the store carry the revision of their last change: the view is kept
+    by it (not by the whole row), and made again for a new one."""
+    plane = FakePlane()
+    cache = JobViewCache(plane)  # type: ignore[arg-type]
+    job = row(id=1, state="PENDING", nodes=[], assignment=None, revision=7)
+    first = cache.render([record(job)])
+    assert cache.render([record(job)])[0] is first[0]
+    running = dataclasses.replace(job, state="RUNNING", revision=8)
+    again = cache.render([record(running)])
+    assert json.loads(again[0])["state"] == "RUNNING"
+    assert cache._entries[1][0] == 8  # the revision, not the row, is kept
+
+
 def test_the_view_cache_keeps_the_newest_entries() -> None:
     cache = JobViewCache(FakePlane(), size=2)  # type: ignore[arg-type]
     records = [record(row(id=i)) for i in (1, 2, 3)]
