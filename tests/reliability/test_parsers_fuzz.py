@@ -305,6 +305,7 @@ def test_sbatch_scripts(text: str) -> None:
         TEXT,
     )
 )
+@example("--comment\n--job-name=" + "9" * 5000)  # the model's limit, named as --comment
 def test_sbatch_command_lines(text: str) -> None:
     check("sbatch-args", text)
 
