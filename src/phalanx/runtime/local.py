@@ -114,6 +114,11 @@ class _Attempt:
     steps: list[Any] | None = None
     next_liveness: float = 0.0
     tracked_at: float = field(default_factory=time.monotonic)
+    status_path: str = ""
+    """``path / "status.json"`` as text: stat-ed at every poll of every attempt."""
+
+    def __post_init__(self) -> None:
+        self.status_path = os.path.join(self.path, "status.json")
 
 
 class LocalRuntime:
@@ -583,7 +588,7 @@ class LocalRuntime:
         return record.exited
 
     def _read_status(self, record: _Attempt) -> bool:
-        path = record.path / "status.json"
+        path = record.status_path
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -726,7 +731,7 @@ def _write_file(path: Path, text: str, *, dir_fd: int | None = None) -> None:
     os.replace(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
-def _read_small(path: Path, limit: int = 1 << 24) -> str:
+def _read_small(path: str | Path, limit: int = 1 << 24) -> str:
     """A regular file's text, never through a symlink nor blocking on a FIFO."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     with open(fd, "rb") as fh:

@@ -138,6 +138,18 @@ _EVENTS_OF_KINDS: Select[Any] = _EVENTS_OF.where(
     job_events.c.kind.in_(bindparam("kinds", expanding=True))
 )
 """:meth:`Store.events_of`'s statements, built once (the job ids and kinds bound per call)."""
+_NEXT_REVISIONS: Any = (
+    update(revisions)
+    .where(revisions.c.id == 1)
+    .values(value=revisions.c.value + bindparam("n"))
+    .returning(revisions.c.value)
+)
+_LAST_JOB_ID: Any = text(
+    "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0), "
+    "coalesce((SELECT max(id) FROM jobs), 0))"
+)
+"""Statements of every write transaction, built once: SQLAlchemy's statement cache is
+keyed by a statement's structure, which it would otherwise build and hash each time."""
 
 
 _JSON_DECODER = json.JSONDecoder()
@@ -416,12 +428,7 @@ class Tx:
         """The first of ``n`` fresh store revisions. The counter's row stays locked until
         this transaction ends, so revisions are taken in commit order: a reader that has
         seen revision N has seen every change numbered below it."""
-        value = self._conn.execute(
-            update(revisions)
-            .where(revisions.c.id == 1)
-            .values(value=revisions.c.value + n)
-            .returning(revisions.c.value)
-        ).scalar()
+        value = self._conn.execute(_NEXT_REVISIONS, {"n": n}).scalar()
         if value is None:
             raise RuntimeError("the store's revision counter is missing: migrate the database")
         return int(value) - n + 1
@@ -545,12 +552,7 @@ class Tx:
         # until it ends; AUTOINCREMENT would hand out exactly these ids. Inserting them
         # explicitly keeps sqlite_sequence up to date, and a wrong guess would fail on
         # the primary key rather than return wrong ids.
-        last = self._conn.execute(
-            text(
-                "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0), "
-                "coalesce((SELECT max(id) FROM jobs), 0))"
-            )
-        ).scalar()
+        last = self._conn.execute(_LAST_JOB_ID).scalar()
         first = int(last or 0) + 1
         return list(range(first, first + n))
 
