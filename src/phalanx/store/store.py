@@ -621,7 +621,8 @@ class Tx:
         self._events.extend(rows)
 
     def _insert_events(self, rows: Sequence[EventTuple]) -> None:
-        if len(rows) >= _BULK_MIN_ROWS:
+        # SQLite's executemany costs nothing to start; PostgreSQL's COPY pays off in bulk.
+        if len(rows) >= _BULK_MIN_ROWS or self._conn.dialect.name == "sqlite":
             _bulk_insert(
                 self._conn,
                 "job_events",
