@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from phalanx.runtime import (
     RuntimeEvent,
     Started,
     TaskSpec,
+    local,
 )
 
 PY = sys.executable
@@ -350,6 +352,42 @@ def test_an_attempt_given_up_as_never_started_never_runs(tmp_path: Path) -> None
         assert not Path(s.output).exists()
         assert not (jobdir / "status.json").exists()
     finally:
+        rt.close()
+
+
+def test_a_supervisor_that_starts_between_the_liveness_check_and_the_read_is_not_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The liveness check finds no supervisor (it has not started yet); by the time the
+    # status is read again it has started and written its first status. It is alive:
+    # the attempt is not ended as a supervisor lost.
+    rt = LocalRuntime(tmp_path / "state")
+    jobdir = rt.attempt_dir(1, 1)
+    jobdir.mkdir(parents=True)
+    assert rt.adopt(1, 1)
+    lock = os.open(jobdir / "supervisor.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    real = local._supervisor_alive
+    calls: list[bool] = []
+
+    def checked_just_before_it_started(path: Path) -> bool:
+        if calls:
+            calls.append(real(path))
+            return calls[-1]
+        calls.append(False)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the supervisor starts now
+        (jobdir / "status.json").write_text(
+            json.dumps({"state": "running", "pid": os.getpid(), "start_time": time.time()})
+        )
+        return False
+
+    monkeypatch.setattr(local, "_supervisor_alive", checked_just_before_it_started)
+    try:
+        events = rt.poll()
+        assert calls == [False, True]
+        assert not any(isinstance(e, Exited) for e in events), events
+        assert any(isinstance(e, Started) for e in events), events
+    finally:
+        os.close(lock)
         rt.close()
 
 

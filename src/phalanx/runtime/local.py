@@ -559,8 +559,17 @@ class LocalRuntime:
             record.next_liveness = now + LIVENESS_INTERVAL_S
             if record.process is not None or _supervisor_alive(record.path):
                 continue
+            had_status = bool(record.status)
             if self._reread(record):
                 continue  # dead, having written its exit just before going
+            if (
+                not had_status
+                and record.status
+                and (_supervisor_alive(record.path) or self._reread(record))
+            ):
+                # Its first status is newer than the check above: it started since,
+                # and is alive, or has ended already and said so.
+                continue
             if (
                 not record.status
                 and not record.failed_to_start
