@@ -22,7 +22,7 @@ def job_ids(values: list[str]) -> list[int] | None:
     for part in (p.strip() for value in values for p in value.split(",")):
         if not part:
             continue
-        if not part.isdigit():
+        if not (part.isascii() and part.isdigit() and len(part) <= 19 and int(part) < 2**63):
             raise Invalid(f"id (query): {part!r} is not a job id")
         ids.append(int(part))
     if len(ids) > MAX_IDS:

@@ -64,7 +64,7 @@ def _split(values: list[str]) -> list[str]:
 def _ids(values: list[str]) -> list[int] | None:
     ids = []
     for part in _split(values):
-        if not part.isdigit() or int(part) > MAX_ID:
+        if not (part.isascii() and part.isdigit() and len(part) <= 19) or int(part) > MAX_ID:
             raise Invalid(f"id (query): {part!r} is not a job id")
         ids.append(int(part))
     return ids or None

@@ -96,7 +96,7 @@ def _element_order(key: str) -> tuple[Any, ...]:
     if kind == "v":
         return (2, _value_order(json.loads(raw)))
     if kind == "i":
-        return (3, int(raw) if raw.isdigit() else raw)
+        return (3, int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 18 else raw)
     return (0, raw)
 
 

@@ -105,7 +105,8 @@ def parse_labels(text: str | None) -> LabelSelector:
         compare = re.match(r"^([^=!<>\s]+)\s*(==|!=|=|>|<)\s*(.*)$", part)
         if compare:
             key, op, value = compare.groups()
-            if op in (">", "<") and not value.strip().lstrip("-").isdigit():
+            digits = value.strip().lstrip("-")
+            if op in (">", "<") and not (digits.isascii() and digits.isdigit()):
                 raise _bad(text, f"for {op!r}, the value must be an integer")
             out.append(_Requirement(_key(text, key), op, (value.strip(),)))
             continue

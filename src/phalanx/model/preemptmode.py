@@ -88,7 +88,7 @@ def parse_preemption_notice(value: str) -> tuple[int, int]:
     if match is not None:
         name, secs = match.groups()
         seconds = int(secs) if len(secs) <= 5 else -1
-        if name.isdigit():
+        if name.isascii() and name.isdigit():
             number = int(name)
         else:
             found = getattr(signal.Signals, "SIG" + name, None)

@@ -427,7 +427,7 @@ class Step:
     def launch(self) -> int:
         opts = self.opts
         given = os.environ.pop("PHALANX_STEP_ID", "")
-        step_id = int(given) if given.isdigit() else next_step_id(self.jobdir)
+        step_id = int(given) if given.isascii() and given.isdigit() else next_step_id(self.jobdir)
         self.step_id = step_id
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind(("127.0.0.1", 0))
@@ -524,7 +524,7 @@ class Step:
         self.task_ends.append(null)
         if mode == "none":
             self.stdin_for = dict.fromkeys(range(count), null)
-        elif mode.isdigit():
+        elif mode.isascii() and mode.isdigit():
             self.stdin_for = {i: (-1 if i == int(mode) else null) for i in range(count)}
         elif mode != "all":
             path = _expand(mode, self.ctx, self.step_id, 0, self.tasks[0].node, 0)

@@ -166,7 +166,7 @@ def plan(opts: Any, ctx: Mapping[str, Any], parse: Callable[[list[str]], Any]) -
 def _env_cpus_per_task() -> int | None:
     """``SRUN_CPUS_PER_TASK`` (sbatch's ``-c`` for srun), as srun reads it."""
     value = os.environ.get("SRUN_CPUS_PER_TASK", "")
-    return int(value) if value.isdigit() and int(value) > 0 else None
+    return int(value) if value.isascii() and value.isdigit() and int(value) > 0 else None
 
 
 def _split(opts: Any, parse: Callable[[list[str]], Any]) -> list[Any]:

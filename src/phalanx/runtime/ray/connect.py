@@ -35,7 +35,7 @@ def connect(address: str, *, quiet: bool = False) -> None:
     """``ray.init`` on the cluster at ``address`` (``HOST:PORT`` of its GCS), in phalanx's
     namespace; :class:`~phalanx.errors.Invalid` when nothing answers there."""
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not host:
+    if not sep or not (port.isascii() and port.isdigit()) or not host:
         raise Invalid(f"--ray-address: expected HOST:PORT of the Ray head, got {address!r}")
     try:
         with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
