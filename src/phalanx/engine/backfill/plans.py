@@ -227,18 +227,19 @@ class Timeline:
     def _moved(self, flavor: str) -> None:
         """The flavor's ends changed: what was derived from them for the pass is not."""
         self.skip.pop(flavor, None)
-        if self._orders:
-            for key in [k for k in self._orders if k[0] == flavor]:
-                del self._orders[key]
+        self._drop_orders(flavor)
 
     def _reordered(self, slot: NodeSlot) -> None:
         """A job without an end started or ended on ``slot``: the flavors' ends are the
         same, but when the node's GPUs are free is not, and an order's times are read as
         exact (:func:`_plan_first_units`)."""
+        for index in slot.flavors:
+            self._drop_orders(index.name)
+
+    def _drop_orders(self, flavor: str) -> None:
         if self._orders:
-            for index in slot.flavors:
-                for key in [k for k in self._orders if k[0] == index.name]:
-                    del self._orders[key]
+            for key in [k for k in self._orders if k[0] == flavor]:
+                del self._orders[key]
 
     def _node_changed(self, slot: NodeSlot, on_slot: list[Release]) -> None:
         if not on_slot:
