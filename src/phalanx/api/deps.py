@@ -10,7 +10,7 @@ from phalanx.api.plane import ControlPlane
 from phalanx.auth import Principal
 from phalanx.errors import Invalid, Unauthorized
 
-__all__ = ["MAX_IDS", "Caller", "Plane", "get_plane", "get_principal", "job_ids"]
+__all__ = ["MAX_IDS", "Caller", "Plane", "get_plane", "get_principal", "job_id", "job_ids"]
 
 MAX_IDS = 10_000
 """Job ids one request may name in ``?id=``."""
@@ -22,12 +22,17 @@ def job_ids(values: list[str]) -> list[int] | None:
     for part in (p.strip() for value in values for p in value.split(",")):
         if not part:
             continue
-        if not (part.isascii() and part.isdigit() and len(part) <= 19 and int(part) < 2**63):
-            raise Invalid(f"id (query): {part!r} is not a job id")
-        ids.append(int(part))
+        ids.append(job_id(part))
     if len(ids) > MAX_IDS:
         raise Invalid(f"id (query): at most {MAX_IDS} job ids per request")
     return ids or None
+
+
+def job_id(text: str) -> int:
+    """One job id of an ``id`` query parameter: ASCII digits, below 2**63."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) < 2**63):
+        raise Invalid(f"id (query): {text!r} is not a job id")
+    return int(text)
 
 
 def get_plane(request: Request) -> ControlPlane:

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from phalanx.api.deps import Caller, Plane
+from phalanx.api.deps import Caller, Plane, job_id
 from phalanx.api.output import ForeignOutput, read_output
 from phalanx.api.render import JobViewCache, list_body
 from phalanx.api.views import EventView, JobList, JobView, event_view, job_view, rfc3339
@@ -62,12 +62,7 @@ def _split(values: list[str]) -> list[str]:
 
 
 def _ids(values: list[str]) -> list[int] | None:
-    ids = []
-    for part in _split(values):
-        if not (part.isascii() and part.isdigit() and len(part) <= 19) or int(part) > MAX_ID:
-            raise Invalid(f"id (query): {part!r} is not a job id")
-        ids.append(int(part))
-    return ids or None
+    return [job_id(part) for part in _split(values)] or None
 
 
 @router.get("/jobs", responses={200: {"model": JobList}})
