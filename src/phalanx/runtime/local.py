@@ -114,7 +114,7 @@ class _Attempt:
     steps: list[Any] | None = None
     next_liveness: float = 0.0
     tracked_at: float = field(default_factory=time.monotonic)
-    status_path: str = ""
+    status_path: str = field(init=False, default="")
     """``path / "status.json"`` as text: stat-ed at every poll of every attempt."""
 
     def __post_init__(self) -> None:
